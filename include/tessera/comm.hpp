@@ -1,0 +1,124 @@
+#pragma once
+// Communicator: collectives on Tensors over one process group.
+//
+// Host tensors go through MPI, waiting under the communicator's WaitPolicy. CUDA
+// tensors are staged through host memory over MPI in this build (the NCCL path for the
+// tp and dp groups belongs to the CUDA backend). A group of size 1 short-circuits every
+// collective: no MPI call is made.
+//
+// All collectives operate in place or into a caller-provided output, require contiguous
+// tensors of the same dtype and device, and must be called by every rank of the group
+// in the same order (MPI semantics). Arguments are validated before any communication.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tessera/tensor.hpp"
+#include "tessera/wait_policy.hpp"
+
+namespace tessera {
+
+enum class ReduceOp { sum, avg, max, min };
+std::string_view reduce_op_name(ReduceOp op) noexcept;
+
+// A pending non-blocking collective. Move-only. wait() completes it (and finishes any
+// post-processing such as the division of `avg` or the copy back of a staged device
+// tensor). Destroying a pending request waits for it, so buffers are never released
+// under MPI's feet.
+class CommRequest {
+ public:
+  struct State;
+
+  CommRequest();
+  explicit CommRequest(std::unique_ptr<State> state);
+  CommRequest(CommRequest&&) noexcept;
+  CommRequest& operator=(CommRequest&&) noexcept;
+  CommRequest(const CommRequest&) = delete;
+  CommRequest& operator=(const CommRequest&) = delete;
+  ~CommRequest();
+
+  void wait();
+  bool test();  // true once complete (post-processing done)
+  bool done() const;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// Counters for what a communicator actually sent: lets tests prove that size-1 groups
+// cost nothing, and benchmarks report message counts.
+struct CommStats {
+  std::int64_t collectives = 0;  // collective calls requested
+  std::int64_t mpi_calls = 0;    // MPI communication calls issued
+  std::int64_t bytes = 0;        // payload bytes handed to MPI
+};
+
+class Communicator {
+ public:
+  // Duplicates `comm` (collective over it), so tessera's traffic never matches the
+  // caller's messages; the duplicate returns MPI errors instead of aborting.
+  explicit Communicator(MPI_Comm comm, WaitOptions wait = {});
+  // Takes ownership of an already-private communicator (e.g. the result of a split).
+  static Communicator adopt(MPI_Comm owned, WaitOptions resolved_wait);
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm mpi_comm() const { return comm_; }
+  WaitPolicy wait_policy() const { return wait_.policy; }  // spin or sleep, resolved
+  const CommStats& stats() const { return stats_; }
+
+  // In place: every rank ends with op over all ranks' `tensor`. avg = sum / size,
+  // defined for floating dtypes only.
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::sum);
+  CommRequest all_reduce_async(Tensor& tensor, ReduceOp op = ReduceOp::sum);
+
+  // `output` holds size() blocks of input.numel() elements, in rank order (a gather
+  // along dim 0 when output's dim 0 is size() times input's).
+  void all_gather(const Tensor& input, Tensor& output);
+  CommRequest all_gather_async(const Tensor& input, Tensor& output);
+
+  // `input` holds size() blocks of output.numel() elements; rank r receives op over
+  // all ranks of block r.
+  void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op = ReduceOp::sum);
+  CommRequest reduce_scatter_async(const Tensor& input, Tensor& output,
+                                   ReduceOp op = ReduceOp::sum);
+
+  void broadcast(Tensor& tensor, int root);
+  CommRequest broadcast_async(Tensor& tensor, int root);
+
+  // A barrier under the wait policy.
+  void barrier();
+
+ private:
+  struct AdoptTag {};
+  Communicator(MPI_Comm owned, WaitOptions resolved_wait, AdoptTag);
+  void release() noexcept;
+
+  // Posts one MPI call (blocking when `post` gets a null request), counts it, and wraps
+  // completion + `finish` into a CommRequest; waits before returning when `blocking`.
+  CommRequest launch(const char* name, std::int64_t bytes, bool blocking,
+                     const std::function<int(MPI_Request*)>& post, std::function<void()> finish,
+                     std::vector<Tensor> keep_alive);
+  CommRequest all_reduce_impl(Tensor& tensor, ReduceOp op, bool blocking);
+  CommRequest all_gather_impl(const Tensor& input, Tensor& output, bool blocking);
+  CommRequest reduce_scatter_impl(const Tensor& input, Tensor& output, ReduceOp op, bool blocking);
+  CommRequest broadcast_impl(Tensor& tensor, int root, bool blocking);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  WaitOptions wait_;
+  CommStats stats_;
+};
+
+}  // namespace tessera

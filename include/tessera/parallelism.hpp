@@ -1,0 +1,46 @@
+#pragma once
+// ParallelismConfig: how the world is split into data-, tensor- and domain-parallel
+// groups. The YAML form follows CREDIT's `trainer.parallelism` block:
+//
+//   trainer:
+//     parallelism: {data: fsdp2, tensor: 2, domain: 2}
+//
+// or a bare top-level `parallelism:` block. Absent keys take their defaults
+// (data: none, tensor: 1, domain: 1); a document without either block is the default
+// configuration. Unknown keys inside the block, values that are not positive integers
+// and unknown data modes are ConfigErrors naming the key and the value.
+
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+enum class DataParallelMode { none, ddp, fsdp2 };
+std::string_view data_parallel_mode_name(DataParallelMode mode) noexcept;
+// "none" | "ddp" | "fsdp2"; throws ConfigError naming `key` and the value.
+DataParallelMode parse_data_parallel_mode(std::string_view text, std::string_view key);
+
+struct ParallelismConfig {
+  DataParallelMode data = DataParallelMode::none;
+  int tensor = 1;  // tensor-parallel degree, >= 1
+  int domain = 1;  // domain-parallel degree, >= 1
+
+  // Throws ConfigError when tensor or domain < 1.
+  void validate() const;
+  std::string str() const;  // "{data: fsdp2, tensor: 2, domain: 2}"
+  bool operator==(const ParallelismConfig&) const = default;
+
+  // Parse from YAML text or a file. `source` names the text in error messages.
+  static ParallelismConfig from_yaml_string(std::string_view yaml,
+                                           std::string_view source = "<string>");
+  static ParallelismConfig from_yaml_file(const std::string& path);
+};
+
+// Number of data-parallel replicas for `world_size` ranks: the single source of the dp
+// arithmetic (Mesh, data_parallel_coords and the data-parallel wrappers all use it).
+// Throws ConfigError when world_size is not divisible by tensor*domain, and when
+// data is `none` but the quotient is more than one replica (ranks that hold copies of
+// the model would silently never synchronise).
+int dp_world_size(const ParallelismConfig& config, int world_size);
+
+}  // namespace tessera

@@ -1,0 +1,48 @@
+#include "tessera/agree.hpp"
+
+#include <climits>
+#include <string>
+
+#include "comm/request_state.hpp"
+#include "tessera/check.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+void agree_on_success(MPI_Comm comm, const std::function<void()>& step) {
+  int rank = 0, size = 1;
+  TESSERA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  TESSERA_CHECK_MPI(MPI_Comm_size(comm, &size));
+
+  ErrorCode code = ErrorCode::ok;
+  std::string message;
+  try {
+    step();
+  } catch (const Error& e) {
+    code = e.code();
+    message = e.what();
+  } catch (const std::exception& e) {
+    code = ErrorCode::internal;
+    message = e.what();
+  }
+
+  // Agreement is off the hot path; sleep-polling keeps it cheap on oversubscribed nodes.
+  const WaitOptions wait{WaitPolicy::sleep, std::chrono::microseconds(20)};
+  int failing = code == ErrorCode::ok ? INT_MAX : rank;
+  int first = INT_MAX;
+  MPI_Request request = MPI_REQUEST_NULL;
+  TESSERA_CHECK_MPI(MPI_Iallreduce(&failing, &first, 1, MPI_INT, MPI_MIN, comm, &request));
+  detail::wait_request(request, wait);
+  if (first == INT_MAX) return;
+
+  int header[2] = {static_cast<int>(code), static_cast<int>(message.size())};
+  TESSERA_CHECK_MPI(MPI_Ibcast(header, 2, MPI_INT, first, comm, &request));
+  detail::wait_request(request, wait);
+  message.resize(static_cast<std::size_t>(header[1]));
+  TESSERA_CHECK_MPI(MPI_Ibcast(message.data(), header[1], MPI_CHAR, first, comm, &request));
+  detail::wait_request(request, wait);
+  throw_error(static_cast<ErrorCode>(header[0]),
+              message + " (on rank " + std::to_string(first) + " of " + std::to_string(size) + ")");
+}
+
+}  // namespace tessera

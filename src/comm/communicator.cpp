@@ -1,0 +1,319 @@
+// Communicator: MPI collectives on Tensors under a wait policy.
+
+#include <climits>
+#include <utility>
+
+#include "comm/mpi_types.hpp"
+#include "comm/request_state.hpp"
+#include "tessera/check.hpp"
+#include "tessera/comm.hpp"
+#include "tessera/node.hpp"
+
+namespace tessera {
+
+std::string_view reduce_op_name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string collective_name(const char* op) { return std::string("Communicator::") + op; }
+
+void check_buffer(const Tensor& t, const char* op, const char* role) {
+  if (!t.defined()) throw InvalidArgument(collective_name(op) + ": " + role + " tensor is undefined");
+  if (!t.is_contiguous()) {
+    throw ShapeError(collective_name(op) + ": " + role + " tensor " + t.str() +
+                     " is not contiguous; pass contiguous() of it");
+  }
+  if (t.numel() > INT_MAX) {
+    throw UnsupportedError(collective_name(op) + ": " + role + " tensor " + t.str() + " has " +
+                           std::to_string(t.numel()) + " elements; MPI counts are limited to " +
+                           std::to_string(INT_MAX));
+  }
+}
+
+void check_reduce_op(const Tensor& t, ReduceOp op, const char* name) {
+  if (op == ReduceOp::avg && !is_floating(t.dtype())) {
+    throw InvalidArgument(collective_name(name) + ": avg is defined for floating dtypes, not " +
+                          t.str());
+  }
+}
+
+void check_pair(const Tensor& in, const Tensor& out, const char* op) {
+  check_buffer(in, op, "input");
+  check_buffer(out, op, "output");
+  if (in.dtype() != out.dtype() || !(in.device() == out.device())) {
+    throw ShapeError(collective_name(op) + ": input " + in.str() + " and output " + out.str() +
+                     " must share dtype and device");
+  }
+}
+
+// Divides a host buffer by `divisor` (the avg of a sum).
+void scale_host(Tensor& t, double divisor) {
+  const std::int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::f32: {
+      auto* p = t.data<float>();
+      for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(p[i] / divisor);
+      break;
+    }
+    case DType::f64: {
+      auto* p = t.data<double>();
+      for (std::int64_t i = 0; i < n; ++i) p[i] /= divisor;
+      break;
+    }
+    case DType::bf16: {
+      auto* p = t.data<bfloat16>();
+      for (std::int64_t i = 0; i < n; ++i) p[i] = bfloat16(static_cast<float>(static_cast<float>(p[i]) / divisor));
+      break;
+    }
+    case DType::i64: throw InternalError("scale_host: avg on an integer tensor");
+  }
+}
+
+// Host memory MPI can read: the tensor itself, or a host copy of a device tensor.
+Tensor host_readable(const Tensor& t) { return t.device().is_host() ? t : t.to(Device::host()); }
+// Host memory MPI can write: the tensor itself, or an uninitialised host twin.
+Tensor host_writable(const Tensor& t) {
+  return t.device().is_host() ? t : Tensor::empty(t.shape(), t.dtype(), Device::host());
+}
+
+int count_of(const Tensor& t) { return static_cast<int>(t.numel()); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Construction
+// ---------------------------------------------------------------------------
+
+Communicator::Communicator(MPI_Comm comm, WaitOptions wait) {
+  if (comm == MPI_COMM_NULL) throw InvalidArgument("Communicator: the MPI communicator is MPI_COMM_NULL");
+  TESSERA_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+  TESSERA_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  wait_ = wait;
+  if (wait.policy == WaitPolicy::automatic) {
+    // Every rank takes this branch (same argument), so the collective inside is safe.
+    const NodeInfo node = query_node(comm_);
+    wait_.policy = resolve_wait_policy(wait.policy, node.local_size, node.usable_cores);
+  }
+  wait_.sleep_interval = resolve_sleep_interval(wait.sleep_interval);
+}
+
+Communicator::Communicator(MPI_Comm owned, WaitOptions resolved_wait, AdoptTag)
+    : comm_(owned), wait_(resolved_wait) {
+  if (wait_.policy == WaitPolicy::automatic) {
+    throw InternalError("Communicator::adopt needs a resolved wait policy");
+  }
+  TESSERA_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+}
+
+Communicator Communicator::adopt(MPI_Comm owned, WaitOptions resolved_wait) {
+  return Communicator(owned, resolved_wait, AdoptTag{});
+}
+
+Communicator::Communicator(Communicator&& other) noexcept
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+      rank_(other.rank_),
+      size_(other.size_),
+      wait_(other.wait_),
+      stats_(other.stats_) {}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+  if (this != &other) {
+    release();
+    comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
+    rank_ = other.rank_;
+    size_ = other.size_;
+    wait_ = other.wait_;
+    stats_ = other.stats_;
+  }
+  return *this;
+}
+
+Communicator::~Communicator() { release(); }
+
+void Communicator::release() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  comm_ = MPI_COMM_NULL;
+}
+
+// ---------------------------------------------------------------------------
+// One launch path per collective. `blocking` with the spin policy issues the plain
+// blocking MPI call (lowest latency); otherwise the non-blocking call, whose request
+// the caller waits on (sleep policy) or returns (async API).
+// ---------------------------------------------------------------------------
+
+CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool blocking,
+                                 const std::function<int(MPI_Request*)>& post,
+                                 std::function<void()> finish, std::vector<Tensor> keep_alive) {
+  ++stats_.mpi_calls;
+  stats_.bytes += bytes;
+  auto state = std::make_unique<CommRequest::State>();
+  state->wait = wait_;
+  state->finish = std::move(finish);
+  state->keep_alive = std::move(keep_alive);
+  MPI_Request* request = (blocking && wait_.policy == WaitPolicy::spin) ? nullptr : &state->request;
+  const int status = post(request);
+  if (status != MPI_SUCCESS) {
+    state->complete = true;  // nothing pending: do not wait in the destructor
+    detail::throw_mpi_error(status, name, __FILE__, __LINE__);
+  }
+  CommRequest req(std::move(state));
+  if (blocking) req.wait();
+  return req;
+}
+
+CommRequest Communicator::all_reduce_impl(Tensor& tensor, ReduceOp op, bool blocking) {
+  check_buffer(tensor, "all_reduce", "the");
+  check_reduce_op(tensor, op, "all_reduce");
+  ++stats_.collectives;
+  if (size_ == 1 || tensor.numel() == 0) return {};  // sum/avg/max/min over one rank: identity
+  Tensor host = host_readable(tensor);
+  const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());
+  const MPI_Op mpi_op = detail::mpi_reduce_op(op, tensor.dtype());
+  const int count = count_of(tensor);
+  const MPI_Comm comm = comm_;
+  const int size = size_;
+  auto post = [=](MPI_Request* r) {
+    return r ? MPI_Iallreduce(MPI_IN_PLACE, host.data(), count, type, mpi_op, comm, r)
+             : MPI_Allreduce(MPI_IN_PLACE, host.data(), count, type, mpi_op, comm);
+  };
+  auto finish = [host, tensor, op, size]() mutable {
+    if (op == ReduceOp::avg) scale_host(host, size);
+    if (!tensor.device().is_host()) tensor.copy_from(host);
+  };
+  return launch("MPI_Allreduce", static_cast<std::int64_t>(tensor.nbytes()), blocking, post,
+                finish, {host, tensor});
+}
+
+CommRequest Communicator::all_gather_impl(const Tensor& input, Tensor& output, bool blocking) {
+  check_pair(input, output, "all_gather");
+  if (output.numel() != input.numel() * size_) {
+    throw ShapeError(collective_name("all_gather") + ": output " + output.str() + " must hold " +
+                     std::to_string(size_) + " x " + std::to_string(input.numel()) +
+                     " elements of input " + input.str());
+  }
+  ++stats_.collectives;
+  if (size_ == 1 || input.numel() == 0) {
+    output.reshape(input.shape()).copy_from(input);
+    return {};
+  }
+  Tensor in = host_readable(input);
+  Tensor out = host_writable(output);
+  const MPI_Datatype type = detail::mpi_datatype(input.dtype());
+  const int count = count_of(input);
+  const MPI_Comm comm = comm_;
+  auto post = [=](MPI_Request* r) {
+    return r ? MPI_Iallgather(in.data(), count, type, out.data(), count, type, comm, r)
+             : MPI_Allgather(in.data(), count, type, out.data(), count, type, comm);
+  };
+  auto finish = [out, output]() mutable {
+    if (!output.device().is_host()) output.copy_from(out);
+  };
+  return launch("MPI_Allgather", static_cast<std::int64_t>(output.nbytes()), blocking, post,
+                finish, {in, out, output});
+}
+
+CommRequest Communicator::reduce_scatter_impl(const Tensor& input, Tensor& output, ReduceOp op,
+                                              bool blocking) {
+  check_pair(input, output, "reduce_scatter");
+  check_reduce_op(input, op, "reduce_scatter");
+  if (input.numel() != output.numel() * size_) {
+    throw ShapeError(collective_name("reduce_scatter") + ": input " + input.str() + " must hold " +
+                     std::to_string(size_) + " x " + std::to_string(output.numel()) +
+                     " elements of output " + output.str());
+  }
+  ++stats_.collectives;
+  if (size_ == 1 || output.numel() == 0) {
+    output.copy_from(input.reshape(output.shape()));
+    return {};
+  }
+  Tensor in = host_readable(input);
+  Tensor out = host_writable(output);
+  const MPI_Datatype type = detail::mpi_datatype(input.dtype());
+  const MPI_Op mpi_op = detail::mpi_reduce_op(op, input.dtype());
+  const int count = count_of(output);
+  const MPI_Comm comm = comm_;
+  const int size = size_;
+  auto post = [=](MPI_Request* r) {
+    return r ? MPI_Ireduce_scatter_block(in.data(), out.data(), count, type, mpi_op, comm, r)
+             : MPI_Reduce_scatter_block(in.data(), out.data(), count, type, mpi_op, comm);
+  };
+  auto finish = [out, output, op, size]() mutable {
+    if (op == ReduceOp::avg) scale_host(out, size);
+    if (!output.device().is_host()) output.copy_from(out);
+  };
+  return launch("MPI_Reduce_scatter_block", static_cast<std::int64_t>(input.nbytes()), blocking,
+                post, finish, {in, out, output});
+}
+
+CommRequest Communicator::broadcast_impl(Tensor& tensor, int root, bool blocking) {
+  check_buffer(tensor, "broadcast", "the");
+  if (root < 0 || root >= size_) {
+    throw InvalidArgument(collective_name("broadcast") + ": root " + std::to_string(root) +
+                          " is not a rank of this " + std::to_string(size_) + "-rank communicator");
+  }
+  ++stats_.collectives;
+  if (size_ == 1 || tensor.numel() == 0) return {};
+  const bool is_root = rank_ == root;
+  Tensor host = is_root ? host_readable(tensor) : host_writable(tensor);
+  const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());
+  const int count = count_of(tensor);
+  const MPI_Comm comm = comm_;
+  auto post = [=](MPI_Request* r) {
+    return r ? MPI_Ibcast(host.data(), count, type, root, comm, r)
+             : MPI_Bcast(host.data(), count, type, root, comm);
+  };
+  auto finish = [host, tensor, is_root]() mutable {
+    if (!is_root && !tensor.device().is_host()) tensor.copy_from(host);
+  };
+  return launch("MPI_Bcast", static_cast<std::int64_t>(tensor.nbytes()), blocking, post, finish,
+                {host, tensor});
+}
+
+// ---------------------------------------------------------------------------
+// Public blocking / non-blocking pairs
+// ---------------------------------------------------------------------------
+
+void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce_impl(tensor, op, true); }
+CommRequest Communicator::all_reduce_async(Tensor& tensor, ReduceOp op) {
+  return all_reduce_impl(tensor, op, false);
+}
+void Communicator::all_gather(const Tensor& input, Tensor& output) {
+  all_gather_impl(input, output, true);
+}
+CommRequest Communicator::all_gather_async(const Tensor& input, Tensor& output) {
+  return all_gather_impl(input, output, false);
+}
+void Communicator::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  reduce_scatter_impl(input, output, op, true);
+}
+CommRequest Communicator::reduce_scatter_async(const Tensor& input, Tensor& output, ReduceOp op) {
+  return reduce_scatter_impl(input, output, op, false);
+}
+void Communicator::broadcast(Tensor& tensor, int root) { broadcast_impl(tensor, root, true); }
+CommRequest Communicator::broadcast_async(Tensor& tensor, int root) {
+  return broadcast_impl(tensor, root, false);
+}
+
+void Communicator::barrier() {
+  ++stats_.collectives;
+  if (size_ == 1) return;
+  const MPI_Comm comm = comm_;
+  launch("MPI_Barrier", 0, true,
+         [=](MPI_Request* r) { return r ? MPI_Ibarrier(comm, r) : MPI_Barrier(comm); }, {}, {});
+}
+
+}  // namespace tessera

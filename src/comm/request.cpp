@@ -1,0 +1,78 @@
+#include <cstdio>
+#include <thread>
+
+#include "comm/request_state.hpp"
+#include "tessera/check.hpp"
+
+namespace tessera {
+
+namespace detail {
+
+void wait_request(MPI_Request& request, const WaitOptions& wait) {
+  if (request == MPI_REQUEST_NULL) return;
+  if (wait.policy != WaitPolicy::sleep) {
+    TESSERA_CHECK_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    return;
+  }
+  for (;;) {
+    int done = 0;
+    TESSERA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    // Yield the core to the rank that has work; MPI_Test still drives progress.
+    std::this_thread::sleep_for(wait.sleep_interval);
+  }
+}
+
+}  // namespace detail
+
+CommRequest::CommRequest() = default;
+CommRequest::CommRequest(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CommRequest::CommRequest(CommRequest&&) noexcept = default;
+
+CommRequest& CommRequest::operator=(CommRequest&& other) noexcept {
+  if (this != &other) {
+    if (state_ && !state_->complete) {
+      try {
+        wait();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "tessera: pending collective failed while being replaced: %s\n", e.what());
+      }
+    }
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+CommRequest::~CommRequest() {
+  if (state_ && !state_->complete) {
+    // A destructor cannot throw; waiting keeps MPI from writing into freed buffers.
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera: pending collective failed in ~CommRequest: %s\n", e.what());
+    }
+  }
+}
+
+bool CommRequest::done() const { return !state_ || state_->complete; }
+
+void CommRequest::wait() {
+  if (done()) return;
+  detail::wait_request(state_->request, state_->wait);
+  state_->complete = true;
+  if (state_->finish) state_->finish();
+  state_->keep_alive.clear();
+}
+
+bool CommRequest::test() {
+  if (done()) return true;
+  int flag = 0;
+  TESSERA_CHECK_MPI(MPI_Test(&state_->request, &flag, MPI_STATUS_IGNORE));
+  if (!flag) return false;
+  state_->complete = true;
+  if (state_->finish) state_->finish();
+  state_->keep_alive.clear();
+  return true;
+}
+
+}  // namespace tessera

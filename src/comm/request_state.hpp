@@ -1,0 +1,28 @@
+#pragma once
+// Private: what a pending CommRequest holds, and the wait loop of the wait policy.
+
+#include <mpi.h>
+
+#include <functional>
+#include <vector>
+
+#include "tessera/comm.hpp"
+
+namespace tessera {
+
+struct CommRequest::State {
+  MPI_Request request = MPI_REQUEST_NULL;
+  WaitOptions wait;               // resolved: spin or sleep
+  std::function<void()> finish;   // post-processing once MPI is done (avg, copy back)
+  std::vector<Tensor> keep_alive; // buffers MPI reads or writes until completion
+  bool complete = false;
+};
+
+namespace detail {
+
+// Completes `request` under `wait` (spin: MPI_Wait; sleep: MPI_Test + sleep).
+// Throws MpiError on failure.
+void wait_request(MPI_Request& request, const WaitOptions& wait);
+
+}  // namespace detail
+}  // namespace tessera

@@ -1,0 +1,137 @@
+#include "tessera/mesh.hpp"
+
+#include <string>
+
+#include "tessera/agree.hpp"
+#include "tessera/backend.hpp"
+#include "tessera/check.hpp"
+#include "tessera/node.hpp"
+
+namespace tessera {
+
+std::string_view mesh_dim_name(MeshDim dim) noexcept {
+  switch (dim) {
+    case MeshDim::dp: return "dp";
+    case MeshDim::tp: return "tp";
+    case MeshDim::domain: return "domain";
+  }
+  return "?";
+}
+
+MeshCoords mesh_coords_of(int global_rank, int tensor, int domain) {
+  return {global_rank / (tensor * domain), (global_rank / domain) % tensor, global_rank % domain};
+}
+
+int mesh_global_rank_of(const MeshCoords& c, int tensor, int domain) {
+  return (c.dp * tensor + c.tp) * domain + c.domain;
+}
+
+namespace {
+
+// Every rank must build the mesh from the same config; a mismatch (e.g. ranks that read
+// different files) would otherwise split into inconsistent groups and hang later.
+void check_same_config_everywhere(MPI_Comm comm, const ParallelismConfig& config) {
+  const int mine[3] = {static_cast<int>(config.data), config.tensor, config.domain};
+  int lo[3], hi[3];
+  TESSERA_CHECK_MPI(MPI_Allreduce(mine, lo, 3, MPI_INT, MPI_MIN, comm));
+  TESSERA_CHECK_MPI(MPI_Allreduce(mine, hi, 3, MPI_INT, MPI_MAX, comm));
+  for (int i = 0; i < 3; ++i) {
+    if (lo[i] != hi[i]) {
+      throw ConfigError("Mesh: ranks were given different parallelism configs (" +
+                        std::string(i == 0 ? "data" : i == 1 ? "tensor" : "domain") +
+                        " differs between ranks); every rank must pass the same config");
+    }
+  }
+}
+
+// A communicator for one mesh dimension: a split of `world` by the other two
+// coordinates, or a private single-rank communicator when the dimension has size 1
+// (MPI_COMM_SELF's duplicate involves no other rank).
+std::unique_ptr<Communicator> dimension_comm(MPI_Comm world, int extent, int color, int key,
+                                             const WaitOptions& wait) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (extent == 1) {
+    TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_SELF, &comm));
+  } else {
+    TESSERA_CHECK_MPI(MPI_Comm_split(world, color, key, &comm));
+  }
+  return std::make_unique<Communicator>(Communicator::adopt(comm, wait));
+}
+
+}  // namespace
+
+Mesh::Mesh(MPI_Comm parent, const ParallelismConfig& config, Device device, MeshOptions options)
+    : config_(config), device_(device) {
+  if (parent == MPI_COMM_NULL) throw InvalidArgument("Mesh: the parent communicator is MPI_COMM_NULL");
+  int world_size = 1, rank = 0;
+  TESSERA_CHECK_MPI(MPI_Comm_size(parent, &world_size));
+  TESSERA_CHECK_MPI(MPI_Comm_rank(parent, &rank));
+
+  // Validation is local and deterministic, but agreeing on it costs one reduction and
+  // guarantees that no rank goes on into the splits alone.
+  agree_on_success(parent, [&] { (void)dp_world_size(config_, world_size); });
+  check_same_config_everywhere(parent, config_);
+
+  const NodeInfo node = query_node(parent);
+  node_ = {node.local_rank, node.local_size, node.usable_cores};
+  WaitOptions wait = options.wait;
+  agree_on_success(parent, [&] {
+    wait.policy = resolve_wait_policy(wait.policy, node.local_size, node.usable_cores);
+    wait.sleep_interval = resolve_sleep_interval(wait.sleep_interval);
+  });
+
+  if (device_.is_cuda()) {
+    agree_on_success(parent, [&] {
+      const int visible = cuda_device_count();
+      if (visible == 0) {
+        throw CudaError("Mesh: device " + device_.str() + " requested but no CUDA device is visible (" +
+                        cuda_unavailable_reason() + ")");
+      }
+      if (device_.index == Device::kAutoIndex) {
+        device_.index = select_cuda_device(node_.local_rank, visible);
+      } else if (device_.index < 0 || device_.index >= visible) {
+        throw CudaError("Mesh: device " + device_.str() + " requested but only " +
+                        std::to_string(visible) + " CUDA device(s) are visible");
+      }
+    });
+  }
+
+  MPI_Comm world = MPI_COMM_NULL;
+  TESSERA_CHECK_MPI(MPI_Comm_dup(parent, &world));
+  world_ = std::make_unique<Communicator>(Communicator::adopt(world, wait));
+
+  const int T = config_.tensor, D = config_.domain;
+  const int P = world_size / (T * D);
+  coords_ = mesh_coords_of(rank, T, D);
+  // Each group holds the ranks that differ only in its own coordinate: colour by the
+  // other two coordinates, order by its own.
+  dp_ = dimension_comm(world, P, coords_.tp * D + coords_.domain, coords_.dp, wait);
+  tp_ = dimension_comm(world, T, coords_.dp * D + coords_.domain, coords_.tp, wait);
+  domain_ = dimension_comm(world, D, coords_.dp * T + coords_.tp, coords_.domain, wait);
+}
+
+Mesh::~Mesh() = default;
+Mesh::Mesh(Mesh&&) noexcept = default;
+Mesh& Mesh::operator=(Mesh&&) noexcept = default;
+
+Communicator& Mesh::comm(MeshDim dim) const {
+  switch (dim) {
+    case MeshDim::dp: return *dp_;
+    case MeshDim::tp: return *tp_;
+    case MeshDim::domain: return *domain_;
+  }
+  throw InvalidArgument("Mesh::comm: unknown mesh dimension");
+}
+
+int Mesh::size(MeshDim dim) const { return comm(dim).size(); }
+
+int Mesh::rank(MeshDim dim) const {
+  switch (dim) {
+    case MeshDim::dp: return coords_.dp;
+    case MeshDim::tp: return coords_.tp;
+    case MeshDim::domain: return coords_.domain;
+  }
+  throw InvalidArgument("Mesh::rank: unknown mesh dimension");
+}
+
+}  // namespace tessera

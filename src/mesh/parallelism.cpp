@@ -1,0 +1,173 @@
+#include "tessera/parallelism.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+namespace {
+
+constexpr std::string_view kKeys[] = {"data", "tensor", "domain"};
+
+// "config.yaml:4: trainer.parallelism.tensor"
+std::string where(std::string_view source, const YAML::Node& node, const std::string& path) {
+  std::string s(source);
+  const YAML::Mark mark = node.Mark();
+  if (mark.line >= 0) s += ":" + std::to_string(mark.line + 1);
+  return s + ": " + path;
+}
+
+int parse_positive_int(const YAML::Node& node, std::string_view source, const std::string& path) {
+  if (node.IsNull()) throw ConfigError(where(source, node, path) + " has no value (expected an integer >= 1)");
+  if (!node.IsScalar()) {
+    throw ConfigError(where(source, node, path) + " must be an integer >= 1, got a " +
+                      (node.IsMap() ? "mapping" : "sequence"));
+  }
+  const std::string text = node.Scalar();
+  std::size_t i = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+  bool digits = i < text.size();
+  for (std::size_t j = i; j < text.size(); ++j) digits = digits && text[j] >= '0' && text[j] <= '9';
+  if (!digits) {
+    throw ConfigError(where(source, node, path) + " must be an integer >= 1, got '" + text + "'");
+  }
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || value > std::numeric_limits<int>::max()) {
+    throw ConfigError(where(source, node, path) + " is out of range, got '" + text + "'");
+  }
+  if (value < 1) {
+    throw ConfigError(where(source, node, path) + " must be an integer >= 1, got " + text);
+  }
+  return static_cast<int>(value);
+}
+
+ParallelismConfig parse_block(const YAML::Node& block, std::string_view source, const std::string& path) {
+  ParallelismConfig config;
+  if (!block.IsDefined() || block.IsNull()) return config;
+  if (!block.IsMap()) {
+    throw ConfigError(where(source, block, path) + " must be a mapping with keys data, tensor, domain");
+  }
+  for (const auto& item : block) {
+    const std::string key = item.first.IsScalar() ? item.first.Scalar() : std::string("<non-scalar>");
+    const std::string key_path = path + "." + key;
+    const YAML::Node& value = item.second;
+    if (key == "data") {
+      if (!value.IsScalar()) {
+        throw ConfigError(where(source, value, key_path) + " must be one of none, ddp, fsdp2");
+      }
+      config.data = parse_data_parallel_mode(value.Scalar(), where(source, value, key_path));
+    } else if (key == "tensor") {
+      config.tensor = parse_positive_int(value, source, key_path);
+    } else if (key == "domain") {
+      config.domain = parse_positive_int(value, source, key_path);
+    } else {
+      throw ConfigError(where(source, item.first, key_path) + ": unknown key '" + key +
+                        "' (expected data, tensor, domain)");
+    }
+  }
+  return config;
+}
+
+ParallelismConfig parse_document(const YAML::Node& root, std::string_view source) {
+  if (!root.IsDefined() || root.IsNull()) return {};
+  if (!root.IsMap()) {
+    throw ConfigError(std::string(source) + ": the top level must be a mapping");
+  }
+  // A default-constructed YAML::Node is a *defined* null node, so presence is tracked
+  // with explicit flags rather than by testing nodes.
+  const YAML::Node trainer = root["trainer"];
+  const YAML::Node bare = root["parallelism"];
+  const bool has_bare = bare.IsDefined();
+  if (trainer.IsDefined() && !trainer.IsNull() && !trainer.IsMap()) {
+    throw ConfigError(where(source, trainer, "trainer") + " must be a mapping");
+  }
+  // (YAML::Node's operator= assigns *into* the node, so `nested` is bound once here.)
+  const YAML::Node nested = trainer.IsDefined() && trainer.IsMap() ? trainer["parallelism"] : YAML::Node();
+  const bool has_nested = trainer.IsDefined() && trainer.IsMap() && nested.IsDefined();
+  if (has_nested && has_bare) {
+    throw ConfigError(std::string(source) +
+                      ": both trainer.parallelism and a top-level parallelism block are given; keep one");
+  }
+  if (has_nested) return parse_block(nested, source, "trainer.parallelism");
+  if (has_bare) return parse_block(bare, source, "parallelism");
+  return {};
+}
+
+}  // namespace
+
+std::string_view data_parallel_mode_name(DataParallelMode mode) noexcept {
+  switch (mode) {
+    case DataParallelMode::none: return "none";
+    case DataParallelMode::ddp: return "ddp";
+    case DataParallelMode::fsdp2: return "fsdp2";
+  }
+  return "?";
+}
+
+DataParallelMode parse_data_parallel_mode(std::string_view text, std::string_view key) {
+  for (auto mode : {DataParallelMode::none, DataParallelMode::ddp, DataParallelMode::fsdp2}) {
+    if (text == data_parallel_mode_name(mode)) return mode;
+  }
+  throw ConfigError(std::string(key) + ": unknown data-parallel mode '" + std::string(text) +
+                    "' (expected none, ddp or fsdp2)");
+}
+
+void ParallelismConfig::validate() const {
+  if (tensor < 1) throw ConfigError("parallelism.tensor must be >= 1, got " + std::to_string(tensor));
+  if (domain < 1) throw ConfigError("parallelism.domain must be >= 1, got " + std::to_string(domain));
+}
+
+std::string ParallelismConfig::str() const {
+  return "{data: " + std::string(data_parallel_mode_name(data)) + ", tensor: " + std::to_string(tensor) +
+         ", domain: " + std::to_string(domain) + "}";
+}
+
+ParallelismConfig ParallelismConfig::from_yaml_string(std::string_view yaml, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(std::string(source) + ": invalid YAML: " + e.what());
+  }
+  return parse_document(root, source);
+}
+
+ParallelismConfig ParallelismConfig::from_yaml_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw IoError("cannot read config file '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return from_yaml_string(text.str(), path);
+}
+
+int dp_world_size(const ParallelismConfig& config, int world_size) {
+  config.validate();
+  if (world_size < 1) throw InvalidArgument("dp_world_size: world size must be >= 1, got " + std::to_string(world_size));
+  const int tp_times_domain = config.tensor * config.domain;
+  if (world_size % tp_times_domain != 0) {
+    throw ConfigError("world size " + std::to_string(world_size) + " is not divisible by tensor (" +
+                      std::to_string(config.tensor) + ") * domain (" + std::to_string(config.domain) +
+                      ") = " + std::to_string(tp_times_domain) + "; launch a multiple of " +
+                      std::to_string(tp_times_domain) + " ranks");
+  }
+  const int dp = world_size / tp_times_domain;
+  if (config.data == DataParallelMode::none && dp > 1) {
+    throw ConfigError("parallelism.data is none but " + std::to_string(world_size) + " ranks / (tensor " +
+                      std::to_string(config.tensor) + " * domain " + std::to_string(config.domain) +
+                      ") gives " + std::to_string(dp) +
+                      " data-parallel replicas that would never synchronise; set data to ddp or "
+                      "fsdp2, or launch " + std::to_string(tp_times_domain) + " ranks");
+  }
+  return dp;
+}
+
+}  // namespace tessera

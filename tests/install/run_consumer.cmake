@@ -1,0 +1,130 @@
+# Driver of the install_consumer test (cmake -P). See tests/install/CMakeLists.txt.
+# Any failing step stops the test with that step's full output.
+
+cmake_minimum_required(VERSION 3.25)
+
+foreach(var TESSERA_BUILD_DIR WORK_DIR CONSUMER_SOURCE_DIR EXPECTED_VERSION GENERATOR
+            CXX_COMPILER MPIEXEC)
+  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+    message(FATAL_ERROR "run_consumer.cmake: ${var} is not set")
+  endif()
+endforeach()
+if(NOT NUMPROC_FLAG)
+  set(NUMPROC_FLAG -n)
+endif()
+
+set(prefix "${WORK_DIR}/prefix")
+set(consumer_build "${WORK_DIR}/consumer-build")
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+# run_step(NAME name COMMAND ...): runs the command; on failure stops the test with its
+# output. Its stdout is left in STEP_OUTPUT.
+function(run_step)
+  cmake_parse_arguments(S "" "NAME" "COMMAND" ${ARGN})
+  string(REPLACE ";" " " shown "${S_COMMAND}")
+  message(STATUS "[${S_NAME}] ${shown}")
+  execute_process(COMMAND ${S_COMMAND}
+                  RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install_consumer: step '${S_NAME}' failed (exit status ${rc})\n"
+                        "command: ${shown}\n--- stdout ---\n${out}--- stderr ---\n${err}")
+  endif()
+  set(STEP_OUTPUT "${out}" PARENT_SCOPE)
+endfunction()
+
+function(expect_file path)
+  if(NOT EXISTS "${path}")
+    message(FATAL_ERROR "install_consumer: the install tree lacks ${path}")
+  endif()
+endfunction()
+
+# 1. Install the build tree into a private prefix.
+set(config_args)
+if(BUILD_CONFIG)
+  set(config_args --config "${BUILD_CONFIG}")
+endif()
+run_step(NAME install
+         COMMAND "${CMAKE_COMMAND}" --install "${TESSERA_BUILD_DIR}" --prefix "${prefix}"
+                 ${config_args})
+
+file(GLOB_RECURSE package_configs "${prefix}/*/tesseraConfig.cmake")
+list(LENGTH package_configs n_configs)
+if(NOT n_configs EQUAL 1)
+  message(FATAL_ERROR "install_consumer: expected one tesseraConfig.cmake under ${prefix}, "
+                      "found: ${package_configs}")
+endif()
+get_filename_component(package_dir "${package_configs}" DIRECTORY)
+expect_file("${package_dir}/tesseraConfigVersion.cmake")
+expect_file("${package_dir}/tesseraTargets.cmake")
+expect_file("${package_dir}/FindNCCL.cmake")
+expect_file("${prefix}/include/tessera/tessera.hpp")
+expect_file("${prefix}/include/tessera/version.hpp")
+expect_file("${prefix}/include/tessera/detail/strided_index.hpp")
+if(EXISTS "${prefix}/include/tessera/version.hpp.in")
+  message(FATAL_ERROR "install_consumer: version.hpp.in must not be installed")
+endif()
+
+# 2. Configure the consumer against the prefix only: no package registry, and the
+#    build tree is nowhere on the search path.
+set(configure_args
+  -S "${CONSUMER_SOURCE_DIR}" -B "${consumer_build}" -G "${GENERATOR}"
+  "-DCMAKE_PREFIX_PATH=${prefix}"
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+  "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
+  "-DEXPECTED_TESSERA_DIR=${package_dir}"
+  "-DEXPECTED_VERSION=${EXPECTED_VERSION}"
+  "-DTESSERA_SHARED=${TESSERA_SHARED}")
+if(C_COMPILER)
+  list(APPEND configure_args "-DCMAKE_C_COMPILER=${C_COMPILER}")
+endif()
+if(BUILD_CONFIG)
+  list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${BUILD_CONFIG}")
+endif()
+foreach(var MPI_CXX_COMPILER MPI_C_COMPILER)
+  if(${var})
+    list(APPEND configure_args "-D${var}=${${var}}")
+  endif()
+endforeach()
+if(CUDA_ROOT)
+  list(APPEND configure_args "-DCUDAToolkit_ROOT=${CUDA_ROOT}")
+endif()
+run_step(NAME configure COMMAND "${CMAKE_COMMAND}" ${configure_args})
+
+# 3. Build it.
+run_step(NAME build COMMAND "${CMAKE_COMMAND}" --build "${consumer_build}" ${config_args})
+
+# 4. Run it on two ranks: a Mesh with tensor 2 and one all_reduce.
+set(consumer_exe "${consumer_build}/tessera_consumer")
+if(NOT EXISTS "${consumer_exe}" AND BUILD_CONFIG)
+  set(consumer_exe "${consumer_build}/${BUILD_CONFIG}/tessera_consumer")
+endif()
+run_step(NAME run COMMAND "${MPIEXEC}" ${NUMPROC_FLAG} 2 "${consumer_exe}")
+set(expected "tessera ${EXPECTED_VERSION}: 2 ranks, mesh {data: none, tensor: 2, domain: 1}
+rank 0 dp 0 tp 0 domain 0
+rank 1 dp 0 tp 1 domain 0
+tp all_reduce sum: 3
+consumer: OK
+")
+if(NOT STEP_OUTPUT STREQUAL expected)
+  message(FATAL_ERROR "install_consumer: unexpected consumer output\n"
+                      "--- expected ---\n${expected}--- got ---\n${STEP_OUTPUT}")
+endif()
+
+# 5. The installed example runs from the prefix (its RPATH finds the installed library).
+if(WITH_PROGRAMS)
+  expect_file("${prefix}/bin/mesh_info")
+  file(WRITE "${WORK_DIR}/tp2.yaml" "parallelism: {tensor: 2}\n")
+  run_step(NAME installed_mesh_info
+           COMMAND "${MPIEXEC}" ${NUMPROC_FLAG} 2 "${prefix}/bin/mesh_info"
+                   "${WORK_DIR}/tp2.yaml")
+  set(expected_lines "rank 0 dp 0 tp 0 domain 0\nrank 1 dp 0 tp 1 domain 0\n")
+  if(NOT STEP_OUTPUT STREQUAL expected_lines)
+    message(FATAL_ERROR "install_consumer: unexpected output from the installed mesh_info\n"
+                        "--- expected ---\n${expected_lines}--- got ---\n${STEP_OUTPUT}")
+  endif()
+endif()
+
+message(STATUS "install_consumer: find_package(tessera) from ${package_dir} works")

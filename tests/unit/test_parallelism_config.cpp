@@ -1,0 +1,140 @@
+// ParallelismConfig parsing, validation and the dp arithmetic. Every invalid input must
+// be a ConfigError whose message names the key and the bad value.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "tessera/error.hpp"
+#include "tessera/parallelism.hpp"
+
+using namespace tessera;
+
+namespace {
+
+// Expects a ConfigError whose message contains every fragment.
+void expect_config_error(const std::string& yaml, std::initializer_list<std::string> fragments) {
+  try {
+    ParallelismConfig::from_yaml_string(yaml, "test.yaml");
+    ADD_FAILURE() << "no error for:\n" << yaml;
+  } catch (const ConfigError& e) {
+    for (const auto& f : fragments) {
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << f << "' for:\n" << yaml;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ParallelismConfig, TrainerBlockAsInCredit) {
+  const auto c = ParallelismConfig::from_yaml_string(
+      "trainer:\n  epochs: 3\n  parallelism: {data: fsdp2, tensor: 2, domain: 2}\nmodel: {}\n");
+  EXPECT_EQ(c.data, DataParallelMode::fsdp2);
+  EXPECT_EQ(c.tensor, 2);
+  EXPECT_EQ(c.domain, 2);
+  EXPECT_EQ(c.str(), "{data: fsdp2, tensor: 2, domain: 2}");
+}
+
+TEST(ParallelismConfig, BareBlockAndDefaults) {
+  const auto c = ParallelismConfig::from_yaml_string("parallelism:\n  data: ddp\n  tensor: 4\n");
+  EXPECT_EQ(c.data, DataParallelMode::ddp);
+  EXPECT_EQ(c.tensor, 4);
+  EXPECT_EQ(c.domain, 1);
+  EXPECT_EQ(ParallelismConfig::from_yaml_string(""), ParallelismConfig{});
+  EXPECT_EQ(ParallelismConfig::from_yaml_string("model: {layers: 2}"), ParallelismConfig{});
+  EXPECT_EQ(ParallelismConfig::from_yaml_string("parallelism:"), ParallelismConfig{});
+  EXPECT_EQ(ParallelismConfig::from_yaml_string("trainer: {epochs: 1}"), ParallelismConfig{});
+  EXPECT_EQ(ParallelismConfig::from_yaml_string("parallelism: {data: none}").data, DataParallelMode::none);
+}
+
+TEST(ParallelismConfig, ZeroNegativeAndNonIntegerDegreesAreRejected) {
+  expect_config_error("parallelism: {tensor: 0}", {"parallelism.tensor", "0"});
+  expect_config_error("parallelism: {domain: -2}", {"parallelism.domain", "-2"});
+  expect_config_error("parallelism: {tensor: 2.5}", {"parallelism.tensor", "'2.5'"});
+  expect_config_error("parallelism: {tensor: 2.0}", {"parallelism.tensor", "'2.0'"});
+  expect_config_error("parallelism: {tensor: two}", {"parallelism.tensor", "'two'"});
+  expect_config_error("parallelism: {tensor: true}", {"parallelism.tensor", "'true'"});
+  expect_config_error("parallelism: {tensor: 1e3}", {"parallelism.tensor", "'1e3'"});
+  expect_config_error("parallelism: {domain: 99999999999}", {"parallelism.domain", "out of range"});
+  expect_config_error("parallelism: {tensor: }", {"parallelism.tensor", "no value"});
+  expect_config_error("parallelism: {tensor: [2]}", {"parallelism.tensor", "sequence"});
+  expect_config_error("trainer:\n  parallelism:\n    domain: {x: 1}\n",
+                      {"test.yaml:3", "trainer.parallelism.domain", "mapping"});
+}
+
+TEST(ParallelismConfig, UnknownModeAndUnknownKeyAreRejected) {
+  expect_config_error("parallelism: {data: zero3}", {"parallelism.data", "'zero3'", "none, ddp or fsdp2"});
+  expect_config_error("parallelism: {data: [ddp]}", {"parallelism.data"});
+  expect_config_error("trainer:\n  parallelism: {data: ddp, pipeline: 2}\n",
+                      {"trainer.parallelism.pipeline", "unknown key 'pipeline'"});
+  expect_config_error("parallelism: {Tensor: 2}", {"unknown key 'Tensor'"});
+}
+
+TEST(ParallelismConfig, StructuralErrors) {
+  expect_config_error("parallelism: 4", {"parallelism", "mapping"});
+  expect_config_error("- a\n- b\n", {"top level must be a mapping"});
+  expect_config_error("trainer: 3", {"trainer", "mapping"});
+  expect_config_error("trainer: {parallelism: {tensor: 2}}\nparallelism: {tensor: 2}\n",
+                      {"both trainer.parallelism and a top-level parallelism"});
+  expect_config_error("parallelism: {tensor: 2", {"invalid YAML"});
+}
+
+TEST(ParallelismConfig, FileLoadingNamesThePath) {
+  const std::string path = "test_parallelism_config.tmp.yaml";
+  {
+    std::ofstream out(path);
+    out << "trainer:\n  parallelism:\n    data: ddp\n    tensor: 0\n";
+  }
+  try {
+    ParallelismConfig::from_yaml_file(path);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":4: trainer.parallelism.tensor"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+  try {
+    ParallelismConfig::from_yaml_file("/nonexistent/mesh.yaml");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/mesh.yaml"), std::string::npos);
+  }
+}
+
+TEST(ParallelismConfig, ValidateCatchesProgrammaticValues) {
+  ParallelismConfig c;
+  c.tensor = 0;
+  EXPECT_THROW(c.validate(), ConfigError);
+  c.tensor = 1;
+  c.domain = -1;
+  EXPECT_THROW(c.validate(), ConfigError);
+}
+
+TEST(DpWorldSize, IsTheQuotientAndRejectsRemainders) {
+  ParallelismConfig c{DataParallelMode::fsdp2, 2, 2};
+  EXPECT_EQ(dp_world_size(c, 8), 2);
+  EXPECT_EQ(dp_world_size(c, 4), 1);
+  EXPECT_EQ(dp_world_size({DataParallelMode::ddp, 1, 1}, 8), 8);
+  try {
+    dp_world_size(c, 6);
+    FAIL();
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("world size 6"), std::string::npos) << what;
+    EXPECT_NE(what.find("tensor (2) * domain (2) = 4"), std::string::npos) << what;
+  }
+  EXPECT_THROW(dp_world_size({DataParallelMode::ddp, 3, 1}, 8), ConfigError);
+  EXPECT_THROW(dp_world_size(c, 0), InvalidArgument);
+}
+
+TEST(DpWorldSize, DataNoneAllowsOnlyOneReplica) {
+  EXPECT_EQ(dp_world_size({DataParallelMode::none, 2, 2}, 4), 1);
+  try {
+    dp_world_size({DataParallelMode::none, 2, 1}, 8);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallelism.data is none"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("4 data-parallel replicas"), std::string::npos);
+  }
+}
