@@ -21,4 +21,4 @@ namespace tessera::detail {
 }  // namespace tessera::detail
 
 #define TESSERA_CHECK_NCCL(expr) \
-  TESSERA_CHECK_STATUS(expr, ncclSuccess, ::tessera::detail::throw_nccl_error)
+  TESSERA_CHECK_STATUS(expr, #expr, ncclSuccess, ::tessera::detail::throw_nccl_error)

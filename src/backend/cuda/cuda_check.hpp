@@ -25,7 +25,7 @@ namespace tessera::detail {
 }  // namespace tessera::detail
 
 #define TESSERA_CHECK_CUDA(expr) \
-  TESSERA_CHECK_STATUS(expr, cudaSuccess, ::tessera::detail::throw_cuda_error)
+  TESSERA_CHECK_STATUS(expr, #expr, cudaSuccess, ::tessera::detail::throw_cuda_error)
 
 #define TESSERA_CHECK_CUBLAS(expr) \
-  TESSERA_CHECK_STATUS(expr, CUBLAS_STATUS_SUCCESS, ::tessera::detail::throw_cublas_error)
+  TESSERA_CHECK_STATUS(expr, #expr, CUBLAS_STATUS_SUCCESS, ::tessera::detail::throw_cublas_error)
