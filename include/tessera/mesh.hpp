@@ -18,12 +18,10 @@
 #include "tessera/comm.hpp"
 #include "tessera/device.hpp"
 #include "tessera/parallelism.hpp"
+#include "tessera/placement.hpp"
 #include "tessera/wait_policy.hpp"
 
 namespace tessera {
-
-enum class MeshDim { dp, tp, domain };
-std::string_view mesh_dim_name(MeshDim dim) noexcept;  // "dp" "tp" "domain"
 
 struct MeshCoords {
   int dp = 0;

@@ -9,15 +9,6 @@
 
 namespace tessera {
 
-std::string_view mesh_dim_name(MeshDim dim) noexcept {
-  switch (dim) {
-    case MeshDim::dp: return "dp";
-    case MeshDim::tp: return "tp";
-    case MeshDim::domain: return "domain";
-  }
-  return "?";
-}
-
 MeshCoords mesh_coords_of(int global_rank, int tensor, int domain) {
   return {global_rank / (tensor * domain), (global_rank / domain) % tensor, global_rank % domain};
 }

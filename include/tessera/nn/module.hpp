@@ -1,0 +1,65 @@
+#pragma once
+// Module: a layer with an explicit forward and backward, in a tree of named children.
+//
+// Classic explicit backprop: forward(x) caches what backward needs; backward(dy)
+// *accumulates* parameter gradients (call zero_grad() between steps) and returns dx.
+// One forward must precede each backward. Names are dotted fully-qualified names
+// (`layers.1.mlp.proj_up.weight`), so plans, checkpoints and error messages all speak
+// the same names.
+//
+// Modules are neither copyable nor movable (they register pointers to their own
+// members); create them with std::make_unique and hold them by unique_ptr.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/parameter.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera::nn {
+
+class Module {
+ public:
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  virtual Tensor forward(const Tensor& input) = 0;
+  virtual Tensor backward(const Tensor& grad_output) = 0;
+  // The class name used in error messages and plans ("Linear", "ColumnParallelLinear").
+  virtual std::string type_name() const = 0;
+
+  // Parameters of this module and its descendants, in a stable order: own parameters in
+  // registration order, then each child's in child order. Names are prefixed with
+  // `prefix` + "." when a prefix is given.
+  std::vector<std::pair<std::string, Parameter*>> named_parameters(const std::string& prefix = "");
+  std::vector<Parameter*> parameters();
+  const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const { return children_; }
+  // Direct child by name, or nullptr.
+  Module* child(const std::string& name) const;
+  void zero_grad();
+
+ protected:
+  // `parameter` must be a member of the derived module (it is referenced, not owned).
+  void register_parameter(std::string name, Parameter& parameter);
+  template <class M>
+  M& register_child(std::string name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    children_.emplace_back(std::move(name), std::move(module));
+    return ref;
+  }
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>>& mutable_children() { return children_; }
+
+ private:
+  std::vector<std::pair<std::string, Parameter*>> parameters_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+// Fills every parameter of `module` (named by its FQN under `prefix`) from its InitSpec,
+// global shape and local offset: the same master values at every layout.
+void initialize_parameters(Module& module, std::uint64_t seed, const std::string& prefix = "");
+
+}  // namespace tessera::nn

@@ -1,0 +1,34 @@
+#pragma once
+// Dense linear-algebra building blocks every layer uses, dispatched on the tensors'
+// device: OpenBLAS (cblas) on the host; cuBLAS on CUDA (with the CUDA compute backend,
+// until then a CUDA tensor here is an UnsupportedError naming the op).
+//
+// All tensors must be contiguous, of one floating dtype (f32 or f64) and on one device;
+// violations are ShapeErrors naming the op and the tensors.
+
+#include "tessera/tensor.hpp"
+
+namespace tessera::ops {
+
+// C = alpha * op(A) * op(B) + beta * C for 2-D row-major tensors, op(X) = X or X^T.
+void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
+          double alpha = 1.0, double beta = 0.0);
+// op(A) * op(B) into a new tensor.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+// y += alpha * x (same shape).
+void axpy(double alpha, const Tensor& x, Tensor& y);
+// y *= alpha.
+void scale(Tensor& y, double alpha);
+
+// y[..., c, ...] += bias[c] along `channel_dim` of y (-1: the last dim, as in Linear;
+// 1: NCHW channels, as in Conv2d).
+void add_bias(Tensor& y, const Tensor& bias, int channel_dim = -1);
+// grad_bias[c] += sum of dy over every dim but `channel_dim`.
+void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim = -1);
+
+// Reductions, accumulated in double.
+double sum(const Tensor& x);
+double dot(const Tensor& x, const Tensor& y);
+
+}  // namespace tessera::ops

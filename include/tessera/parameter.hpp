@@ -1,0 +1,34 @@
+#pragma once
+// Parameter: a trainable tensor that knows its master (global) shape and how it is
+// placed over the mesh. `value` and `grad` hold this rank's local shard.
+
+#include <string>
+
+#include "tessera/init.hpp"
+#include "tessera/placement.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera {
+
+struct Parameter {
+  Tensor value;             // local shard
+  Tensor grad;              // same shape, dtype and device as value; accumulated by backward()
+  Shape global_shape;       // the master weight's shape
+  MeshPlacement placement;  // Replicate everywhere unless a parallel layer shards it
+  Shape local_offset;       // where the local shard starts in the master tensor (per dim)
+  InitSpec init;            // how initialize_parameters() fills it (set by the layer)
+
+  Parameter() = default;
+  // A replicated parameter (global shape = local shape, offset 0) with a zeroed gradient.
+  explicit Parameter(Tensor value, InitSpec init = {});
+  // A (possibly sharded) parameter with a zeroed gradient: `local_value` is the block of
+  // the master tensor starting at `local_offset`. Checks that sharded dims exist and
+  // that the block lies inside `global_shape`.
+  Parameter(Tensor local_value, Shape global_shape, MeshPlacement placement, Shape local_offset,
+            InitSpec init = {});
+
+  void zero_grad();
+  bool is_sharded() const { return !placement.is_replicated(); }
+};
+
+}  // namespace tessera

@@ -1,0 +1,209 @@
+// ops.hpp on the host: OpenBLAS for GEMM, plain loops for the rest.
+
+#include <cblas.h>
+
+#include "tessera/ops.hpp"
+
+namespace tessera::ops {
+
+namespace {
+
+void require_host_float(const Tensor& t, const char* op, const char* role) {
+  if (!t.defined()) throw InvalidArgument(std::string("ops::") + op + ": " + role + " is undefined");
+  if (!t.device().is_host()) {
+    throw UnsupportedError(std::string("ops::") + op + ": " + role + " " + t.str() +
+                           " is a CUDA tensor; CUDA compute kernels are not built yet (the CUDA "
+                           "compute backend provides them)");
+  }
+  if (t.dtype() != DType::f32 && t.dtype() != DType::f64) {
+    throw ShapeError(std::string("ops::") + op + ": " + role + " " + t.str() + " must be f32 or f64");
+  }
+  if (!t.is_contiguous()) {
+    throw ShapeError(std::string("ops::") + op + ": " + role + " " + t.str() + " must be contiguous");
+  }
+}
+
+void require_same(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.dtype() != b.dtype()) {
+    throw ShapeError(std::string("ops::") + op + ": dtypes differ: " + a.str() + " vs " + b.str());
+  }
+}
+
+int resolve_channel_dim(const Tensor& y, int channel_dim, const char* op) {
+  const int d = channel_dim < 0 ? y.dim() + channel_dim : channel_dim;
+  if (d < 0 || d >= y.dim()) {
+    throw InvalidArgument(std::string("ops::") + op + ": channel dim " + std::to_string(channel_dim) +
+                          " out of range for " + y.str());
+  }
+  return d;
+}
+
+// Splits y's shape around dim d into (outer, channels, inner) element counts.
+void split_around(const Tensor& y, int d, std::int64_t& outer, std::int64_t& channels, std::int64_t& inner) {
+  outer = 1;
+  inner = 1;
+  for (int i = 0; i < d; ++i) outer *= y.shape()[i];
+  for (int i = d + 1; i < y.dim(); ++i) inner *= y.shape()[i];
+  channels = y.shape()[d];
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+  require_host_float(a, "gemm", "A");
+  require_host_float(b, "gemm", "B");
+  require_host_float(c, "gemm", "C");
+  require_same(a, b, "gemm");
+  require_same(a, c, "gemm");
+  if (a.dim() != 2 || b.dim() != 2 || c.dim() != 2) {
+    throw ShapeError("ops::gemm: A " + a.str() + ", B " + b.str() + " and C " + c.str() + " must be 2-D");
+  }
+  const std::int64_t m = ta ? a.size(1) : a.size(0);
+  const std::int64_t k = ta ? a.size(0) : a.size(1);
+  const std::int64_t kb = tb ? b.size(1) : b.size(0);
+  const std::int64_t n = tb ? b.size(0) : b.size(1);
+  if (k != kb || c.size(0) != m || c.size(1) != n) {
+    throw ShapeError("ops::gemm: op(A) " + a.str() + (ta ? "^T" : "") + " times op(B) " + b.str() +
+                     (tb ? "^T" : "") + " does not fit C " + c.str());
+  }
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    scale(c, beta);
+    return;
+  }
+  const auto op_a = ta ? CblasTrans : CblasNoTrans;
+  const auto op_b = tb ? CblasTrans : CblasNoTrans;
+  const auto lda = static_cast<blasint>(a.size(1)), ldb = static_cast<blasint>(b.size(1)),
+             ldc = static_cast<blasint>(n);
+  if (a.dtype() == DType::f32) {
+    cblas_sgemm(CblasRowMajor, op_a, op_b, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), static_cast<float>(alpha), a.data<float>(), lda, b.data<float>(), ldb,
+                static_cast<float>(beta), c.data<float>(), ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, op_a, op_b, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), alpha, a.data<double>(), lda, b.data<double>(), ldb, beta,
+                c.data<double>(), ldc);
+  }
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  require_host_float(a, "matmul", "A");
+  if (a.dim() != 2 || b.dim() != 2) {
+    throw ShapeError("ops::matmul: A " + a.str() + " and B " + b.str() + " must be 2-D");
+  }
+  Tensor c = Tensor::empty({ta ? a.size(1) : a.size(0), tb ? b.size(0) : b.size(1)}, a.dtype(), a.device());
+  gemm(a, ta, b, tb, c, 1.0, 0.0);
+  return c;
+}
+
+void axpy(double alpha, const Tensor& x, Tensor& y) {
+  require_host_float(x, "axpy", "x");
+  require_host_float(y, "axpy", "y");
+  require_same(x, y, "axpy");
+  if (x.shape() != y.shape()) throw ShapeError("ops::axpy: x " + x.str() + " and y " + y.str() + " differ in shape");
+  const std::int64_t n = x.numel();
+  if (x.dtype() == DType::f32) {
+    const float* xs = x.data<float>();
+    float* ys = y.data<float>();
+    const float a = static_cast<float>(alpha);
+    for (std::int64_t i = 0; i < n; ++i) ys[i] += a * xs[i];
+  } else {
+    const double* xs = x.data<double>();
+    double* ys = y.data<double>();
+    for (std::int64_t i = 0; i < n; ++i) ys[i] += alpha * xs[i];
+  }
+}
+
+void scale(Tensor& y, double alpha) {
+  require_host_float(y, "scale", "y");
+  const std::int64_t n = y.numel();
+  if (y.dtype() == DType::f32) {
+    float* ys = y.data<float>();
+    const float a = static_cast<float>(alpha);
+    for (std::int64_t i = 0; i < n; ++i) ys[i] *= a;
+  } else {
+    double* ys = y.data<double>();
+    for (std::int64_t i = 0; i < n; ++i) ys[i] *= alpha;
+  }
+}
+
+namespace {
+template <class T>
+void add_bias_typed(T* y, const T* bias, std::int64_t outer, std::int64_t channels, std::int64_t inner) {
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t c = 0; c < channels; ++c) {
+      T* row = y + (o * channels + c) * inner;
+      const T b = bias[c];
+      for (std::int64_t i = 0; i < inner; ++i) row[i] += b;
+    }
+}
+template <class T>
+void bias_grad_typed(const T* dy, T* grad, std::int64_t outer, std::int64_t channels, std::int64_t inner) {
+  for (std::int64_t c = 0; c < channels; ++c) {
+    double acc = 0;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      const T* row = dy + (o * channels + c) * inner;
+      for (std::int64_t i = 0; i < inner; ++i) acc += row[i];
+    }
+    grad[c] += static_cast<T>(acc);
+  }
+}
+}  // namespace
+
+void add_bias(Tensor& y, const Tensor& bias, int channel_dim) {
+  require_host_float(y, "add_bias", "y");
+  require_host_float(bias, "add_bias", "bias");
+  require_same(y, bias, "add_bias");
+  const int d = resolve_channel_dim(y, channel_dim, "add_bias");
+  std::int64_t outer, channels, inner;
+  split_around(y, d, outer, channels, inner);
+  if (bias.numel() != channels) {
+    throw ShapeError("ops::add_bias: bias " + bias.str() + " does not match dim " + std::to_string(d) + " of " + y.str());
+  }
+  if (y.dtype() == DType::f32) add_bias_typed(y.data<float>(), bias.data<float>(), outer, channels, inner);
+  else add_bias_typed(y.data<double>(), bias.data<double>(), outer, channels, inner);
+}
+
+void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim) {
+  require_host_float(dy, "accumulate_bias_grad", "dy");
+  require_host_float(grad_bias, "accumulate_bias_grad", "grad_bias");
+  require_same(dy, grad_bias, "accumulate_bias_grad");
+  const int d = resolve_channel_dim(dy, channel_dim, "accumulate_bias_grad");
+  std::int64_t outer, channels, inner;
+  split_around(dy, d, outer, channels, inner);
+  if (grad_bias.numel() != channels) {
+    throw ShapeError("ops::accumulate_bias_grad: grad_bias " + grad_bias.str() + " does not match dim " +
+                     std::to_string(d) + " of " + dy.str());
+  }
+  if (dy.dtype() == DType::f32) bias_grad_typed(dy.data<float>(), grad_bias.data<float>(), outer, channels, inner);
+  else bias_grad_typed(dy.data<double>(), grad_bias.data<double>(), outer, channels, inner);
+}
+
+double sum(const Tensor& x) {
+  require_host_float(x, "sum", "x");
+  double acc = 0;
+  const std::int64_t n = x.numel();
+  if (x.dtype() == DType::f32) {
+    for (std::int64_t i = 0; i < n; ++i) acc += x.data<float>()[i];
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) acc += x.data<double>()[i];
+  }
+  return acc;
+}
+
+double dot(const Tensor& x, const Tensor& y) {
+  require_host_float(x, "dot", "x");
+  require_host_float(y, "dot", "y");
+  require_same(x, y, "dot");
+  if (x.numel() != y.numel()) throw ShapeError("ops::dot: " + x.str() + " and " + y.str() + " differ in size");
+  double acc = 0;
+  const std::int64_t n = x.numel();
+  if (x.dtype() == DType::f32) {
+    for (std::int64_t i = 0; i < n; ++i) acc += double(x.data<float>()[i]) * y.data<float>()[i];
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) acc += x.data<double>()[i] * y.data<double>()[i];
+  }
+  return acc;
+}
+
+}  // namespace tessera::ops
