@@ -1,0 +1,69 @@
+#pragma once
+// Tensor-parallel mapping primitives, each a pair of forward / backward operations over
+// the tp group (Megatron-LM's and ml.models.parallel's mp_copy / mp_reduce / mp_scatter /
+// mp_gather, plus the sequence-parallel pair):
+//
+//   copy            forward identity        backward all-reduce (sum)
+//   reduce          forward all-reduce      backward identity
+//   scatter(dim)    forward split           backward all-gather
+//   gather(dim)     forward all-gather      backward split
+//   sequence all-gather(dim)                forward all-gather      backward reduce-scatter
+//   sequence reduce-scatter(dim)            forward reduce-scatter  backward all-gather
+//
+// Splits and gathers work along any dim and keep rank order (rank r owns the r-th
+// block). The extent along `dim` must divide by the group size (ShapeError naming the
+// dim, extent and group size); every rank must pass the same shapes. A group of size 1
+// short-circuits: no copy, no communication.
+//
+// The same pairs are available as nn::Modules (for Sequential and parallelize plans)
+// whose forward and backward are these functions.
+
+#include <string>
+
+#include "tessera/comm.hpp"
+#include "tessera/nn/module.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera::tp {
+
+// This rank's block of `x` along `dim` (a contiguous copy; `x` itself for one rank).
+Tensor split_along(const Tensor& x, int dim, const Communicator& group);
+// The blocks of all ranks concatenated along `dim` in rank order.
+Tensor gather_along(const Tensor& x, int dim, Communicator& group);
+// Sums `x` over the group and returns this rank's block along `dim`.
+Tensor reduce_scatter_along(const Tensor& x, int dim, Communicator& group);
+// Sum over the group (a new tensor; `x` is not modified).
+Tensor all_reduce_sum(const Tensor& x, Communicator& group);
+
+// The paired primitives. `dim` may be negative (counted from the end).
+Tensor copy_to_parallel(const Tensor& x, Communicator& group);                // identity
+Tensor copy_to_parallel_backward(const Tensor& grad, Communicator& group);    // all-reduce
+Tensor reduce_from_parallel(const Tensor& x, Communicator& group);            // all-reduce
+Tensor reduce_from_parallel_backward(const Tensor& grad, Communicator& group);  // identity
+Tensor scatter_to_parallel(const Tensor& x, int dim, Communicator& group);    // split
+Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group);  // gather
+Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group);   // gather
+Tensor gather_from_parallel_backward(const Tensor& grad, int dim, Communicator& group);  // split
+Tensor sequence_all_gather(const Tensor& x, int dim, Communicator& group);    // gather
+Tensor sequence_all_gather_backward(const Tensor& grad, int dim, Communicator& group);  // reduce-scatter
+Tensor sequence_reduce_scatter(const Tensor& x, int dim, Communicator& group);  // reduce-scatter
+Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicator& group);  // gather
+
+// The primitives as modules, for composition with serial layers.
+class Mapping : public nn::Module {
+ public:
+  enum class Kind { copy, reduce, scatter, gather, sequence_all_gather, sequence_reduce_scatter };
+  Mapping(Kind kind, Communicator& group, int dim = -1);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& grad) override;
+  std::string type_name() const override;
+  Kind kind() const { return kind_; }
+  int dim() const { return dim_; }
+
+ private:
+  Kind kind_;
+  Communicator& group_;
+  int dim_;
+};
+
+}  // namespace tessera::tp

@@ -1,0 +1,221 @@
+// Conv2d (NCHW, groups = 1) as im2col + GEMM per sample:
+//   cols [C_in*kh*kw, OH*OW] gathers the receptive field of every output pixel, so
+//   y_n = W [C_out, C_in*kh*kw] * cols, and backward is two more GEMMs plus col2im (the
+//   adjoint of im2col, which adds overlapping windows back into dx).
+// A default-option 1x1 convolution needs no im2col: x_n itself is the column matrix,
+// which is the case the tensor-parallel 1x1 convolutions hit.
+
+#include "functional_support.hpp"
+#include "tessera/nn/functional.hpp"
+#include "tessera/ops.hpp"
+
+namespace tessera::nn::functional {
+
+using detail::fn_name;
+
+std::int64_t conv_output_size(std::int64_t input, int kernel, int stride, int padding, int dilation) {
+  if (input < 0 || kernel < 1 || stride < 1 || padding < 0 || dilation < 1) {
+    throw InvalidArgument("nn::functional::conv_output_size: invalid input " + std::to_string(input) + ", kernel " +
+                          std::to_string(kernel) + ", stride " + std::to_string(stride) + ", padding " +
+                          std::to_string(padding) + " or dilation " + std::to_string(dilation) +
+                          " (need input >= 0, kernel/stride/dilation >= 1, padding >= 0)");
+  }
+  const std::int64_t span = static_cast<std::int64_t>(dilation) * (kernel - 1) + 1;
+  const std::int64_t padded = input + 2 * static_cast<std::int64_t>(padding);
+  if (padded < span) {
+    throw ShapeError("nn::functional::conv_output_size: input extent " + std::to_string(input) + " with padding " +
+                     std::to_string(padding) + " is smaller than the dilated kernel extent " +
+                     std::to_string(span) + " (kernel " + std::to_string(kernel) + ", dilation " +
+                     std::to_string(dilation) + ")");
+  }
+  return (padded - span) / stride + 1;
+}
+
+namespace {
+
+struct ConvGeometry {
+  std::int64_t n, c_in, h, w, c_out, kh, kw, oh, ow;
+  std::int64_t col_rows() const { return c_in * kh * kw; }
+  std::int64_t col_cols() const { return oh * ow; }
+};
+
+ConvGeometry check_conv_args(const Tensor& x, const Tensor& weight, const Conv2dOptions& o, const char* fn) {
+  detail::require_host_float(x, fn, "input");
+  detail::require_host_float(weight, fn, "weight");
+  detail::require_same_dtype(x, "input", weight, "weight", fn);
+  if (weight.dim() != 4) {
+    throw ShapeError(fn_name(fn) + ": weight " + weight.str() + " must be 4-D [C_out, C_in, kh, kw]");
+  }
+  if (x.dim() != 4 || x.size(1) != weight.size(1)) {
+    throw ShapeError(fn_name(fn) + ": input " + x.str() + " must be [N, " + std::to_string(weight.size(1)) +
+                     ", H, W] to match weight " + weight.str());
+  }
+  if (o.stride_h < 1 || o.stride_w < 1 || o.padding_h < 0 || o.padding_w < 0 || o.dilation_h < 1 ||
+      o.dilation_w < 1) {
+    throw InvalidArgument(fn_name(fn) + ": invalid options stride " + std::to_string(o.stride_h) + "x" +
+                          std::to_string(o.stride_w) + ", padding " + std::to_string(o.padding_h) + "x" +
+                          std::to_string(o.padding_w) + ", dilation " + std::to_string(o.dilation_h) + "x" +
+                          std::to_string(o.dilation_w));
+  }
+  if (weight.size(2) < 1 || weight.size(3) < 1) {
+    throw ShapeError(fn_name(fn) + ": weight " + weight.str() + " has an empty kernel");
+  }
+  ConvGeometry g{};
+  g.n = x.size(0);
+  g.c_in = x.size(1);
+  g.h = x.size(2);
+  g.w = x.size(3);
+  g.c_out = weight.size(0);
+  g.kh = weight.size(2);
+  g.kw = weight.size(3);
+  try {
+    g.oh = conv_output_size(g.h, static_cast<int>(g.kh), o.stride_h, o.padding_h, o.dilation_h);
+    g.ow = conv_output_size(g.w, static_cast<int>(g.kw), o.stride_w, o.padding_w, o.dilation_w);
+  } catch (const ShapeError& e) {
+    throw ShapeError(fn_name(fn) + ": input " + x.str() + " is too small for weight " + weight.str() + ": " +
+                     e.what());
+  }
+  return g;
+}
+
+bool is_pointwise(const ConvGeometry& g, const Conv2dOptions& o) { return g.kh == 1 && g.kw == 1 && o.is_default(); }
+
+// cols[(c, i, j), (oy, ox)] = x[c, oy*sh - ph + i*dh, ox*sw - pw + j*dw] (0 outside).
+template <class T>
+void im2col(const T* x, T* cols, const ConvGeometry& g, const Conv2dOptions& o) {
+  for (std::int64_t c = 0; c < g.c_in; ++c)
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        T* row = cols + ((c * g.kh + i) * g.kw + j) * g.col_cols();
+        const T* plane = x + c * g.h * g.w;
+        for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+          const std::int64_t iy = oy * o.stride_h - o.padding_h + i * o.dilation_h;
+          T* out = row + oy * g.ow;
+          if (iy < 0 || iy >= g.h) {
+            for (std::int64_t ox = 0; ox < g.ow; ++ox) out[ox] = T(0);
+            continue;
+          }
+          for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+            const std::int64_t ix = ox * o.stride_w - o.padding_w + j * o.dilation_w;
+            out[ox] = (ix >= 0 && ix < g.w) ? plane[iy * g.w + ix] : T(0);
+          }
+        }
+      }
+}
+
+// The adjoint of im2col: dx[c, iy, ix] += dcols[(c, i, j), (oy, ox)] over every window
+// that read (iy, ix). dx must be zeroed by the caller.
+template <class T>
+void col2im(const T* cols, T* dx, const ConvGeometry& g, const Conv2dOptions& o) {
+  for (std::int64_t c = 0; c < g.c_in; ++c)
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        const T* row = cols + ((c * g.kh + i) * g.kw + j) * g.col_cols();
+        T* plane = dx + c * g.h * g.w;
+        for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+          const std::int64_t iy = oy * o.stride_h - o.padding_h + i * o.dilation_h;
+          if (iy < 0 || iy >= g.h) continue;
+          const T* in = row + oy * g.ow;
+          for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+            const std::int64_t ix = ox * o.stride_w - o.padding_w + j * o.dilation_w;
+            if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += in[ox];
+          }
+        }
+      }
+}
+
+// Sample n of a contiguous NCHW tensor as a 2-D [channels, pixels] view.
+Tensor sample_matrix(const Tensor& t, std::int64_t n) {
+  return t.narrow(0, n, 1).reshape({t.size(1), t.size(2) * t.size(3)});
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+  const char* fn = "conv2d";
+  const ConvGeometry g = check_conv_args(x, weight, options, fn);
+  if (bias.defined()) {
+    detail::require_host_float(bias, fn, "bias");
+    detail::require_same_dtype(weight, "weight", bias, "bias", fn);
+    if (bias.dim() != 1 || bias.size(0) != g.c_out) {
+      throw ShapeError(fn_name(fn) + ": bias " + bias.str() + " must be [" + std::to_string(g.c_out) +
+                       "] to match weight " + weight.str());
+    }
+  }
+  Tensor y = Tensor::zeros({g.n, g.c_out, g.oh, g.ow}, x.dtype(), x.device());
+  if (y.numel() == 0) return y;
+  const Tensor w2 = weight.reshape({g.c_out, g.col_rows()});
+  const bool pointwise = is_pointwise(g, options);
+  Tensor cols = pointwise ? Tensor() : Tensor::empty({g.col_rows(), g.col_cols()}, x.dtype(), x.device());
+  for (std::int64_t n = 0; n < g.n; ++n) {
+    Tensor y_n = sample_matrix(y, n);
+    if (pointwise) {
+      ops::gemm(w2, false, sample_matrix(x, n), false, y_n, 1.0, 0.0);
+      continue;
+    }
+    detail::dispatch_float(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      im2col(x.data<T>() + n * g.c_in * g.h * g.w, cols.data<T>(), g, options);
+    });
+    ops::gemm(w2, false, cols, false, y_n, 1.0, 0.0);
+  }
+  if (bias.defined()) ops::add_bias(y, bias, 1);
+  return y;
+}
+
+Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, Tensor& grad_weight,
+                       Tensor& grad_bias, const Conv2dOptions& options) {
+  const char* fn = "conv2d_backward";
+  const ConvGeometry g = check_conv_args(x, weight, options, fn);
+  detail::require_host_float(grad_y, fn, "grad_y");
+  detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
+  if (grad_y.shape() != Shape{g.n, g.c_out, g.oh, g.ow}) {
+    throw ShapeError(fn_name(fn) + ": grad_y " + grad_y.str() + " does not match the output " +
+                     shape_str({g.n, g.c_out, g.oh, g.ow}) + " of input " + x.str() + " and weight " + weight.str());
+  }
+  if (grad_weight.defined()) {
+    detail::require_host_float(grad_weight, fn, "grad_weight");
+    detail::require_same_dtype(weight, "weight", grad_weight, "grad_weight", fn);
+    detail::require_same_shape(weight, "weight", grad_weight, "grad_weight", fn);
+  }
+  if (grad_bias.defined()) {
+    detail::require_host_float(grad_bias, fn, "grad_bias");
+    detail::require_same_dtype(weight, "weight", grad_bias, "grad_bias", fn);
+    if (grad_bias.dim() != 1 || grad_bias.size(0) != g.c_out) {
+      throw ShapeError(fn_name(fn) + ": grad_bias " + grad_bias.str() + " must be [" + std::to_string(g.c_out) +
+                       "] to match weight " + weight.str());
+    }
+  }
+
+  Tensor dx = Tensor::zeros(x.shape(), x.dtype(), x.device());
+  if (grad_y.numel() == 0 || x.numel() == 0) {
+    if (grad_bias.defined()) ops::accumulate_bias_grad(grad_y, grad_bias, 1);
+    return dx;
+  }
+  const Tensor w2 = weight.reshape({g.c_out, g.col_rows()});
+  Tensor gw2 = grad_weight.defined() ? grad_weight.reshape({g.c_out, g.col_rows()}) : Tensor();
+  const bool pointwise = is_pointwise(g, options);
+  Tensor cols = pointwise ? Tensor() : Tensor::empty({g.col_rows(), g.col_cols()}, x.dtype(), x.device());
+  Tensor dcols = pointwise ? Tensor() : Tensor::empty({g.col_rows(), g.col_cols()}, x.dtype(), x.device());
+  for (std::int64_t n = 0; n < g.n; ++n) {
+    const Tensor dy_n = sample_matrix(grad_y, n);
+    if (pointwise) {
+      Tensor dx_n = sample_matrix(dx, n);
+      ops::gemm(w2, true, dy_n, false, dx_n, 1.0, 0.0);
+      if (gw2.defined()) ops::gemm(dy_n, false, sample_matrix(x, n), true, gw2, 1.0, 1.0);
+      continue;
+    }
+    ops::gemm(w2, true, dy_n, false, dcols, 1.0, 0.0);
+    detail::dispatch_float(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      col2im(dcols.data<T>(), dx.data<T>() + n * g.c_in * g.h * g.w, g, options);
+      if (gw2.defined()) im2col(x.data<T>() + n * g.c_in * g.h * g.w, cols.data<T>(), g, options);
+    });
+    // dW += dy_n cols^T  (beta = 1 accumulates over samples and calls)
+    if (gw2.defined()) ops::gemm(dy_n, false, cols, true, gw2, 1.0, 1.0);
+  }
+  if (grad_bias.defined()) ops::accumulate_bias_grad(grad_y, grad_bias, 1);
+  return dx;
+}
+
+}  // namespace tessera::nn::functional

@@ -1,0 +1,99 @@
+// Embedding lookup and its scatter-add backward, with the vocab-parallel mask: a shard
+// holds global rows [row_offset, row_offset + rows) and answers zero for every other id
+// (the all-reduce over the tp group then supplies the owner's row).
+
+#include <cstring>
+
+#include "functional_support.hpp"
+#include "tessera/nn/functional.hpp"
+
+namespace tessera::nn::functional {
+
+using detail::fn_name;
+
+namespace {
+
+void check_ids(const Tensor& ids, const char* fn) {
+  detail::require_host(ids, fn, "ids");
+  if (ids.dtype() != DType::i64) throw ShapeError(fn_name(fn) + ": ids " + ids.str() + " must be i64");
+}
+
+void check_table(const Tensor& weight, const char* role, const char* fn) {
+  detail::require_host_float(weight, fn, role);
+  if (weight.dim() != 2) throw ShapeError(fn_name(fn) + ": " + role + " " + weight.str() + " must be 2-D [rows, dim]");
+}
+
+Shape with_dim(const Shape& ids_shape, std::int64_t dim) {
+  Shape s = ids_shape;
+  s.push_back(dim);
+  return s;
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& ids, const Tensor& weight, std::int64_t row_offset, bool mask_out_of_range) {
+  const char* fn = "embedding";
+  check_ids(ids, fn);
+  check_table(weight, "weight", fn);
+  if (row_offset < 0) {
+    throw InvalidArgument(fn_name(fn) + ": row_offset " + std::to_string(row_offset) + " is negative (weight " +
+                          weight.str() + ")");
+  }
+  const std::int64_t rows = weight.size(0), dim = weight.size(1), count = ids.numel();
+  const std::int64_t* id = ids.data<std::int64_t>();
+  // Validate every id before writing anything, so a bad batch fails without side effects.
+  if (!mask_out_of_range) {
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t local = id[k] - row_offset;
+      if (local < 0 || local >= rows) {
+        const std::string where =
+            row_offset == 0 ? "outside a table of " + std::to_string(rows) + " rows"
+                            : "outside the shard's rows [" + std::to_string(row_offset) + ", " +
+                                  std::to_string(row_offset + rows) + ")";
+        throw InvalidArgument(fn_name(fn) + ": id " + std::to_string(id[k]) + " (at flat index " + std::to_string(k) +
+                              " of ids " + ids.str() + ") is " + where + " (weight " + weight.str() + ")");
+      }
+    }
+  }
+  Tensor y = Tensor::empty(with_dim(ids.shape(), dim), weight.dtype(), weight.device());
+  const std::size_t row_bytes = static_cast<std::size_t>(dim) * weight.element_size();
+  const auto* table = static_cast<const unsigned char*>(weight.data());
+  auto* out = static_cast<unsigned char*>(y.data());
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::int64_t local = id[k] - row_offset;
+    unsigned char* dst = out + static_cast<std::size_t>(k) * row_bytes;
+    if (local >= 0 && local < rows) std::memcpy(dst, table + static_cast<std::size_t>(local) * row_bytes, row_bytes);
+    else std::memset(dst, 0, row_bytes);  // the masked rows are exact zeros in f32 and f64
+  }
+  return y;
+}
+
+void embedding_backward(const Tensor& grad_y, const Tensor& ids, Tensor& grad_weight, std::int64_t row_offset) {
+  const char* fn = "embedding_backward";
+  check_ids(ids, fn);
+  check_table(grad_weight, "grad_weight", fn);
+  detail::require_host_float(grad_y, fn, "grad_y");
+  detail::require_same_dtype(grad_weight, "grad_weight", grad_y, "grad_y", fn);
+  const std::int64_t rows = grad_weight.size(0), dim = grad_weight.size(1), count = ids.numel();
+  if (grad_y.shape() != with_dim(ids.shape(), dim)) {
+    throw ShapeError(fn_name(fn) + ": grad_y " + grad_y.str() + " must be ids' shape plus the embedding dim, " +
+                     shape_str(with_dim(ids.shape(), dim)) + " (ids " + ids.str() + ", grad_weight " +
+                     grad_weight.str() + ")");
+  }
+  const std::int64_t* id = ids.data<std::int64_t>();
+  detail::dispatch_float(grad_y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* dy = grad_y.data<T>();
+    T* gw = grad_weight.data<T>();
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t local = id[k] - row_offset;
+      // Ids another shard owns produced zero rows in forward: they contribute nothing here.
+      if (local < 0 || local >= rows) continue;
+      T* dst = gw + local * dim;
+      const T* src = dy + k * dim;
+      for (std::int64_t d = 0; d < dim; ++d) dst[d] += src[d];
+    }
+  });
+}
+
+}  // namespace tessera::nn::functional

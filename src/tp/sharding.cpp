@@ -1,0 +1,48 @@
+#include "tessera/tp/sharding.hpp"
+
+#include "tessera/tp/mappings.hpp"
+
+namespace tessera::tp {
+
+Parameter make_tp_sharded(const std::string& layer, const std::string& parameter, const Shape& global_shape,
+                          int dim, const Communicator& tp, DType dtype, Device device, const InitSpec& init) {
+  if (dim < 0 || dim >= static_cast<int>(global_shape.size())) {
+    throw InternalError(layer + ": shard dim " + std::to_string(dim) + " outside " + shape_str(global_shape));
+  }
+  const std::int64_t extent = global_shape[dim];
+  if (extent % tp.size() != 0) {
+    throw ShapeError(layer + ": " + parameter + " of shape " + shape_str(global_shape) + " cannot be sharded over tp: dim " +
+                     std::to_string(dim) + " (extent " + std::to_string(extent) +
+                     ") does not divide by the tp size " + std::to_string(tp.size()));
+  }
+  const std::int64_t block = extent / tp.size();
+  Shape local_shape = global_shape;
+  local_shape[dim] = block;
+  Shape offset(global_shape.size(), 0);
+  offset[dim] = block * tp.rank();
+  MeshPlacement placement;
+  placement.tp = Placement::shard(dim);
+  return Parameter(Tensor::zeros(local_shape, dtype, device), global_shape, placement, offset, init);
+}
+
+void load_shard_from_master(Parameter& p, const Tensor& master, const std::string& what) {
+  if (master.shape() != p.global_shape || master.dtype() != p.value.dtype()) {
+    throw ShapeError(what + ": master tensor " + master.str() + " does not match the parameter's global shape " +
+                     shape_str(p.global_shape) + " and dtype " + std::string(dtype_name(p.value.dtype())));
+  }
+  Tensor block = master;
+  for (int d = 0; d < p.value.dim(); ++d) block = block.narrow(d, p.local_offset[d], p.value.shape()[d]);
+  p.value.copy_from(block);
+}
+
+Tensor assemble_master(const Parameter& p, const Tensor& local, Communicator& tp) {
+  if (local.shape() != p.value.shape()) {
+    throw ShapeError("assemble_master: local tensor " + local.str() + " is not shaped like the parameter's shard " +
+                     p.value.str());
+  }
+  if (!p.placement.tp.is_shard()) return local.clone();
+  if (tp.size() == 1) return local.clone();
+  return gather_along(local, p.placement.tp.dim, tp);
+}
+
+}  // namespace tessera::tp
