@@ -15,14 +15,19 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bi
   if (dtype != DType::f32 && dtype != DType::f64) {
     throw InvalidArgument(describe() + ": dtype " + std::string(dtype_name(dtype)) + " is not supported (f32, f64)");
   }
-  weight = Parameter(Tensor::zeros({out_features, in_features}, dtype, device),
-                     InitSpec::kaiming_uniform(std::sqrt(5.0)));
+  weight = Parameter(Tensor::zeros({out_features, in_features}, dtype, device), default_weight_init());
   register_parameter("weight", weight);
   if (with_bias) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
-    bias = Parameter(Tensor::zeros({out_features}, dtype, device), InitSpec::uniform(-bound, bound));
+    bias = Parameter(Tensor::zeros({out_features}, dtype, device), default_bias_init(in_features));
     register_parameter("bias", bias);
   }
+}
+
+InitSpec Linear::default_weight_init() { return InitSpec::kaiming_uniform(std::sqrt(5.0)); }
+
+InitSpec Linear::default_bias_init(std::int64_t fan_in) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  return InitSpec::uniform(-bound, bound);
 }
 
 std::string Linear::describe() const {
@@ -45,6 +50,7 @@ Tensor Linear::forward(const Tensor& input) {
 
 Tensor Linear::backward(const Tensor& grad_output) {
   if (!input_.defined()) throw InvalidArgument(describe() + ": backward called without a preceding forward");
+  if (!grad_output.defined()) throw InvalidArgument(describe() + ": backward grad_output is undefined");
   Tensor dx = functional::linear_backward(grad_output.contiguous(), input_, weight.value, weight.grad, bias.grad);
   input_ = Tensor();
   return dx;

@@ -23,6 +23,11 @@ class Linear : public Module {
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "Linear"; }
 
+  // PyTorch's defaults, shared with every layer that is "a Linear" (tensor-parallel
+  // linears, 1x1 and kxk convolutions), so a converted model initialises identically.
+  static InitSpec default_weight_init();                     // kaiming_uniform(a = sqrt(5))
+  static InitSpec default_bias_init(std::int64_t fan_in);    // uniform(+-1/sqrt(fan_in))
+
   std::int64_t in_features() const { return in_features_; }
   std::int64_t out_features() const { return out_features_; }
   bool has_bias() const { return bias.value.defined(); }

@@ -1,0 +1,77 @@
+#pragma once
+// Tensor-parallel embeddings.
+//
+// ParallelEmbedding (ml.models.parallel): the table [V, D] is sharded along the
+//   embedding dim (tp: Shard(1)); each rank looks up its D/tp columns and the outputs
+//   are all-gathered along the last dim. The ids are replicated over tp.
+// VocabParallelEmbedding (Megatron-LM): the table is sharded along the vocabulary
+//   (tp: Shard(0)); each rank answers the ids in its row range with their rows and every
+//   other id with zeros (masked), and the partial outputs are all-reduced.
+//
+// Parameters are named "weight" like nn::Embedding; from_serial / to_serial convert.
+
+#include <memory>
+#include <string>
+
+#include "tessera/comm.hpp"
+#include "tessera/nn/embedding.hpp"
+#include "tessera/nn/module.hpp"
+
+namespace tessera::tp {
+
+struct ParallelEmbeddingOptions {
+  DType dtype = DType::f32;
+  Device device = Device::host();
+  std::string name;             // used in error messages (e.g. the FQN)
+  InitSpec init = InitSpec::normal(0.0, 1.0);  // nn::Embedding's default
+};
+
+class ParallelEmbedding : public nn::Module {
+ public:
+  ParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
+                    ParallelEmbeddingOptions options = {});
+  static std::unique_ptr<ParallelEmbedding> from_serial(const nn::Embedding& serial, Communicator& tp,
+                                                        const std::string& name = "");
+  std::unique_ptr<nn::Embedding> to_serial();  // collective over tp
+
+  Tensor forward(const Tensor& ids) override;
+  Tensor backward(const Tensor& grad_y) override;  // returns an undefined tensor (ids)
+  std::string type_name() const override { return "ParallelEmbedding"; }
+  Tensor master_weight();
+  std::int64_t num_embeddings() const { return num_; }
+  std::int64_t embedding_dim() const { return dim_; }
+
+  Parameter weight;
+
+ private:
+  std::int64_t num_, dim_;
+  Communicator& tp_;
+  Tensor ids_;
+};
+
+class VocabParallelEmbedding : public nn::Module {
+ public:
+  VocabParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
+                         ParallelEmbeddingOptions options = {});
+  static std::unique_ptr<VocabParallelEmbedding> from_serial(const nn::Embedding& serial, Communicator& tp,
+                                                             const std::string& name = "");
+  std::unique_ptr<nn::Embedding> to_serial();
+
+  Tensor forward(const Tensor& ids) override;
+  Tensor backward(const Tensor& grad_y) override;
+  std::string type_name() const override { return "VocabParallelEmbedding"; }
+  Tensor master_weight();
+  std::int64_t num_embeddings() const { return num_; }
+  std::int64_t embedding_dim() const { return dim_; }
+  // Global vocabulary ids [first_row(), first_row() + rows) live on this rank.
+  std::int64_t first_row() const { return weight.local_offset[0]; }
+
+  Parameter weight;
+
+ private:
+  std::int64_t num_, dim_;
+  Communicator& tp_;
+  Tensor ids_;
+};
+
+}  // namespace tessera::tp

@@ -1,0 +1,94 @@
+#pragma once
+// Column- and row-parallel Linear layers (Megatron-LM, ml.models.parallel, CREDIT's
+// TpColLinear / TpRowLinear, PyTorch's Colwise / Rowwise).
+//
+// ColumnParallelLinear: weight [out, in] sharded along dim 0 (tp: Shard(0)), bias
+//   sharded with it. Input replicated; backward all-reduces the input gradient. With
+//   gather_output the output is all-gathered along the feature dim, otherwise each rank
+//   returns its out/tp features (to feed a RowParallelLinear).
+// RowParallelLinear: weight [out, in] sharded along dim 1 (tp: Shard(1)); input sharded
+//   along its last dim (input_is_parallel) or split here. The partial outputs are
+//   all-reduced, then the bias — replicated — is added once.
+//
+// Parameters are named "weight" and "bias" like nn::Linear, so FQNs, checkpoints and
+// initialisation agree with the serial model; values start at zero until
+// nn::initialize_parameters or a from_serial copy fills them.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tessera/comm.hpp"
+#include "tessera/nn/linear.hpp"
+#include "tessera/nn/module.hpp"
+
+namespace tessera::tp {
+
+struct ParallelLinearOptions {
+  bool bias = true;
+  DType dtype = DType::f32;
+  Device device = Device::host();
+  std::string name;                    // used in error messages (e.g. the FQN)
+  std::optional<InitSpec> weight_init;  // default: nn::Linear's
+  std::optional<InitSpec> bias_init;    // default: nn::Linear's
+};
+
+class ColumnParallelLinear : public nn::Module {
+ public:
+  ColumnParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
+                       bool gather_output = true, ParallelLinearOptions options = {});
+  // Shards a serial layer's weights (this rank keeps its block).
+  static std::unique_ptr<ColumnParallelLinear> from_serial(const nn::Linear& serial, Communicator& tp,
+                                                           bool gather_output = true, const std::string& name = "");
+  // A serial layer holding the master weights (collective over tp).
+  std::unique_ptr<nn::Linear> to_serial();
+
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& grad_y) override;
+  std::string type_name() const override { return "ColumnParallelLinear"; }
+
+  Tensor master_weight();  // collective over tp
+  Tensor master_bias();    // collective over tp; undefined without bias
+  std::int64_t in_features() const { return in_; }
+  std::int64_t out_features() const { return out_; }
+  bool gather_output() const { return gather_output_; }
+  bool has_bias() const { return has_bias_; }
+
+  Parameter weight, bias;
+
+ private:
+  std::int64_t in_, out_;
+  Communicator& tp_;
+  bool gather_output_, has_bias_;
+  Tensor input_;
+};
+
+class RowParallelLinear : public nn::Module {
+ public:
+  RowParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
+                    bool input_is_parallel = false, ParallelLinearOptions options = {});
+  static std::unique_ptr<RowParallelLinear> from_serial(const nn::Linear& serial, Communicator& tp,
+                                                        bool input_is_parallel = false, const std::string& name = "");
+  std::unique_ptr<nn::Linear> to_serial();
+
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& grad_y) override;
+  std::string type_name() const override { return "RowParallelLinear"; }
+
+  Tensor master_weight();
+  Tensor master_bias();  // the replicated bias (a copy; no communication)
+  std::int64_t in_features() const { return in_; }
+  std::int64_t out_features() const { return out_; }
+  bool input_is_parallel() const { return input_is_parallel_; }
+  bool has_bias() const { return has_bias_; }
+
+  Parameter weight, bias;
+
+ private:
+  std::int64_t in_, out_;
+  Communicator& tp_;
+  bool input_is_parallel_, has_bias_;
+  Tensor input_local_;
+};
+
+}  // namespace tessera::tp

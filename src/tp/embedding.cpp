@@ -1,0 +1,124 @@
+#include "tessera/tp/embedding.hpp"
+
+#include "tessera/nn/functional.hpp"
+#include "tessera/tp/mappings.hpp"
+#include "tessera/tp/sharding.hpp"
+
+namespace tessera::tp {
+
+namespace {
+
+std::string layer_label(const std::string& type, const std::string& name) {
+  return name.empty() ? type : type + " '" + name + "'";
+}
+
+ParallelEmbeddingOptions options_of(const nn::Embedding& serial, const std::string& name) {
+  ParallelEmbeddingOptions o;
+  o.dtype = serial.weight.value.dtype();
+  o.device = serial.weight.value.device();
+  o.name = name;
+  o.init = serial.weight.init;
+  return o;
+}
+
+std::unique_ptr<nn::Embedding> serial_with(const Tensor& master, const Parameter& w) {
+  auto serial = std::make_unique<nn::Embedding>(master.size(0), master.size(1), master.dtype(), master.device());
+  serial->weight.value.copy_from(master);
+  serial->weight.init = w.init;
+  return serial;
+}
+
+void check_sizes(const std::string& label, std::int64_t num, std::int64_t dim) {
+  if (num < 1 || dim < 1) {
+    throw InvalidArgument(label + ": num_embeddings " + std::to_string(num) + " and embedding_dim " +
+                          std::to_string(dim) + " must be >= 1");
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// ParallelEmbedding: embedding dim sharded
+// ---------------------------------------------------------------------------
+
+ParallelEmbedding::ParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
+                                     ParallelEmbeddingOptions o)
+    : num_(num_embeddings), dim_(embedding_dim), tp_(tp) {
+  const std::string label = layer_label(type_name(), o.name);
+  check_sizes(label, num_, dim_);
+  weight = make_tp_sharded(label, "weight", {num_, dim_}, 1, tp, o.dtype, o.device, o.init);
+  register_parameter("weight", weight);
+}
+
+std::unique_ptr<ParallelEmbedding> ParallelEmbedding::from_serial(const nn::Embedding& serial, Communicator& tp,
+                                                                  const std::string& name) {
+  auto layer = std::make_unique<ParallelEmbedding>(serial.num_embeddings(), serial.embedding_dim(), tp,
+                                                   options_of(serial, name));
+  load_shard_from_master(layer->weight, serial.weight.value, layer_label("ParallelEmbedding", name) + " weight");
+  return layer;
+}
+
+std::unique_ptr<nn::Embedding> ParallelEmbedding::to_serial() { return serial_with(master_weight(), weight); }
+Tensor ParallelEmbedding::master_weight() { return assemble_master(weight, weight.value, tp_); }
+
+Tensor ParallelEmbedding::forward(const Tensor& ids) {
+  ids_ = ids;
+  return gather_from_parallel(nn::functional::embedding(ids, weight.value), -1, tp_);
+}
+
+Tensor ParallelEmbedding::backward(const Tensor& grad_y) {
+  if (!ids_.defined()) throw InvalidArgument("ParallelEmbedding::backward called before forward");
+  nn::functional::embedding_backward(gather_from_parallel_backward(grad_y, -1, tp_), ids_, weight.grad);
+  return Tensor();
+}
+
+// ---------------------------------------------------------------------------
+// VocabParallelEmbedding: vocabulary sharded, out-of-range ids masked
+// ---------------------------------------------------------------------------
+
+VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
+                                               Communicator& tp, ParallelEmbeddingOptions o)
+    : num_(num_embeddings), dim_(embedding_dim), tp_(tp) {
+  const std::string label = layer_label(type_name(), o.name);
+  check_sizes(label, num_, dim_);
+  weight = make_tp_sharded(label, "weight", {num_, dim_}, 0, tp, o.dtype, o.device, o.init);
+  register_parameter("weight", weight);
+}
+
+std::unique_ptr<VocabParallelEmbedding> VocabParallelEmbedding::from_serial(const nn::Embedding& serial,
+                                                                            Communicator& tp, const std::string& name) {
+  auto layer = std::make_unique<VocabParallelEmbedding>(serial.num_embeddings(), serial.embedding_dim(), tp,
+                                                        options_of(serial, name));
+  load_shard_from_master(layer->weight, serial.weight.value,
+                         layer_label("VocabParallelEmbedding", name) + " weight");
+  return layer;
+}
+
+std::unique_ptr<nn::Embedding> VocabParallelEmbedding::to_serial() { return serial_with(master_weight(), weight); }
+Tensor VocabParallelEmbedding::master_weight() { return assemble_master(weight, weight.value, tp_); }
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
+  // Every rank sees every id, so an id outside the whole vocabulary is rejected on every
+  // rank alike, before any communication.
+  const Tensor host_ids = ids.to(Device::host()).contiguous();
+  host_ids.check_dtype(DType::i64, "VocabParallelEmbedding ids");
+  const std::int64_t* id = host_ids.data<std::int64_t>();
+  for (std::int64_t k = 0; k < host_ids.numel(); ++k) {
+    if (id[k] < 0 || id[k] >= num_) {
+      throw InvalidArgument("VocabParallelEmbedding: id " + std::to_string(id[k]) + " at position " +
+                            std::to_string(k) + " is outside the vocabulary [0, " + std::to_string(num_) + ")");
+    }
+  }
+  ids_ = ids;
+  const Tensor partial = nn::functional::embedding(ids, weight.value, first_row(), /*mask_out_of_range=*/true);
+  return reduce_from_parallel(partial, tp_);
+}
+
+Tensor VocabParallelEmbedding::backward(const Tensor& grad_y) {
+  if (!ids_.defined()) throw InvalidArgument("VocabParallelEmbedding::backward called before forward");
+  // Ids owned by other ranks are skipped by the masked scatter-add.
+  nn::functional::embedding_backward(reduce_from_parallel_backward(grad_y, tp_), ids_, weight.grad, first_row());
+  return Tensor();
+}
+
+}  // namespace tessera::tp

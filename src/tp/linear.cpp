@@ -1,0 +1,158 @@
+#include "tessera/tp/linear.hpp"
+
+#include "tessera/nn/functional.hpp"
+#include "tessera/ops.hpp"
+#include "tessera/tp/mappings.hpp"
+#include "tessera/tp/sharding.hpp"
+
+namespace tessera::tp {
+
+namespace {
+
+std::string layer_label(const std::string& type, const std::string& name) {
+  return name.empty() ? type : type + " '" + name + "'";
+}
+
+void check_features(const std::string& label, std::int64_t in, std::int64_t out) {
+  if (in < 1 || out < 1) {
+    throw InvalidArgument(label + ": in_features " + std::to_string(in) + " and out_features " +
+                          std::to_string(out) + " must be >= 1");
+  }
+}
+
+ParallelLinearOptions options_of(const nn::Linear& serial, const std::string& name) {
+  ParallelLinearOptions o;
+  o.bias = serial.has_bias();
+  o.dtype = serial.weight.value.dtype();
+  o.device = serial.weight.value.device();
+  o.name = name;
+  o.weight_init = serial.weight.init;
+  if (serial.has_bias()) o.bias_init = serial.bias.init;
+  return o;
+}
+
+// A serial Linear carrying `weight` / `bias` masters and the same init specs.
+std::unique_ptr<nn::Linear> serial_with(const Tensor& weight, const Tensor& bias, const Parameter& w,
+                                        const Parameter& b, bool has_bias) {
+  auto serial = std::make_unique<nn::Linear>(weight.size(1), weight.size(0), has_bias, weight.dtype(),
+                                             weight.device());
+  serial->weight.value.copy_from(weight);
+  serial->weight.init = w.init;
+  if (has_bias) {
+    serial->bias.value.copy_from(bias);
+    serial->bias.init = b.init;
+  }
+  return serial;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// ColumnParallelLinear
+// ---------------------------------------------------------------------------
+
+ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
+                                           bool gather_output, ParallelLinearOptions o)
+    : in_(in_features), out_(out_features), tp_(tp), gather_output_(gather_output), has_bias_(o.bias) {
+  const std::string label = layer_label(type_name(), o.name);
+  check_features(label, in_, out_);
+  weight = make_tp_sharded(label, "weight", {out_, in_}, 0, tp, o.dtype, o.device,
+                           o.weight_init.value_or(nn::Linear::default_weight_init()));
+  register_parameter("weight", weight);
+  if (has_bias_) {
+    bias = make_tp_sharded(label, "bias", {out_}, 0, tp, o.dtype, o.device,
+                           o.bias_init.value_or(nn::Linear::default_bias_init(in_)));
+    register_parameter("bias", bias);
+  }
+}
+
+std::unique_ptr<ColumnParallelLinear> ColumnParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
+                                                                        bool gather_output, const std::string& name) {
+  auto layer = std::make_unique<ColumnParallelLinear>(serial.in_features(), serial.out_features(), tp,
+                                                      gather_output, options_of(serial, name));
+  const std::string label = layer_label("ColumnParallelLinear", name);
+  load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
+  if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
+  return layer;
+}
+
+std::unique_ptr<nn::Linear> ColumnParallelLinear::to_serial() {
+  return serial_with(master_weight(), master_bias(), weight, bias, has_bias_);
+}
+
+Tensor ColumnParallelLinear::master_weight() { return assemble_master(weight, weight.value, tp_); }
+Tensor ColumnParallelLinear::master_bias() {
+  return has_bias_ ? assemble_master(bias, bias.value, tp_) : Tensor();
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  input_ = copy_to_parallel(x, tp_);
+  Tensor y = nn::functional::linear(input_, weight.value, has_bias_ ? bias.value : Tensor());
+  return gather_output_ ? gather_from_parallel(y, -1, tp_) : y;
+}
+
+Tensor ColumnParallelLinear::backward(const Tensor& grad_y) {
+  if (!input_.defined()) throw InvalidArgument("ColumnParallelLinear::backward called before forward");
+  const Tensor grad_local = gather_output_ ? gather_from_parallel_backward(grad_y, -1, tp_) : grad_y;
+  Tensor no_bias;
+  Tensor dx = nn::functional::linear_backward(grad_local, input_, weight.value, weight.grad,
+                                              has_bias_ ? bias.grad : no_bias);
+  return copy_to_parallel_backward(dx, tp_);
+}
+
+// ---------------------------------------------------------------------------
+// RowParallelLinear
+// ---------------------------------------------------------------------------
+
+RowParallelLinear::RowParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
+                                     bool input_is_parallel, ParallelLinearOptions o)
+    : in_(in_features), out_(out_features), tp_(tp), input_is_parallel_(input_is_parallel), has_bias_(o.bias) {
+  const std::string label = layer_label(type_name(), o.name);
+  check_features(label, in_, out_);
+  weight = make_tp_sharded(label, "weight", {out_, in_}, 1, tp, o.dtype, o.device,
+                           o.weight_init.value_or(nn::Linear::default_weight_init()));
+  register_parameter("weight", weight);
+  if (has_bias_) {
+    // Replicated: added once, after the reduction, so it is not counted tp times.
+    bias = Parameter(Tensor::zeros({out_}, o.dtype, o.device), o.bias_init.value_or(nn::Linear::default_bias_init(in_)));
+    register_parameter("bias", bias);
+  }
+}
+
+std::unique_ptr<RowParallelLinear> RowParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
+                                                                  bool input_is_parallel, const std::string& name) {
+  auto layer = std::make_unique<RowParallelLinear>(serial.in_features(), serial.out_features(), tp,
+                                                   input_is_parallel, options_of(serial, name));
+  const std::string label = layer_label("RowParallelLinear", name);
+  load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
+  if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
+  return layer;
+}
+
+std::unique_ptr<nn::Linear> RowParallelLinear::to_serial() {
+  return serial_with(master_weight(), master_bias(), weight, bias, has_bias_);
+}
+
+Tensor RowParallelLinear::master_weight() { return assemble_master(weight, weight.value, tp_); }
+Tensor RowParallelLinear::master_bias() { return has_bias_ ? bias.value.clone() : Tensor(); }
+
+Tensor RowParallelLinear::forward(const Tensor& x) {
+  input_local_ = input_is_parallel_ ? x : scatter_to_parallel(x, -1, tp_);
+  Tensor partial = nn::functional::linear(input_local_, weight.value, Tensor());
+  Tensor y = reduce_from_parallel(partial, tp_);
+  if (has_bias_) ops::add_bias(y, bias.value, -1);
+  return y;
+}
+
+Tensor RowParallelLinear::backward(const Tensor& grad_y) {
+  if (!input_local_.defined()) throw InvalidArgument("RowParallelLinear::backward called before forward");
+  const Tensor grad = reduce_from_parallel_backward(grad_y, tp_);
+  // The output (and so its gradient) is replicated over tp: every rank adds the same
+  // full bias gradient, keeping the replicated bias identical without communication.
+  if (has_bias_) ops::accumulate_bias_grad(grad, bias.grad, -1);
+  Tensor no_bias;
+  Tensor dx_local = nn::functional::linear_backward(grad, input_local_, weight.value, weight.grad, no_bias);
+  return input_is_parallel_ ? dx_local : scatter_to_parallel_backward(dx_local, -1, tp_);
+}
+
+}  // namespace tessera::tp
