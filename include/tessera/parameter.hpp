@@ -17,6 +17,9 @@ struct Parameter {
   MeshPlacement placement;  // Replicate everywhere unless a parallel layer shards it
   Shape local_offset;       // where the local shard starts in the master tensor (per dim)
   InitSpec init;            // how initialize_parameters() fills it (set by the layer)
+  // Set by sequence parallelism: each tp rank's gradient is a partial sum over its
+  // sequence shard, so sync_replicated_gradients sums it over tp instead of averaging.
+  bool partial_grad_over_tp = false;
 
   Parameter() = default;
   // A replicated parameter (global shape = local shape, offset 0) with a zeroed gradient.

@@ -32,6 +32,67 @@ Module* Module::child(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix) {
+  std::vector<std::pair<std::string, Module*>> out{{prefix, this}};
+  const std::string lead = prefix.empty() ? "" : prefix + ".";
+  for (auto& [name, c] : children_) {
+    for (auto& entry : c->named_modules(lead + name)) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+Module* Module::find(const std::string& path) const {
+  const Module* current = this;
+  std::size_t start = 0;
+  while (current != nullptr && start <= path.size() && !path.empty()) {
+    const std::size_t dot = path.find('.', start);
+    const std::string component = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    current = current->child(component);
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return const_cast<Module*>(current);
+}
+
+Module& Module::at(const std::string& path) const {
+  if (Module* m = find(path)) return *m;
+  // Name the first component that is missing, so a typo is easy to find.
+  const Module* current = this;
+  std::string walked;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t dot = path.find('.', start);
+    const std::string component = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const Module* next = current->child(component);
+    if (next == nullptr) {
+      std::string names;
+      for (const auto& [n, c] : current->children_) names += (names.empty() ? "" : ", ") + n;
+      throw InvalidArgument("no module at path '" + path + "': " + current->type_name() +
+                            (walked.empty() ? "" : " '" + walked + "'") + " has no child '" + component +
+                            "' (children: " + (names.empty() ? "none" : names) + ")");
+    }
+    walked += (walked.empty() ? "" : ".") + component;
+    current = next;
+    start = dot + 1;
+  }
+}
+
+std::unique_ptr<Module> Module::replace(const std::string& path, std::unique_ptr<Module> replacement) {
+  if (path.empty()) throw InvalidArgument("Module::replace: cannot replace the root module");
+  if (!replacement) throw InvalidArgument("Module::replace: null replacement for '" + path + "'");
+  const std::size_t dot = path.rfind('.');
+  Module& parent = dot == std::string::npos ? *this : at(path.substr(0, dot));
+  const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+  for (auto& [n, c] : parent.children_) {
+    if (n == name) {
+      std::swap(c, replacement);
+      return replacement;
+    }
+  }
+  (void)at(path);  // throws, naming the missing component
+  throw InternalError("Module::replace: unreachable");
+}
+
 void Module::zero_grad() {
   for (Parameter* p : parameters()) p->zero_grad();
 }

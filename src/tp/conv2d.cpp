@@ -64,8 +64,13 @@ void require_plain_1x1(const nn::Conv2d& conv, const std::string& layer) {
 
 TpColConv2d::TpColConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp, bool gather_output,
                          ParallelLinearOptions o)
-    : in_(in_channels), out_(out_channels), tp_(tp), gather_output_(gather_output), has_bias_(o.bias) {
-  const std::string label = layer_label(type_name(), o.name);
+    : in_(in_channels), out_(out_channels), tp_(tp), gather_output_(gather_output), has_bias_(o.bias),
+      label_(layer_label(type_name(), o.name)) {
+  const std::string& label = label_;
+  if (in_ < 1 || out_ < 1) {
+    throw InvalidArgument(label + ": in_channels " + std::to_string(in_) + " and out_channels " +
+                          std::to_string(out_) + " must be >= 1");
+  }
   weight = make_tp_sharded(label, "weight", {out_, in_, 1, 1}, 0, tp, o.dtype, o.device,
                            o.weight_init.value_or(default_weight_init()));
   register_parameter("weight", weight);
@@ -95,17 +100,19 @@ Tensor TpColConv2d::master_weight() { return assemble_master(weight, weight.valu
 Tensor TpColConv2d::master_bias() { return has_bias_ ? assemble_master(bias, bias.value, tp_) : Tensor(); }
 
 Tensor TpColConv2d::forward(const Tensor& x) {
-  input_ = copy_to_parallel(x, tp_);
+  input_ = copy_to_parallel(x.contiguous(), tp_);
   Tensor y = nn::functional::conv2d(input_, weight.value, has_bias_ ? bias.value : Tensor(), {});
   return gather_output_ ? gather_from_parallel(y, kChannelDim, tp_) : y;
 }
 
 Tensor TpColConv2d::backward(const Tensor& grad_y) {
-  if (!input_.defined()) throw InvalidArgument("TpColConv2d::backward called before forward");
-  const Tensor grad_local = gather_output_ ? gather_from_parallel_backward(grad_y, kChannelDim, tp_) : grad_y;
+  if (!input_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
+  const Tensor grad = grad_y.contiguous();
+  const Tensor grad_local = gather_output_ ? gather_from_parallel_backward(grad, kChannelDim, tp_) : grad;
   Tensor no_bias;
   Tensor dx = nn::functional::conv2d_backward(grad_local, input_, weight.value, weight.grad,
                                               has_bias_ ? bias.grad : no_bias, {});
+  input_ = Tensor();  // one backward per forward
   return copy_to_parallel_backward(dx, tp_);
 }
 
@@ -115,8 +122,13 @@ Tensor TpColConv2d::backward(const Tensor& grad_y) {
 
 TpRowConv2d::TpRowConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp, bool input_is_parallel,
                          ParallelLinearOptions o)
-    : in_(in_channels), out_(out_channels), tp_(tp), input_is_parallel_(input_is_parallel), has_bias_(o.bias) {
-  const std::string label = layer_label(type_name(), o.name);
+    : in_(in_channels), out_(out_channels), tp_(tp), input_is_parallel_(input_is_parallel), has_bias_(o.bias),
+      label_(layer_label(type_name(), o.name)) {
+  const std::string& label = label_;
+  if (in_ < 1 || out_ < 1) {
+    throw InvalidArgument(label + ": in_channels " + std::to_string(in_) + " and out_channels " +
+                          std::to_string(out_) + " must be >= 1");
+  }
   weight = make_tp_sharded(label, "weight", {out_, in_, 1, 1}, 1, tp, o.dtype, o.device,
                            o.weight_init.value_or(default_weight_init()));
   register_parameter("weight", weight);
@@ -145,7 +157,8 @@ Tensor TpRowConv2d::master_weight() { return assemble_master(weight, weight.valu
 Tensor TpRowConv2d::master_bias() { return has_bias_ ? bias.value.clone() : Tensor(); }
 
 Tensor TpRowConv2d::forward(const Tensor& x) {
-  input_local_ = input_is_parallel_ ? x : scatter_to_parallel(x, kChannelDim, tp_);
+  const Tensor input = x.contiguous();
+  input_local_ = input_is_parallel_ ? input : scatter_to_parallel(input, kChannelDim, tp_);
   Tensor partial = nn::functional::conv2d(input_local_, weight.value, Tensor(), {});
   Tensor y = reduce_from_parallel(partial, tp_);
   if (has_bias_) ops::add_bias(y, bias.value, kChannelDim);
@@ -153,11 +166,12 @@ Tensor TpRowConv2d::forward(const Tensor& x) {
 }
 
 Tensor TpRowConv2d::backward(const Tensor& grad_y) {
-  if (!input_local_.defined()) throw InvalidArgument("TpRowConv2d::backward called before forward");
-  const Tensor grad = reduce_from_parallel_backward(grad_y, tp_);
+  if (!input_local_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
+  const Tensor grad = reduce_from_parallel_backward(grad_y.contiguous(), tp_);
   if (has_bias_) ops::accumulate_bias_grad(grad, bias.grad, kChannelDim);
   Tensor no_bias;
   Tensor dx_local = nn::functional::conv2d_backward(grad, input_local_, weight.value, weight.grad, no_bias, {});
+  input_local_ = Tensor();
   return input_is_parallel_ ? dx_local : scatter_to_parallel_backward(dx_local, kChannelDim, tp_);
 }
 

@@ -28,14 +28,23 @@ CrossEntropyResult cross_entropy_typed(const Tensor& logits, const Tensor& targe
 
   // Accumulate in double whatever the logits' dtype: f32 logits still get an fp32-or-
   // better loss, and f64 logits keep full precision.
-  Tensor row_max = Tensor::empty({n}, DType::f64);
+  // The MAX reduction also carries (V_local, -V_local): every rank learns whether all
+  // shards are equal — the vocabulary offsets assume it — at no extra collective.
+  Tensor row_max = Tensor::empty({n + 2}, DType::f64);
   double* mx = row_max.data<double>();
   for (std::int64_t i = 0; i < n; ++i) {
     double m = -std::numeric_limits<double>::infinity();
     for (std::int64_t j = 0; j < v_local; ++j) m = std::max(m, static_cast<double>(x[i * v_local + j]));
     mx[i] = m;
   }
+  mx[n] = static_cast<double>(v_local);
+  mx[n + 1] = -static_cast<double>(v_local);
   tp.all_reduce(row_max, ReduceOp::max);
+  if (mx[n] != -mx[n + 1]) {
+    throw ShapeError("vocab_parallel_cross_entropy: the tp ranks hold vocabulary shards of different widths (" +
+                     std::to_string(static_cast<std::int64_t>(-mx[n + 1])) + " to " +
+                     std::to_string(static_cast<std::int64_t>(mx[n])) + " columns); shard the vocabulary evenly");
+  }
 
   // One reduction for both per-row sums: [sum exp(x - max), target logit].
   Tensor sums = Tensor::zeros({2, n}, DType::f64);

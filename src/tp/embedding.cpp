@@ -35,6 +35,20 @@ void check_sizes(const std::string& label, std::int64_t num, std::int64_t dim) {
   }
 }
 
+// Every rank sees every id, so an id outside the whole vocabulary is rejected on every
+// rank alike, before any communication, with the layer's name.
+void check_ids(const Tensor& ids, std::int64_t num, const std::string& label) {
+  const Tensor host_ids = ids.to(Device::host()).contiguous();
+  host_ids.check_dtype(DType::i64, (label + " ids").c_str());
+  const std::int64_t* id = host_ids.data<std::int64_t>();
+  for (std::int64_t k = 0; k < host_ids.numel(); ++k) {
+    if (id[k] < 0 || id[k] >= num) {
+      throw InvalidArgument(label + ": id " + std::to_string(id[k]) + " at position " + std::to_string(k) +
+                            " is outside the vocabulary [0, " + std::to_string(num) + ")");
+    }
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -43,8 +57,8 @@ void check_sizes(const std::string& label, std::int64_t num, std::int64_t dim) {
 
 ParallelEmbedding::ParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
                                      ParallelEmbeddingOptions o)
-    : num_(num_embeddings), dim_(embedding_dim), tp_(tp) {
-  const std::string label = layer_label(type_name(), o.name);
+    : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(layer_label(type_name(), o.name)) {
+  const std::string& label = label_;
   check_sizes(label, num_, dim_);
   weight = make_tp_sharded(label, "weight", {num_, dim_}, 1, tp, o.dtype, o.device, o.init);
   register_parameter("weight", weight);
@@ -62,13 +76,15 @@ std::unique_ptr<nn::Embedding> ParallelEmbedding::to_serial() { return serial_wi
 Tensor ParallelEmbedding::master_weight() { return assemble_master(weight, weight.value, tp_); }
 
 Tensor ParallelEmbedding::forward(const Tensor& ids) {
+  check_ids(ids, num_, label_);
   ids_ = ids;
   return gather_from_parallel(nn::functional::embedding(ids, weight.value), -1, tp_);
 }
 
 Tensor ParallelEmbedding::backward(const Tensor& grad_y) {
-  if (!ids_.defined()) throw InvalidArgument("ParallelEmbedding::backward called before forward");
-  nn::functional::embedding_backward(gather_from_parallel_backward(grad_y, -1, tp_), ids_, weight.grad);
+  if (!ids_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
+  nn::functional::embedding_backward(gather_from_parallel_backward(grad_y.contiguous(), -1, tp_), ids_, weight.grad);
+  ids_ = Tensor();
   return Tensor();
 }
 
@@ -78,8 +94,8 @@ Tensor ParallelEmbedding::backward(const Tensor& grad_y) {
 
 VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
                                                Communicator& tp, ParallelEmbeddingOptions o)
-    : num_(num_embeddings), dim_(embedding_dim), tp_(tp) {
-  const std::string label = layer_label(type_name(), o.name);
+    : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(layer_label(type_name(), o.name)) {
+  const std::string& label = label_;
   check_sizes(label, num_, dim_);
   weight = make_tp_sharded(label, "weight", {num_, dim_}, 0, tp, o.dtype, o.device, o.init);
   register_parameter("weight", weight);
@@ -98,26 +114,18 @@ std::unique_ptr<nn::Embedding> VocabParallelEmbedding::to_serial() { return seri
 Tensor VocabParallelEmbedding::master_weight() { return assemble_master(weight, weight.value, tp_); }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
-  // Every rank sees every id, so an id outside the whole vocabulary is rejected on every
-  // rank alike, before any communication.
-  const Tensor host_ids = ids.to(Device::host()).contiguous();
-  host_ids.check_dtype(DType::i64, "VocabParallelEmbedding ids");
-  const std::int64_t* id = host_ids.data<std::int64_t>();
-  for (std::int64_t k = 0; k < host_ids.numel(); ++k) {
-    if (id[k] < 0 || id[k] >= num_) {
-      throw InvalidArgument("VocabParallelEmbedding: id " + std::to_string(id[k]) + " at position " +
-                            std::to_string(k) + " is outside the vocabulary [0, " + std::to_string(num_) + ")");
-    }
-  }
+  check_ids(ids, num_, label_);
   ids_ = ids;
   const Tensor partial = nn::functional::embedding(ids, weight.value, first_row(), /*mask_out_of_range=*/true);
   return reduce_from_parallel(partial, tp_);
 }
 
 Tensor VocabParallelEmbedding::backward(const Tensor& grad_y) {
-  if (!ids_.defined()) throw InvalidArgument("VocabParallelEmbedding::backward called before forward");
+  if (!ids_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
   // Ids owned by other ranks are skipped by the masked scatter-add.
-  nn::functional::embedding_backward(reduce_from_parallel_backward(grad_y, tp_), ids_, weight.grad, first_row());
+  nn::functional::embedding_backward(reduce_from_parallel_backward(grad_y.contiguous(), tp_), ids_, weight.grad,
+                                     first_row());
+  ids_ = Tensor();
   return Tensor();
 }
 

@@ -20,8 +20,10 @@ void check_features(const std::string& label, std::int64_t in, std::int64_t out)
   }
 }
 
-ParallelLinearOptions options_of(const nn::Linear& serial, const std::string& name) {
+ParallelLinearOptions options_of(const nn::Linear& serial, const std::string& name,
+                                 std::optional<int> sequence_dim) {
   ParallelLinearOptions o;
+  o.sequence_dim = sequence_dim;
   o.bias = serial.has_bias();
   o.dtype = serial.weight.value.dtype();
   o.device = serial.weight.value.device();
@@ -53,8 +55,14 @@ std::unique_ptr<nn::Linear> serial_with(const Tensor& weight, const Tensor& bias
 
 ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
                                            bool gather_output, ParallelLinearOptions o)
-    : in_(in_features), out_(out_features), tp_(tp), gather_output_(gather_output), has_bias_(o.bias) {
-  const std::string label = layer_label(type_name(), o.name);
+    : in_(in_features),
+      out_(out_features),
+      tp_(tp),
+      gather_output_(gather_output),
+      has_bias_(o.bias),
+      sequence_dim_(o.sequence_dim),
+      label_(layer_label(type_name(), o.name)) {
+  const std::string& label = label_;
   check_features(label, in_, out_);
   weight = make_tp_sharded(label, "weight", {out_, in_}, 0, tp, o.dtype, o.device,
                            o.weight_init.value_or(nn::Linear::default_weight_init()));
@@ -67,9 +75,10 @@ ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_
 }
 
 std::unique_ptr<ColumnParallelLinear> ColumnParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
-                                                                        bool gather_output, const std::string& name) {
+                                                                        bool gather_output, const std::string& name,
+                                                                        std::optional<int> sequence_dim) {
   auto layer = std::make_unique<ColumnParallelLinear>(serial.in_features(), serial.out_features(), tp,
-                                                      gather_output, options_of(serial, name));
+                                                      gather_output, options_of(serial, name, sequence_dim));
   const std::string label = layer_label("ColumnParallelLinear", name);
   load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
   if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
@@ -86,18 +95,20 @@ Tensor ColumnParallelLinear::master_bias() {
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  input_ = copy_to_parallel(x, tp_);
+  const Tensor input = x.contiguous();
+  input_ = sequence_dim_ ? sequence_all_gather(input, *sequence_dim_, tp_) : copy_to_parallel(input, tp_);
   Tensor y = nn::functional::linear(input_, weight.value, has_bias_ ? bias.value : Tensor());
   return gather_output_ ? gather_from_parallel(y, -1, tp_) : y;
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& grad_y) {
-  if (!input_.defined()) throw InvalidArgument("ColumnParallelLinear::backward called before forward");
-  const Tensor grad_local = gather_output_ ? gather_from_parallel_backward(grad_y, -1, tp_) : grad_y;
+  if (!input_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
+  const Tensor grad_local = gather_output_ ? gather_from_parallel_backward(grad_y.contiguous(), -1, tp_) : grad_y.contiguous();
   Tensor no_bias;
   Tensor dx = nn::functional::linear_backward(grad_local, input_, weight.value, weight.grad,
                                               has_bias_ ? bias.grad : no_bias);
-  return copy_to_parallel_backward(dx, tp_);
+  input_ = Tensor();  // one backward per forward, as the serial layers
+  return sequence_dim_ ? sequence_all_gather_backward(dx, *sequence_dim_, tp_) : copy_to_parallel_backward(dx, tp_);
 }
 
 // ---------------------------------------------------------------------------
@@ -106,8 +117,14 @@ Tensor ColumnParallelLinear::backward(const Tensor& grad_y) {
 
 RowParallelLinear::RowParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
                                      bool input_is_parallel, ParallelLinearOptions o)
-    : in_(in_features), out_(out_features), tp_(tp), input_is_parallel_(input_is_parallel), has_bias_(o.bias) {
-  const std::string label = layer_label(type_name(), o.name);
+    : in_(in_features),
+      out_(out_features),
+      tp_(tp),
+      input_is_parallel_(input_is_parallel),
+      has_bias_(o.bias),
+      sequence_dim_(o.sequence_dim),
+      label_(layer_label(type_name(), o.name)) {
+  const std::string& label = label_;
   check_features(label, in_, out_);
   weight = make_tp_sharded(label, "weight", {out_, in_}, 1, tp, o.dtype, o.device,
                            o.weight_init.value_or(nn::Linear::default_weight_init()));
@@ -115,14 +132,17 @@ RowParallelLinear::RowParallelLinear(std::int64_t in_features, std::int64_t out_
   if (has_bias_) {
     // Replicated: added once, after the reduction, so it is not counted tp times.
     bias = Parameter(Tensor::zeros({out_}, o.dtype, o.device), o.bias_init.value_or(nn::Linear::default_bias_init(in_)));
+    // Added to a sequence shard, its gradient on each rank covers only that shard.
+    bias.partial_grad_over_tp = sequence_dim_.has_value();
     register_parameter("bias", bias);
   }
 }
 
 std::unique_ptr<RowParallelLinear> RowParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
-                                                                  bool input_is_parallel, const std::string& name) {
+                                                                  bool input_is_parallel, const std::string& name,
+                                                                  std::optional<int> sequence_dim) {
   auto layer = std::make_unique<RowParallelLinear>(serial.in_features(), serial.out_features(), tp,
-                                                   input_is_parallel, options_of(serial, name));
+                                                   input_is_parallel, options_of(serial, name, sequence_dim));
   const std::string label = layer_label("RowParallelLinear", name);
   load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
   if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
@@ -137,21 +157,26 @@ Tensor RowParallelLinear::master_weight() { return assemble_master(weight, weigh
 Tensor RowParallelLinear::master_bias() { return has_bias_ ? bias.value.clone() : Tensor(); }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
-  input_local_ = input_is_parallel_ ? x : scatter_to_parallel(x, -1, tp_);
+  const Tensor input = x.contiguous();
+  input_local_ = input_is_parallel_ ? input : scatter_to_parallel(input, -1, tp_);
   Tensor partial = nn::functional::linear(input_local_, weight.value, Tensor());
-  Tensor y = reduce_from_parallel(partial, tp_);
+  Tensor y = sequence_dim_ ? sequence_reduce_scatter(partial, *sequence_dim_, tp_) : reduce_from_parallel(partial, tp_);
   if (has_bias_) ops::add_bias(y, bias.value, -1);
   return y;
 }
 
-Tensor RowParallelLinear::backward(const Tensor& grad_y) {
-  if (!input_local_.defined()) throw InvalidArgument("RowParallelLinear::backward called before forward");
-  const Tensor grad = reduce_from_parallel_backward(grad_y, tp_);
-  // The output (and so its gradient) is replicated over tp: every rank adds the same
-  // full bias gradient, keeping the replicated bias identical without communication.
-  if (has_bias_) ops::accumulate_bias_grad(grad, bias.grad, -1);
+Tensor RowParallelLinear::backward(const Tensor& grad_output) {
+  if (!input_local_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
+  const Tensor grad_y = grad_output.contiguous();
+  // Without sequence parallelism the output (and so its gradient) is replicated over
+  // tp: every rank adds the same full bias gradient, keeping the replicated bias
+  // identical without communication. With it, each rank adds its shard's part.
+  if (has_bias_) ops::accumulate_bias_grad(grad_y, bias.grad, -1);
+  const Tensor grad = sequence_dim_ ? sequence_reduce_scatter_backward(grad_y, *sequence_dim_, tp_)
+                                    : reduce_from_parallel_backward(grad_y, tp_);
   Tensor no_bias;
   Tensor dx_local = nn::functional::linear_backward(grad, input_local_, weight.value, weight.grad, no_bias);
+  input_local_ = Tensor();
   return input_is_parallel_ ? dx_local : scatter_to_parallel_backward(dx_local, -1, tp_);
 }
 

@@ -1,5 +1,7 @@
 #include "tessera/tp/mappings.hpp"
 
+#include "tessera/placement.hpp"
+
 namespace tessera::tp {
 
 namespace {
@@ -26,8 +28,9 @@ std::int64_t block_extent(const Tensor& x, int d, int parts, const char* op) {
 Tensor split_along(const Tensor& x, int dim, const Communicator& group) {
   const int d = normalize_dim(x, dim, "split_along");
   if (group.size() == 1) return x;
-  const std::int64_t block = block_extent(x, d, group.size(), "split_along");
-  return x.narrow(d, group.rank() * block, block).contiguous();
+  (void)block_extent(x, d, group.size(), "split_along");  // even split required (gather needs it)
+  const ShardRange range = shard_range(x.shape()[d], group.size(), group.rank());
+  return x.narrow(d, range.start, range.length).contiguous();
 }
 
 Tensor gather_along(const Tensor& x, int dim, Communicator& group) {

@@ -15,11 +15,11 @@ Parameter make_tp_sharded(const std::string& layer, const std::string& parameter
                      std::to_string(dim) + " (extent " + std::to_string(extent) +
                      ") does not divide by the tp size " + std::to_string(tp.size()));
   }
-  const std::int64_t block = extent / tp.size();
+  const ShardRange range = shard_range(extent, tp.size(), tp.rank());
   Shape local_shape = global_shape;
-  local_shape[dim] = block;
+  local_shape[dim] = range.length;
   Shape offset(global_shape.size(), 0);
-  offset[dim] = block * tp.rank();
+  offset[dim] = range.start;
   MeshPlacement placement;
   placement.tp = Placement::shard(dim);
   return Parameter(Tensor::zeros(local_shape, dtype, device), global_shape, placement, offset, init);

@@ -3,9 +3,15 @@
 // tensor-parallel modules (tp/) both call these, so a parallel layer computes exactly
 // what its serial twin computes on its shard.
 //
-// Conventions: inputs are contiguous f32 or f64 tensors (ids are i64) on one device;
-// backward functions *accumulate* into parameter gradients (+=) and return the input
-// gradient. An undefined `bias` / `grad_bias` means "no bias".
+// Conventions: inputs are contiguous f32 or f64 host tensors (ids are i64) of one
+// dtype; backward functions *accumulate* into parameter gradients (+=) and return the
+// input gradient. An undefined `bias` means "no bias". An undefined gradient output
+// (`grad_weight`, `grad_bias`, `grad_gamma`, `grad_beta`) is skipped: that gradient is
+// not computed. The tensor-parallel layers rely on this (the row-parallel layers add
+// their replicated bias's gradient themselves, after the reduction).
+//
+// These functions hold no state. The caching rule (one backward per forward) belongs
+// to the modules; see nn/module.hpp.
 
 #include <cstdint>
 
@@ -14,6 +20,9 @@
 namespace tessera::nn::functional {
 
 // ---- Linear: x [..., in], weight [out, in], bias [out] -> y [..., out]
+// linear_backward returns dx [..., in]; it adds dy^T x into grad_weight [out, in] and
+// the sum of dy over all but the last dim into grad_bias [out]. Either may be undefined
+// to skip it.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, Tensor& grad_weight,
                        Tensor& grad_bias);
@@ -28,16 +37,23 @@ struct Conv2dOptions {
            dilation_w == 1;
   }
 };
-// Output extent along one axis.
+// Output extent along one axis: (input + 2*padding - dilation*(kernel - 1) - 1) / stride + 1.
 std::int64_t conv_output_size(std::int64_t input, int kernel, int stride, int padding, int dilation);
+// conv2d_backward returns dx [N, C_in, H, W] and accumulates into grad_weight and
+// grad_bias; an undefined grad_weight or grad_bias is skipped.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options);
 Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, Tensor& grad_weight,
                        Tensor& grad_bias, const Conv2dOptions& options);
 
 // ---- Embedding: ids i64 [...], weight [rows, dim] holding global rows
-// [row_offset, row_offset + rows) -> y [..., dim]. Ids outside that range give zero rows
-// (the vocab-parallel mask); on a full table (row_offset 0) an id outside [0, rows) is an
-// InvalidArgument naming the id.
+// [row_offset, row_offset + rows) -> y [..., dim].
+// With mask_out_of_range, ids outside that range give exact zero rows (the
+// vocab-parallel mask: the owner's row arrives through the all-reduce). Without it, any
+// id outside the range is an InvalidArgument naming the id, checked before anything is
+// written.
+// embedding_backward scatter-adds the rows of grad_y into grad_weight [rows, dim] (the
+// same row range) and skips every id outside [row_offset, row_offset + rows): those
+// rows belong to another shard. It never throws for such ids. Ids have no gradient.
 Tensor embedding(const Tensor& ids, const Tensor& weight, std::int64_t row_offset = 0, bool mask_out_of_range = false);
 void embedding_backward(const Tensor& grad_y, const Tensor& ids, Tensor& grad_weight, std::int64_t row_offset = 0);
 
@@ -48,7 +64,10 @@ Tensor silu(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_y, const Tensor& x);
 
 // ---- Norms over the last dim: x [..., n], gamma/beta [n].
-// `mean` / `rstd` receive per-row statistics ([rows]) for the backward pass.
+// `mean` / `rstd` receive per-row statistics ([rows], x's dtype, accumulated in
+// double) for the backward pass. An undefined gamma means scale 1 and an undefined beta means shift 0
+// (affine = false). In the backward functions an undefined grad_gamma / grad_beta is
+// skipped. The saved statistics must be defined (run the forward first).
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& mean, Tensor& rstd);
 Tensor layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                            const Tensor& rstd, Tensor& grad_gamma, Tensor& grad_beta);

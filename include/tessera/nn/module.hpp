@@ -11,6 +11,7 @@
 // members); create them with std::make_unique and hold them by unique_ptr.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,27 @@ class Module {
   // Direct child by name, or nullptr.
   Module* child(const std::string& name) const;
   void zero_grad();
+
+  // ---- Paths into the tree (dotted FQNs relative to this module; "" is this module).
+  // Every module of the tree, pre-order (this module first, named `prefix`).
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
+  // The module at `path`, or nullptr.
+  Module* find(const std::string& path) const;
+  // The module at `path`; InvalidArgument naming the path and the missing component.
+  Module& at(const std::string& path) const;
+  // Replaces the module at `path` (not "") in place and returns the old one. Parents
+  // must reach their children through child()/at() at forward time — never through
+  // pointers cached at construction — so a replaced child takes effect.
+  std::unique_ptr<Module> replace(const std::string& path, std::unique_ptr<Module> replacement);
+
+  // ---- Opt-in for apply_tensor_parallel (CREDIT's `_tp_col` / `_tp_row`): a block
+  // that returns the dotted paths of its column- and row-parallel children is
+  // converted in place.
+  struct TensorParallelPaths {
+    std::string column;
+    std::string row;
+  };
+  virtual std::optional<TensorParallelPaths> tensor_parallel_paths() const { return std::nullopt; }
 
  protected:
   // `parameter` must be a member of the derived module (it is referenced, not owned).

@@ -44,6 +44,7 @@ class TpColConv2d : public nn::Module {
   std::int64_t in_, out_;
   Communicator& tp_;
   bool gather_output_, has_bias_;
+  std::string label_;
   Tensor input_;
 };
 
@@ -68,6 +69,7 @@ class TpRowConv2d : public nn::Module {
   std::int64_t in_, out_;
   Communicator& tp_;
   bool input_is_parallel_, has_bias_;
+  std::string label_;
   Tensor input_local_;
 };
 

@@ -46,6 +46,7 @@ class ParallelEmbedding : public nn::Module {
  private:
   std::int64_t num_, dim_;
   Communicator& tp_;
+  std::string label_;
   Tensor ids_;
 };
 
@@ -71,6 +72,7 @@ class VocabParallelEmbedding : public nn::Module {
  private:
   std::int64_t num_, dim_;
   Communicator& tp_;
+  std::string label_;
   Tensor ids_;
 };
 

@@ -31,6 +31,12 @@ struct ParallelLinearOptions {
   std::string name;                    // used in error messages (e.g. the FQN)
   std::optional<InitSpec> weight_init;  // default: nn::Linear's
   std::optional<InitSpec> bias_init;    // default: nn::Linear's
+  // Sequence parallelism (Megatron-LM): activations outside the layer are sharded along
+  // this dim over tp. A column layer all-gathers its input along it (and reduce-
+  // scatters the input gradient); a row layer reduce-scatters its output along it
+  // instead of all-reducing (and all-gathers the output gradient). The row layer's
+  // replicated bias then gets a partial gradient per rank (partial_grad_over_tp).
+  std::optional<int> sequence_dim;
 };
 
 class ColumnParallelLinear : public nn::Module {
@@ -39,7 +45,8 @@ class ColumnParallelLinear : public nn::Module {
                        bool gather_output = true, ParallelLinearOptions options = {});
   // Shards a serial layer's weights (this rank keeps its block).
   static std::unique_ptr<ColumnParallelLinear> from_serial(const nn::Linear& serial, Communicator& tp,
-                                                           bool gather_output = true, const std::string& name = "");
+                                                           bool gather_output = true, const std::string& name = "",
+                                                           std::optional<int> sequence_dim = std::nullopt);
   // A serial layer holding the master weights (collective over tp).
   std::unique_ptr<nn::Linear> to_serial();
 
@@ -53,6 +60,7 @@ class ColumnParallelLinear : public nn::Module {
   std::int64_t out_features() const { return out_; }
   bool gather_output() const { return gather_output_; }
   bool has_bias() const { return has_bias_; }
+  const std::optional<int>& sequence_dim() const { return sequence_dim_; }
 
   Parameter weight, bias;
 
@@ -60,6 +68,8 @@ class ColumnParallelLinear : public nn::Module {
   std::int64_t in_, out_;
   Communicator& tp_;
   bool gather_output_, has_bias_;
+  std::optional<int> sequence_dim_;
+  std::string label_;  // "ColumnParallelLinear 'name'" for error messages
   Tensor input_;
 };
 
@@ -68,7 +78,8 @@ class RowParallelLinear : public nn::Module {
   RowParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
                     bool input_is_parallel = false, ParallelLinearOptions options = {});
   static std::unique_ptr<RowParallelLinear> from_serial(const nn::Linear& serial, Communicator& tp,
-                                                        bool input_is_parallel = false, const std::string& name = "");
+                                                        bool input_is_parallel = false, const std::string& name = "",
+                                                        std::optional<int> sequence_dim = std::nullopt);
   std::unique_ptr<nn::Linear> to_serial();
 
   Tensor forward(const Tensor& x) override;
@@ -81,6 +92,7 @@ class RowParallelLinear : public nn::Module {
   std::int64_t out_features() const { return out_; }
   bool input_is_parallel() const { return input_is_parallel_; }
   bool has_bias() const { return has_bias_; }
+  const std::optional<int>& sequence_dim() const { return sequence_dim_; }
 
   Parameter weight, bias;
 
@@ -88,6 +100,8 @@ class RowParallelLinear : public nn::Module {
   std::int64_t in_, out_;
   Communicator& tp_;
   bool input_is_parallel_, has_bias_;
+  std::optional<int> sequence_dim_;
+  std::string label_;
   Tensor input_local_;
 };
 

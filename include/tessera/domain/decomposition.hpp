@@ -1,0 +1,116 @@
+#pragma once
+// Decomposition: a global grid, (leading dims..., lat, lon) in C order, split over a
+// domain communicator.
+//
+// ML fields, (B, C, lat, lon), are split along latitude only (a 1 x P process grid is
+// written {P, 1}); climate fields, (levels..., lat, lon), may be split on a 2-D process
+// grid {P_lat, P_lon}. Domain rank r sits at grid position (r / P_lon, r % P_lon):
+// longitude innermost, the row-major convention the mesh uses. Extents follow the one
+// partition rule, shard_range, so 721 latitudes over 4 ranks give 181, 180, 180, 180.
+// Only the last two dims are split; leading dims are whole on every rank.
+//
+// The object is a plan of pure arithmetic: every rank knows every rank's box, so
+// planning halo messages needs no communication. The constructor is collective only to
+// check that every rank passed the same grid (so a mismatch throws the same error
+// everywhere instead of deadlocking a later exchange).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/comm.hpp"
+#include "tessera/placement.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera {
+class Mesh;
+}
+
+namespace tessera::domain {
+
+// Process grid: P_lat x P_lon ranks, P_lat * P_lon = domain communicator size.
+struct ProcessGrid {
+  int lat = 1;
+  int lon = 1;
+  bool operator==(const ProcessGrid&) const = default;
+  std::string str() const;  // "2x2"
+};
+
+struct GridCoords {
+  int lat = 0;
+  int lon = 0;
+  bool operator==(const GridCoords&) const = default;
+};
+
+// The part of the (lat, lon) plane one rank owns, in global indices.
+struct LocalBox {
+  ShardRange lat;
+  ShardRange lon;
+  bool operator==(const LocalBox&) const = default;
+  std::string str() const;  // "lat [0, 181) x lon [0, 1440)"
+};
+
+class Decomposition {
+ public:
+  // 1-D along latitude: grid {comm.size(), 1}. `global_shape` has at least two dims,
+  // the last two being (lat, lon). Collective over `comm`. Throws InvalidArgument when a
+  // rank would own no latitude (or longitude), naming the rank and the extents.
+  Decomposition(Communicator& comm, Shape global_shape);
+  // On a 2-D process grid; grid.lat * grid.lon must equal comm.size().
+  Decomposition(Communicator& comm, Shape global_shape, ProcessGrid grid);
+  // Over the mesh's domain communicator (the mesh must outlive the decomposition):
+  // 1-D along latitude, or on `grid`.
+  Decomposition(const Mesh& mesh, Shape global_shape);
+  Decomposition(const Mesh& mesh, Shape global_shape, ProcessGrid grid);
+
+  Communicator& comm() const { return *comm_; }
+  int rank() const { return rank_; }
+  int size() const { return grid_.lat * grid_.lon; }
+  const ProcessGrid& grid() const { return grid_; }
+
+  const Shape& global_shape() const { return global_shape_; }
+  std::int64_t global_lat() const { return global_shape_[global_shape_.size() - 2]; }
+  std::int64_t global_lon() const { return global_shape_.back(); }
+  // The leading dims (everything before lat, lon).
+  Shape leading_shape() const { return Shape(global_shape_.begin(), global_shape_.end() - 2); }
+
+  GridCoords coords() const { return coords_of(rank_); }
+  GridCoords coords_of(int rank) const;
+  int rank_of(GridCoords coords) const;
+
+  // Extents of a process-grid row / column (shard_range of the global extent).
+  ShardRange lat_range(int grid_lat) const;
+  ShardRange lon_range(int grid_lon) const;
+  LocalBox box() const { return box_of(rank_); }
+  LocalBox box_of(int rank) const;
+  // Leading dims + this rank's (lat, lon) extents.
+  Shape local_shape() const { return local_shape(leading_shape()); }
+  Shape local_shape(const Shape& leading) const;
+
+  // Root holds `global` (leading..., lat, lon); every rank receives its box into
+  // `local` (any strides; its leading dims decide the leading dims, and root's `global`
+  // must have the same). Collective; a shape error on any rank throws everywhere.
+  void scatter(const Tensor& global, Tensor& local, int root = 0) const;
+  // Convenience: allocates the contiguous local tensor (leading dims from the
+  // decomposition's global shape).
+  Tensor scatter(const Tensor& global, DType dtype, int root = 0) const;
+  // Every rank's `local` box lands in root's `global` (other ranks may pass an
+  // undefined `global`). Collective.
+  void gather(const Tensor& local, Tensor& global, int root = 0) const;
+  // Convenience: returns the gathered contiguous global field on root, an undefined
+  // tensor elsewhere.
+  Tensor gather(const Tensor& local, int root = 0) const;
+
+  std::string str() const;  // "[2, 721, 1440] over 2x2 (rank 3: lat [361, 721) x lon [720, 1440))"
+
+ private:
+  void validate();
+  std::string str_of_args() const;
+
+  Communicator* comm_ = nullptr;
+  int rank_ = 0;
+  ProcessGrid grid_;
+  Shape global_shape_;
+};
+
+}  // namespace tessera::domain

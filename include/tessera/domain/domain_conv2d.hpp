@@ -1,0 +1,73 @@
+#pragma once
+// DomainConv2d: a kxk convolution over a (B, C, lat, lon) field split along latitude (or
+// on a 2-D process grid) that equals the serial convolution of the gathered field.
+//
+// The serial twin is a "same" convolution (stride 1, output grid = input grid) whose
+// input is padded by the dilated kernel's reach: total d*(k-1) per axis, split as
+//   before = d*(k-1) / 2,   after = d*(k-1) - before
+// (PyTorch's padding='same' split; odd kernels are symmetric, even kernels put the extra
+// row/column after). Latitude padding at the true poles follows the pole policy (zero is
+// ordinary zero padding); longitude padding is zero or periodic.
+//
+// forward  = copy the local block into a haloed buffer + HaloExchange::exchange + local
+//            conv2d with no padding on the haloed block;
+// backward = local conv2d_backward (weight/bias gradients are this rank's partial sums,
+//            see sync_domain_gradients) + HaloExchange::exchange_adjoint, which sends the
+//            halo part of the input gradient to the owners and adds it there.
+//
+// weight [out, in, kh, kw] and bias [out] are full (replicated over the domain) and
+// named "weight"/"bias" like nn::Conv2d, with its initialisation (kaiming_uniform(a = √5),
+// uniform(±1/√fan_in)), so checkpoints and plans see the same parameters.
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/domain/decomposition.hpp"
+#include "tessera/domain/halo_exchange.hpp"
+#include "tessera/nn/module.hpp"
+
+namespace tessera::domain {
+
+enum class LonPadding { zero, periodic };
+
+struct DomainConv2dOptions {
+  int dilation_h = 1, dilation_w = 1;
+  LonPadding lon_padding = LonPadding::periodic;
+  PolePolicy pole = PolePolicy::zero;
+  bool bias = true;
+  DType dtype = DType::f32;
+};
+
+// The halo a "same" convolution needs (the padding split described above).
+HaloWidths same_conv_halo(int kernel_h, int kernel_w, int dilation_h, int dilation_w);
+
+class DomainConv2d : public nn::Module {
+ public:
+  // Collective over the decomposition's communicator (plans the halo exchange). Throws
+  // InvalidArgument when a rank's extent is smaller than the halo it must send.
+  DomainConv2d(const Decomposition& decomposition, std::int64_t in_channels, std::int64_t out_channels,
+               int kernel_h, int kernel_w, DomainConv2dOptions options = {});
+
+  // x [N, in, local_lat, local_lon] -> [N, out, local_lat, local_lon]. Collective.
+  Tensor forward(const Tensor& input) override;
+  // Accumulates the local partial weight/bias gradients; returns dx [N, in, local_lat,
+  // local_lon] (complete: halo contributions of the other ranks are added). Collective.
+  Tensor backward(const Tensor& grad_output) override;
+  std::string type_name() const override { return "DomainConv2d"; }
+  std::string describe() const;
+
+  const HaloExchange& halo() const { return halo_; }
+  const DomainConv2dOptions& options() const { return options_; }
+
+  Parameter weight, bias;  // bias.value is undefined without bias
+
+ private:
+  std::int64_t in_channels_, out_channels_;
+  int kernel_h_, kernel_w_;
+  DomainConv2dOptions options_;
+  HaloExchange halo_;
+  Tensor padded_input_;       // cached by forward for backward
+  Shape agreed_input_shape_;  // the input shape last validated collectively
+};
+
+}  // namespace tessera::domain

@@ -1,0 +1,123 @@
+#pragma once
+// HaloExchange: the halo traffic of a Decomposition, planned once and run many times.
+//
+// A field is this rank's box surrounded by a halo frame: a tensor of shape
+//   (leading..., lat_before + local_lat + lat_after, lon_before + local_lon + lon_after)
+// (padded_shape()), any strides (a Fortran-order view is fine), dtype f32, f64, bf16 or
+// i64. The interior (interior()) is owned data; exchange() fills every halo cell:
+//
+//   - from the rank owning that global cell (edges and, on 2-D grids, corners, which
+//     come straight from the diagonal rank: one round, no two-phase sweep);
+//   - longitude: periodic (wraps, also with 1 or 2 ranks along longitude) or zero fill;
+//   - latitude beyond a pole, by PolePolicy:
+//       zero         zero fill (the conv's zero padding);
+//       replicate    the edge row, repeated (numpy 'edge' padding);
+//       across_pole  the row at the mirrored latitude, shifted by half the longitudes:
+//                    halo row k beyond the pole is grid row k (counting from the pole)
+//                    at longitude + nlon/2, possibly owned by another rank.
+//                    Needs periodic longitude and an even longitude count.
+//
+// Several fields, of different dtypes and leading dims, travel in one exchange with one
+// message per (neighbour, direction): every field's part for that neighbour is packed
+// into one buffer. The MPI tag is the direction of the halo slot on the receiving side
+// (below/inside/above in lat x before/inside/after in lon), so with 1 or 2 ranks along a
+// periodic dim the east and west messages between the same two ranks stay apart; a
+// rank's own pieces (periodic wrap onto itself) are copied locally without MPI.
+//
+// The adjoint (exchange_adjoint) is the transpose of the forward map: each halo value
+// is sent back and added into the owner's cell it was copied from, then every halo cell
+// is zeroed. ⟨A x, y⟩ = ⟨x, Aᵀ y⟩ holds over the padded fields of all ranks.
+//
+// start()/finish() split an exchange for overlap: start() packs and posts, finish()
+// waits (under the communicator's wait policy: MPI_Testall + short sleep on an
+// oversubscribed node) and unpacks. Between them the caller may read the interior but
+// must not write it nor touch the halo, and must keep the fields alive. One exchange
+// may be in flight per plan. Ranks must start exchanges of plans sharing a
+// communicator in the same order (MPI's non-overtaking rule then keeps them apart).
+//
+// Buffers are sized from the plan and the fields and reused between exchanges.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/domain/decomposition.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera::domain {
+
+enum class PolePolicy { zero, replicate, across_pole };
+std::string_view pole_policy_name(PolePolicy policy) noexcept;  // "zero" "replicate" "across_pole"
+
+// Halo width per side. "before" is the low-index side (lat row 0 side, lon column 0 side).
+struct HaloWidths {
+  int lat_before = 0, lat_after = 0;
+  int lon_before = 0, lon_after = 0;
+  static HaloWidths uniform(int width) { return {width, width, width, width}; }
+  bool operator==(const HaloWidths&) const = default;
+  std::string str() const;  // "lat 1+1, lon 2+2"
+};
+
+struct HaloSpec {
+  HaloWidths width;
+  bool periodic_lon = true;
+  PolePolicy pole = PolePolicy::zero;
+};
+
+// Facts about this rank's part of the plan (for benchmarks and tests).
+struct HaloPlanStats {
+  int send_messages = 0;   // MPI messages this rank sends per exchange (self copies excluded)
+  int recv_messages = 0;
+  std::int64_t send_cells = 0;  // (lat, lon) cells per leading index sent per exchange
+  std::int64_t recv_cells = 0;
+  std::int64_t self_cells = 0;  // cells copied locally (periodic wrap onto this rank)
+};
+
+class HaloExchange {
+ public:
+  // Collective over the decomposition's communicator (checks every rank planned the same
+  // spec). Throws InvalidArgument when a rank's extent is smaller than the halo it must
+  // send, naming the rank, its extent and the receiver; or for a spec across_pole cannot
+  // serve (odd longitude count, non-periodic longitude).
+  HaloExchange(const Decomposition& decomposition, HaloSpec spec);
+  ~HaloExchange();  // waits for an exchange still in flight
+  HaloExchange(const HaloExchange&) = delete;
+  HaloExchange& operator=(const HaloExchange&) = delete;
+  HaloExchange(HaloExchange&&) noexcept;
+  HaloExchange& operator=(HaloExchange&&) noexcept;
+
+  const Decomposition& decomposition() const;
+  const HaloSpec& spec() const;
+  const HaloPlanStats& stats() const;
+
+  // (leading..., padded lat, padded lon) of this rank's fields.
+  Shape padded_shape(const Shape& leading) const;
+  Shape padded_shape() const;  // leading dims of the decomposition's global shape
+  // A zero-filled host field of padded_shape(leading).
+  Tensor allocate(DType dtype, const Shape& leading) const;
+  // The owned part of a padded field (a view sharing its storage).
+  Tensor interior(const Tensor& padded) const;
+
+  // Forward: fill the halos of every field.
+  void exchange(const std::vector<Tensor>& fields);
+  void exchange(const Tensor& field) { exchange(std::vector<Tensor>{field}); }
+  void start(const std::vector<Tensor>& fields);
+  void finish();
+
+  // Adjoint: add every halo value into the cell it was copied from, zero the halos.
+  void exchange_adjoint(const std::vector<Tensor>& fields);
+  void exchange_adjoint(const Tensor& field) { exchange_adjoint(std::vector<Tensor>{field}); }
+  void start_adjoint(const std::vector<Tensor>& fields);
+  void finish_adjoint();
+
+  bool in_flight() const;
+
+  struct Plan;  // private: messages, pieces, buffers
+
+ private:
+  std::unique_ptr<Plan> plan_;
+};
+
+}  // namespace tessera::domain

@@ -1,0 +1,74 @@
+#pragma once
+// A Llama-style decoder-only transformer: the serial reference model that parallelize
+// converts (Q/K/V and gate/up column-parallel, O and down row-parallel, norms sequence-
+// parallel, the output head column-parallel over the vocabulary).
+//
+// Every module here reaches its children through at() at forward and backward time,
+// never through pointers cached at construction, so a child replaced in place by
+// parallelize takes effect. Shapes inside a block come from what the children produce
+// (heads, hidden width, sequence length), so the same code runs the serial and the
+// tensor-/sequence-parallel model.
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/nn/module.hpp"
+
+namespace tessera::models {
+
+// Pre-norm block: h = x + attn(attn_norm(x)); y = h + mlp(mlp_norm(h)).
+// Children "attn_norm" (RMSNorm), "attn" (MultiHeadAttention, causal), "mlp_norm"
+// (RMSNorm), "mlp" (SwiGLU). x [B, S, d_model] -> [B, S, d_model] (S may be a sequence
+// shard under sequence parallelism: the residual adds are local).
+class TransformerBlock : public nn::Module {
+ public:
+  TransformerBlock(std::int64_t d_model, std::int64_t n_heads, std::int64_t hidden, double eps = 1e-6,
+                   DType dtype = DType::f32, Device device = Device::host());
+
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output) override;
+  std::string type_name() const override { return "TransformerBlock"; }
+
+  std::int64_t d_model() const { return d_model_; }
+  std::int64_t n_heads() const { return n_heads_; }
+  std::int64_t hidden() const { return hidden_; }
+  double eps() const { return eps_; }
+  // "TransformerBlock(d_model=8, n_heads=2, hidden=16)".
+  std::string describe() const;
+
+ private:
+  std::int64_t d_model_, n_heads_, hidden_;
+  double eps_;
+};
+
+struct DecoderConfig {
+  std::int64_t vocab = 0;
+  std::int64_t d_model = 0;
+  std::int64_t n_heads = 0;
+  std::int64_t hidden = 0;  // SwiGLU hidden width
+  std::int64_t n_layers = 0;
+  double eps = 1e-6;  // RMSNorm eps, every norm
+};
+
+// Children "embed" (Embedding vocab x d_model), "layers" (Sequential of n_layers
+// TransformerBlocks: FQNs such as layers.0.attn.q.weight), "norm" (RMSNorm) and "head"
+// (Linear d_model -> vocab, no bias). Input and output embeddings are not tied.
+// ids i64 [B, S] -> logits [B, S, vocab]; backward(d logits) returns an undefined
+// Tensor (ids have no gradient).
+class Decoder : public nn::Module {
+ public:
+  explicit Decoder(const DecoderConfig& config, DType dtype = DType::f32, Device device = Device::host());
+
+  Tensor forward(const Tensor& ids) override;
+  Tensor backward(const Tensor& grad_logits) override;
+  std::string type_name() const override { return "Decoder"; }
+
+  const DecoderConfig& config() const { return config_; }
+  // "Decoder(vocab=32, d_model=8, n_heads=2, hidden=16, n_layers=2)".
+  std::string describe() const;
+
+ private:
+  DecoderConfig config_;
+};
+
+}  // namespace tessera::models

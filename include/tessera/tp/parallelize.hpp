@@ -1,0 +1,97 @@
+#pragma once
+// Converting a serial model into a tensor-parallel one, in place.
+//
+// parallelize(model, tp, plan) follows PyTorch's parallelize_module: a plan maps FQN
+// patterns to styles. A pattern is a dotted path whose components may contain `*`
+// (matching any characters within one component): "layers.*.attn.q", "layers.1.mlp".
+// Styles, and the layouts of the tensors a styled module consumes and produces (the
+// seed's make_input_* / make_output_* preparation, fixed per style here):
+//
+//   Colwise            Linear -> ColumnParallelLinear, 1x1 Conv2d -> TpColConv2d,
+//                      Embedding -> ParallelEmbedding.
+//                      input:  Replicate, or Shard(sequence) (all-gathered first)
+//                      output: Shard(features) (default) or Replicate (all-gathered)
+//   Rowwise            Linear -> RowParallelLinear, 1x1 Conv2d -> TpRowConv2d,
+//                      Embedding -> VocabParallelEmbedding.
+//                      input:  Shard(features) (default) or Replicate (split here)
+//                      output: Replicate (all-reduce), or Shard(sequence) (reduce-scatter)
+//   Pairwise           a module whose direct children include an even number (>= 2) of
+//                      Linear layers: they become (Colwise, Rowwise) pairs in order,
+//                      as Megatron-LM's MLP (input and output Replicate).
+//   SequenceParallel   a norm (RMSNorm, LayerNorm) on sequence shards; input Shard
+//                      (sequence) or Replicate (split here: the Replicate -> Shard
+//                      transition after a replicated embedding); output Shard(sequence).
+//                      Its weight gradients become partial sums over tp.
+//   Replicate          the module stays as it is (its parameters are tp-replicated).
+//
+// A pattern that matches nothing, or a style on a module type it cannot shard, is an
+// InvalidArgument naming both. Converted layers keep their parameter FQNs, so
+// initialisation, checkpoints and optimizers see the same names as the serial model.
+//
+// apply_tensor_parallel(model, tp) is CREDIT's opt-in conversion: every module whose
+// tensor_parallel_paths() names a column and a row child (dotted paths allowed) gets
+// them converted in place (column: output Shard(features); row: input Shard(features),
+// output Replicate). Supported: Linear and plain 1x1 Conv2d.
+//
+// sync_replicated_gradients(model, tp) averages the gradients of tp-replicated
+// parameters over tp — pinning replicas that drift under nondeterministic kernels or
+// data = none — and sums the partial gradients sequence parallelism leaves on norm
+// weights and row biases. Sharded parameters are untouched. Gradients travel in
+// buckets of at most `bucket_bytes` (one all-reduce per bucket).
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/comm.hpp"
+#include "tessera/nn/module.hpp"
+
+namespace tessera::tp {
+
+enum class Layout { replicate, shard_features, shard_sequence };
+std::string_view layout_name(Layout layout) noexcept;
+
+struct ParallelStyle {
+  enum class Kind { colwise, rowwise, pairwise, sequence_parallel, replicate };
+  Kind kind = Kind::replicate;
+  Layout input = Layout::replicate;
+  Layout output = Layout::replicate;
+  int sequence_dim = 1;  // (B, S, D) activations
+
+  static ParallelStyle colwise(Layout input = Layout::replicate, Layout output = Layout::shard_features);
+  static ParallelStyle rowwise(Layout input = Layout::shard_features, Layout output = Layout::replicate);
+  static ParallelStyle pairwise();
+  static ParallelStyle sequence_parallel(Layout input = Layout::shard_sequence);
+  static ParallelStyle replicated();
+  std::string str() const;  // "Colwise(input=Replicate, output=Shard(features))"
+};
+
+using ParallelizePlan = std::vector<std::pair<std::string, ParallelStyle>>;
+
+// Whether `path` matches `pattern` (dotted components; `*` within a component).
+bool fqn_matches(const std::string& pattern, const std::string& path);
+
+void parallelize(nn::Module& model, Communicator& tp, const ParallelizePlan& plan);
+void apply_tensor_parallel(nn::Module& model, Communicator& tp);
+void sync_replicated_gradients(nn::Module& model, Communicator& tp, std::size_t bucket_bytes = std::size_t(25) << 20);
+
+// The wrapper SequenceParallel puts around a norm: same parameters under the same names
+// (registered directly, not as a child), input split along the sequence when it
+// arrives replicated.
+class SequenceParallelNorm : public nn::Module {
+ public:
+  SequenceParallelNorm(std::unique_ptr<nn::Module> norm, Communicator& tp, Layout input, int sequence_dim);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& grad_y) override;
+  std::string type_name() const override { return "SequenceParallel(" + inner_->type_name() + ")"; }
+  nn::Module& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<nn::Module> inner_;
+  Communicator& tp_;
+  Layout input_;
+  int sequence_dim_;
+};
+
+}  // namespace tessera::tp

@@ -1,0 +1,265 @@
+// Decomposition: the arithmetic of who owns which (lat, lon) box, and scatter/gather of
+// whole fields through one MPI_Scatterv / MPI_Gatherv.
+
+#include "tessera/domain/decomposition.hpp"
+
+#include <climits>
+#include <utility>
+
+#include "comm/mpi_types.hpp"
+#include "domain/mpi_wait.hpp"
+#include "tessera/agree.hpp"
+#include "tessera/check.hpp"
+#include "tessera/mesh.hpp"
+
+namespace tessera::domain {
+
+std::string ProcessGrid::str() const { return std::to_string(lat) + "x" + std::to_string(lon); }
+
+std::string LocalBox::str() const {
+  return "lat [" + std::to_string(lat.start) + ", " + std::to_string(lat.end()) + ") x lon [" +
+         std::to_string(lon.start) + ", " + std::to_string(lon.end()) + ")";
+}
+
+Decomposition::Decomposition(Communicator& comm, Shape global_shape)
+    : Decomposition(comm, std::move(global_shape), ProcessGrid{comm.size(), 1}) {}
+
+Decomposition::Decomposition(const Mesh& mesh, Shape global_shape)
+    : Decomposition(mesh.domain(), std::move(global_shape)) {}
+
+Decomposition::Decomposition(const Mesh& mesh, Shape global_shape, ProcessGrid grid)
+    : Decomposition(mesh.domain(), std::move(global_shape), grid) {}
+
+Decomposition::Decomposition(Communicator& comm, Shape global_shape, ProcessGrid grid)
+    : comm_(&comm), rank_(comm.rank()), grid_(grid), global_shape_(std::move(global_shape)) {
+  validate();
+  // Everything above is local arithmetic on the arguments, so identical arguments give
+  // identical verdicts; this one all-reduce makes sure the arguments were identical.
+  detail::check_same_on_all_ranks(comm.mpi_comm(), str_of_args(), "Decomposition");
+}
+
+std::string Decomposition::str_of_args() const { return shape_str(global_shape_) + " over " + grid_.str(); }
+
+void Decomposition::validate() {
+  const std::string what = "Decomposition of " + shape_str(global_shape_) + " over " + grid_.str();
+  if (global_shape_.size() < 2) {
+    throw InvalidArgument(what + ": the global shape needs at least the two dims (lat, lon)");
+  }
+  for (std::int64_t e : global_shape_) {
+    if (e < 0) throw InvalidArgument(what + ": negative extent");
+  }
+  if (grid_.lat < 1 || grid_.lon < 1 || grid_.lat * grid_.lon != comm_->size()) {
+    throw InvalidArgument(what + ": the process grid must hold exactly the " +
+                          std::to_string(comm_->size()) + " ranks of the domain communicator");
+  }
+  // A rank without cells would have nothing to send and break every neighbour relation;
+  // report the first such rank (the same one on every rank).
+  if (global_lat() < grid_.lat) {
+    const int r = rank_of({static_cast<int>(global_lat()), 0});
+    throw InvalidArgument(what + ": domain rank " + std::to_string(r) + " would own 0 of the " +
+                          std::to_string(global_lat()) + " latitudes (" + std::to_string(grid_.lat) +
+                          " ranks along latitude)");
+  }
+  if (global_lon() < grid_.lon) {
+    const int r = rank_of({0, static_cast<int>(global_lon())});
+    throw InvalidArgument(what + ": domain rank " + std::to_string(r) + " would own 0 of the " +
+                          std::to_string(global_lon()) + " longitudes (" + std::to_string(grid_.lon) +
+                          " ranks along longitude)");
+  }
+}
+
+GridCoords Decomposition::coords_of(int rank) const {
+  if (rank < 0 || rank >= size()) {
+    throw InvalidArgument("Decomposition: rank " + std::to_string(rank) + " is outside the " + grid_.str() +
+                          " process grid");
+  }
+  return {rank / grid_.lon, rank % grid_.lon};
+}
+
+int Decomposition::rank_of(GridCoords c) const {
+  if (c.lat < 0 || c.lat >= grid_.lat || c.lon < 0 || c.lon >= grid_.lon) {
+    throw InvalidArgument("Decomposition: grid position (" + std::to_string(c.lat) + ", " + std::to_string(c.lon) +
+                          ") is outside the " + grid_.str() + " process grid");
+  }
+  return c.lat * grid_.lon + c.lon;
+}
+
+ShardRange Decomposition::lat_range(int grid_lat) const { return shard_range(global_lat(), grid_.lat, grid_lat); }
+ShardRange Decomposition::lon_range(int grid_lon) const { return shard_range(global_lon(), grid_.lon, grid_lon); }
+
+LocalBox Decomposition::box_of(int rank) const {
+  const GridCoords c = coords_of(rank);
+  return {lat_range(c.lat), lon_range(c.lon)};
+}
+
+Shape Decomposition::local_shape(const Shape& leading) const {
+  Shape s = leading;
+  const LocalBox b = box();
+  s.push_back(b.lat.length);
+  s.push_back(b.lon.length);
+  return s;
+}
+
+std::string Decomposition::str() const {
+  return shape_str(global_shape_) + " over " + grid_.str() + " (rank " + std::to_string(rank_) + ": " +
+         box().str() + ")";
+}
+
+namespace {
+
+// The (lat, lon) box of `rank` inside a global field (leading dims whole).
+Tensor box_view(const Tensor& global, const LocalBox& b) {
+  const int d = global.dim();
+  return global.narrow(d - 2, b.lat.start, b.lat.length).narrow(d - 1, b.lon.start, b.lon.length);
+}
+
+Shape leading_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+// Element counts and displacements of every rank's box in rank order, for *v collectives.
+struct Blocks {
+  std::vector<int> counts, displs;
+  std::int64_t total = 0;
+};
+
+Blocks blocks_of(const Decomposition& d, std::int64_t leading_numel, const std::string& what) {
+  Blocks b;
+  for (int r = 0; r < d.size(); ++r) {
+    const LocalBox box = d.box_of(r);
+    const std::int64_t n = leading_numel * box.lat.length * box.lon.length;
+    if (b.total + n > INT_MAX) {
+      throw UnsupportedError(what + ": the field has more than " + std::to_string(INT_MAX) +
+                             " elements, the limit of MPI's int counts");
+    }
+    b.counts.push_back(static_cast<int>(n));
+    b.displs.push_back(static_cast<int>(b.total));
+    b.total += n;
+  }
+  return b;
+}
+
+}  // namespace
+
+void Decomposition::scatter(const Tensor& global, Tensor& local, int root) const {
+  const std::string what = "Decomposition::scatter";
+  Blocks blocks;
+  agree_on_success(comm_->mpi_comm(), [&] {
+    if (root < 0 || root >= size()) {
+      throw InvalidArgument(what + ": root " + std::to_string(root) + " is not a domain rank");
+    }
+    if (!local.defined() || local.dim() < 2 || local.shape() != local_shape(leading_of(local))) {
+      throw ShapeError(what + ": local field " + (local.defined() ? local.str() : std::string("undefined")) +
+                       " on domain rank " + std::to_string(rank_) + " must have shape " +
+                       shape_str(local_shape(local.defined() && local.dim() >= 2 ? leading_of(local) : Shape{})) +
+                       " (" + box().str() + ")");
+    }
+    if (rank_ == root) {
+      Shape expected = leading_of(local);
+      expected.push_back(global_lat());
+      expected.push_back(global_lon());
+      if (!global.defined() || global.shape() != expected || global.dtype() != local.dtype()) {
+        throw ShapeError(what + ": global field " + (global.defined() ? global.str() : std::string("undefined")) +
+                         " on root " + std::to_string(root) + " must be " + std::string(dtype_name(local.dtype())) +
+                         shape_str(expected));
+      }
+    }
+    blocks = blocks_of(*this, shape_numel(leading_of(local)), what);
+  });
+  detail::check_same_on_all_ranks(comm_->mpi_comm(),
+                                  std::string(dtype_name(local.dtype())) + shape_str(leading_of(local)),
+                                  what + " (dtype and leading dims of the local fields)");
+
+  if (size() == 1) {
+    local.copy_from(global);
+    return;
+  }
+  // Root packs every rank's box in rank order; every rank receives its own contiguously.
+  Tensor packed;
+  if (rank_ == root) {
+    packed = Tensor::empty({blocks.total}, global.dtype());
+    const Tensor g = global.device().is_host() ? global : global.to(Device::host());
+    for (int r = 0; r < size(); ++r) {
+      const Tensor src = box_view(g, box_of(r));
+      packed.narrow(0, blocks.displs[r], blocks.counts[r]).reshape(src.shape()).copy_from(src);
+    }
+  }
+  Tensor mine = Tensor::empty(local.shape(), local.dtype());
+  const MPI_Datatype type = tessera::detail::mpi_datatype(local.dtype());
+  MPI_Request request = MPI_REQUEST_NULL;
+  TESSERA_CHECK_MPI(MPI_Iscatterv(rank_ == root ? packed.data() : nullptr, blocks.counts.data(),
+                                  blocks.displs.data(), type, mine.data(), blocks.counts[rank_], type, root,
+                                  comm_->mpi_comm(), &request));
+  std::vector<MPI_Request> requests{request};
+  detail::wait_all(requests, comm_->wait_policy());
+  local.copy_from(mine);
+}
+
+Tensor Decomposition::scatter(const Tensor& global, DType dtype, int root) const {
+  Tensor local = Tensor::empty(local_shape(), dtype);
+  scatter(global, local, root);
+  return local;
+}
+
+void Decomposition::gather(const Tensor& local, Tensor& global, int root) const {
+  const std::string what = "Decomposition::gather";
+  Blocks blocks;
+  agree_on_success(comm_->mpi_comm(), [&] {
+    if (root < 0 || root >= size()) {
+      throw InvalidArgument(what + ": root " + std::to_string(root) + " is not a domain rank");
+    }
+    if (!local.defined() || local.dim() < 2 || local.shape() != local_shape(leading_of(local))) {
+      throw ShapeError(what + ": local field " + (local.defined() ? local.str() : std::string("undefined")) +
+                       " on domain rank " + std::to_string(rank_) + " must have shape " +
+                       shape_str(local_shape(local.defined() && local.dim() >= 2 ? leading_of(local) : Shape{})) +
+                       " (" + box().str() + ")");
+    }
+    if (rank_ == root) {
+      Shape expected = leading_of(local);
+      expected.push_back(global_lat());
+      expected.push_back(global_lon());
+      if (!global.defined() || global.shape() != expected || global.dtype() != local.dtype()) {
+        throw ShapeError(what + ": global field " + (global.defined() ? global.str() : std::string("undefined")) +
+                         " on root " + std::to_string(root) + " must be " + std::string(dtype_name(local.dtype())) +
+                         shape_str(expected));
+      }
+    }
+    blocks = blocks_of(*this, shape_numel(leading_of(local)), what);
+  });
+  detail::check_same_on_all_ranks(comm_->mpi_comm(),
+                                  std::string(dtype_name(local.dtype())) + shape_str(leading_of(local)),
+                                  what + " (dtype and leading dims of the local fields)");
+
+  if (size() == 1) {
+    global.copy_from(local);
+    return;
+  }
+  const Tensor mine = local.device().is_host() && local.is_contiguous() ? local : local.to(Device::host()).contiguous();
+  Tensor packed;
+  if (rank_ == root) packed = Tensor::empty({blocks.total}, local.dtype());
+  const MPI_Datatype type = tessera::detail::mpi_datatype(local.dtype());
+  MPI_Request request = MPI_REQUEST_NULL;
+  TESSERA_CHECK_MPI(MPI_Igatherv(mine.data(), blocks.counts[rank_], type, rank_ == root ? packed.data() : nullptr,
+                                 blocks.counts.data(), blocks.displs.data(), type, root, comm_->mpi_comm(),
+                                 &request));
+  std::vector<MPI_Request> requests{request};
+  detail::wait_all(requests, comm_->wait_policy());
+  if (rank_ != root) return;
+  for (int r = 0; r < size(); ++r) {
+    Tensor dst = box_view(global, box_of(r));
+    dst.copy_from(packed.narrow(0, blocks.displs[r], blocks.counts[r]).reshape(dst.shape()));
+  }
+}
+
+Tensor Decomposition::gather(const Tensor& local, int root) const {
+  // Non-roots learn nothing about the global tensor; they pass an undefined one.
+  Tensor global;
+  if (rank_ == root && local.defined() && local.dim() >= 2) {
+    Shape s = leading_of(local);
+    s.push_back(global_lat());
+    s.push_back(global_lon());
+    global = Tensor::empty(s, local.dtype());
+  }
+  gather(local, global, root);
+  return global;
+}
+
+}  // namespace tessera::domain

@@ -1,0 +1,105 @@
+#include "tessera/models/decoder.hpp"
+
+#include <cmath>
+
+#include "tessera/nn/attention.hpp"
+#include "tessera/nn/embedding.hpp"
+#include "tessera/nn/linear.hpp"
+#include "tessera/nn/norm.hpp"
+#include "tessera/nn/sequential.hpp"
+#include "tessera/nn/swiglu.hpp"
+#include "tessera/ops.hpp"
+
+namespace tessera::models {
+
+namespace {
+
+// a + b into a new tensor (the residual stream must not alias a child's output or cache).
+Tensor residual_add(const Tensor& a, const Tensor& b, const std::string& layer, const char* what) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
+    throw ShapeError(layer + ": " + what + ": residual " + a.str() + " and branch output " + b.str() +
+                     " must have one shape and dtype");
+  }
+  Tensor sum = a.clone();
+  ops::axpy(1.0, b.contiguous(), sum);
+  return sum;
+}
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(std::int64_t d_model, std::int64_t n_heads, std::int64_t hidden, double eps,
+                                   DType dtype, Device device)
+    : d_model_(d_model), n_heads_(n_heads), hidden_(hidden), eps_(eps) {
+  if (d_model < 1 || n_heads < 1 || hidden < 1 || d_model % n_heads != 0) {
+    throw InvalidArgument(describe() + ": d_model must be a positive multiple of n_heads and hidden >= 1");
+  }
+  register_child("attn_norm", std::make_unique<nn::RMSNorm>(d_model, eps, dtype, device));
+  register_child("attn", std::make_unique<nn::MultiHeadAttention>(d_model, n_heads, /*causal=*/true, dtype, device));
+  register_child("mlp_norm", std::make_unique<nn::RMSNorm>(d_model, eps, dtype, device));
+  register_child("mlp", std::make_unique<nn::SwiGLU>(d_model, hidden, dtype, device));
+}
+
+std::string TransformerBlock::describe() const {
+  return "TransformerBlock(d_model=" + std::to_string(d_model_) + ", n_heads=" + std::to_string(n_heads_) +
+         ", hidden=" + std::to_string(hidden_) + ")";
+}
+
+Tensor TransformerBlock::forward(const Tensor& input) {
+  if (!input.defined()) throw InvalidArgument(describe() + ": forward input is undefined");
+  Tensor h = residual_add(input, at("attn").forward(at("attn_norm").forward(input)), describe(), "attention");
+  return residual_add(h, at("mlp").forward(at("mlp_norm").forward(h)), describe(), "mlp");
+}
+
+Tensor TransformerBlock::backward(const Tensor& grad_output) {
+  if (!grad_output.defined()) throw InvalidArgument(describe() + ": backward grad_output is undefined");
+  // y = h + mlp(mlp_norm(h)): dh = dy + the branch's input gradient; likewise for x.
+  Tensor dh = residual_add(grad_output, at("mlp_norm").backward(at("mlp").backward(grad_output)), describe(),
+                           "mlp backward");
+  return residual_add(dh, at("attn_norm").backward(at("attn").backward(dh)), describe(), "attention backward");
+}
+
+Decoder::Decoder(const DecoderConfig& config, DType dtype, Device device) : config_(config) {
+  if (config.vocab < 1 || config.d_model < 1 || config.n_heads < 1 || config.hidden < 1 || config.n_layers < 0 ||
+      config.d_model % config.n_heads != 0) {
+    throw InvalidArgument(describe() +
+                          ": vocab, d_model, n_heads and hidden must be >= 1, n_layers >= 0, and d_model a "
+                          "multiple of n_heads");
+  }
+  register_child("embed", std::make_unique<nn::Embedding>(config.vocab, config.d_model, dtype, device));
+  auto layers = std::make_unique<nn::Sequential>();
+  for (std::int64_t i = 0; i < config.n_layers; ++i) {
+    layers->append(std::make_unique<TransformerBlock>(config.d_model, config.n_heads, config.hidden, config.eps,
+                                                      dtype, device));
+  }
+  register_child("layers", std::move(layers));
+  register_child("norm", std::make_unique<nn::RMSNorm>(config.d_model, config.eps, dtype, device));
+  register_child("head", std::make_unique<nn::Linear>(config.d_model, config.vocab, /*bias=*/false, dtype, device));
+}
+
+std::string Decoder::describe() const {
+  return "Decoder(vocab=" + std::to_string(config_.vocab) + ", d_model=" + std::to_string(config_.d_model) +
+         ", n_heads=" + std::to_string(config_.n_heads) + ", hidden=" + std::to_string(config_.hidden) +
+         ", n_layers=" + std::to_string(config_.n_layers) + ")";
+}
+
+Tensor Decoder::forward(const Tensor& ids) {
+  if (!ids.defined()) throw InvalidArgument(describe() + ": forward ids are undefined");
+  if (ids.dim() != 2 || ids.dtype() != DType::i64) {
+    throw ShapeError(describe() + ": ids " + ids.str() + " must be i64 [B, S]");
+  }
+  Tensor x = at("embed").forward(ids);
+  x = at("layers").forward(x);
+  x = at("norm").forward(x);
+  return at("head").forward(x);
+}
+
+Tensor Decoder::backward(const Tensor& grad_logits) {
+  if (!grad_logits.defined()) throw InvalidArgument(describe() + ": backward grad_logits is undefined");
+  Tensor g = at("head").backward(grad_logits);
+  g = at("norm").backward(g);
+  g = at("layers").backward(g);
+  (void)at("embed").backward(g);
+  return Tensor();
+}
+
+}  // namespace tessera::models
