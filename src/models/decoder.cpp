@@ -4,6 +4,7 @@
 
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/embedding.hpp"
+#include "tessera/nn/functional.hpp"
 #include "tessera/nn/linear.hpp"
 #include "tessera/nn/norm.hpp"
 #include "tessera/nn/sequential.hpp"
@@ -58,6 +59,21 @@ Tensor TransformerBlock::backward(const Tensor& grad_output) {
   return residual_add(dh, at("attn_norm").backward(at("attn").backward(dh)), describe(), "attention backward");
 }
 
+namespace {
+
+// The embedding whose table a tied head shares; it must still be the serial Embedding
+// (a vocabulary-sharded table cannot serve as a replicated head).
+nn::Embedding& tied_table(nn::Module& embed, const std::string& who) {
+  auto* table = dynamic_cast<nn::Embedding*>(&embed);
+  if (table == nullptr) {
+    throw InvalidArgument(who + ": tied embeddings need 'embed' to stay a serial Embedding, found " +
+                          embed.type_name());
+  }
+  return *table;
+}
+
+}  // namespace
+
 Decoder::Decoder(const DecoderConfig& config, DType dtype, Device device) : config_(config) {
   if (config.vocab < 1 || config.d_model < 1 || config.n_heads < 1 || config.hidden < 1 || config.n_layers < 0 ||
       config.d_model % config.n_heads != 0) {
@@ -73,7 +89,9 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, Device device) : conf
   }
   register_child("layers", std::move(layers));
   register_child("norm", std::make_unique<nn::RMSNorm>(config.d_model, config.eps, dtype, device));
-  register_child("head", std::make_unique<nn::Linear>(config.d_model, config.vocab, /*bias=*/false, dtype, device));
+  if (!config.tie_embeddings) {
+    register_child("head", std::make_unique<nn::Linear>(config.d_model, config.vocab, /*bias=*/false, dtype, device));
+  }
 }
 
 std::string Decoder::describe() const {
@@ -90,16 +108,72 @@ Tensor Decoder::forward(const Tensor& ids) {
   Tensor x = at("embed").forward(ids);
   x = at("layers").forward(x);
   x = at("norm").forward(x);
-  return at("head").forward(x);
+  if (!config_.tie_embeddings) return at("head").forward(x);
+  normed_ = x;
+  return nn::functional::linear(x, tied_table(at("embed"), describe()).weight.value, Tensor());
 }
 
 Tensor Decoder::backward(const Tensor& grad_logits) {
   if (!grad_logits.defined()) throw InvalidArgument(describe() + ": backward grad_logits is undefined");
-  Tensor g = at("head").backward(grad_logits);
+  Tensor g;
+  if (config_.tie_embeddings) {
+    if (!normed_.defined()) throw InvalidArgument(describe() + ": backward without a preceding forward");
+    Parameter& table = tied_table(at("embed"), describe()).weight;
+    Tensor no_bias;
+    g = nn::functional::linear_backward(grad_logits.contiguous(), normed_, table.value, table.grad, no_bias);
+    normed_ = Tensor();
+  } else {
+    g = at("head").backward(grad_logits);
+  }
   g = at("norm").backward(g);
   g = at("layers").backward(g);
   (void)at("embed").backward(g);
   return Tensor();
+}
+
+}  // namespace tessera::models
+
+namespace tessera::models {
+
+DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_parallel) {
+  using tp::Layout;
+  using tp::ParallelStyle;
+  DecoderTpPlan out;
+  out.sequence_parallel = sequence_parallel;
+  if (sequence_parallel && config.tie_embeddings) {
+    out.sequence_parallel = false;
+    out.reason =
+        "sequence parallelism is off: the embeddings are tied, and a Colwise output head would impose a vocabulary "
+        "sharding on the table the replicated embedding shares";
+  }
+  const bool sp = out.sequence_parallel;
+  const Layout col_in = sp ? Layout::shard_sequence : Layout::replicate;
+  const Layout row_out = sp ? Layout::shard_sequence : Layout::replicate;
+  auto& plan = out.plan;
+  // The embedding stays replicated. With sequence parallelism its output is split along
+  // the sequence right away: the first block's residual stream must already be a
+  // shard (a split at the first norm would leave the residual x replicated).
+  plan.push_back({"embed", ParallelStyle::replicated(sp ? Layout::shard_sequence : Layout::replicate)});
+  for (std::int64_t i = 0; i < config.n_layers; ++i) {
+    const std::string block = "layers." + std::to_string(i) + ".";
+    if (sp) {
+      plan.push_back({block + "attn_norm", ParallelStyle::sequence_parallel()});
+      plan.push_back({block + "mlp_norm", ParallelStyle::sequence_parallel()});
+    }
+    for (const char* name : {"attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up"}) {
+      plan.push_back({block + name, ParallelStyle::colwise(col_in)});
+    }
+    for (const char* name : {"attn.o", "mlp.down"}) {
+      plan.push_back({block + name, ParallelStyle::rowwise(Layout::shard_features, row_out)});
+    }
+  }
+  if (sp) plan.push_back({"norm", ParallelStyle::sequence_parallel()});
+  if (config.tie_embeddings) {
+    out.vocab_sharded_logits = false;
+  } else {
+    plan.push_back({"head", ParallelStyle::colwise(col_in)});
+  }
+  return out;
 }
 
 }  // namespace tessera::models

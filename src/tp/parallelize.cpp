@@ -32,12 +32,13 @@ ParallelStyle ParallelStyle::pairwise() { return {Kind::pairwise, Layout::replic
 ParallelStyle ParallelStyle::sequence_parallel(Layout input) {
   return {Kind::sequence_parallel, input, Layout::shard_sequence};
 }
-ParallelStyle ParallelStyle::replicated() { return {Kind::replicate, Layout::replicate, Layout::replicate}; }
+ParallelStyle ParallelStyle::replicated(Layout output) { return {Kind::replicate, Layout::replicate, output}; }
 
 std::string ParallelStyle::str() const {
   const char* names[] = {"Colwise", "Rowwise", "Pairwise", "SequenceParallel", "Replicate"};
   std::string s = names[static_cast<int>(kind)];
-  if (kind == Kind::colwise || kind == Kind::rowwise || kind == Kind::sequence_parallel) {
+  if (kind == Kind::colwise || kind == Kind::rowwise || kind == Kind::sequence_parallel ||
+      (kind == Kind::replicate && output != Layout::replicate)) {
     s += "(input=" + std::string(layout_name(input)) + ", output=" + std::string(layout_name(output)) + ")";
   }
   return s;
@@ -193,6 +194,12 @@ std::vector<Conversion> resolve(nn::Module& model, const ParallelizePlan& plan) 
       matched = true;
       switch (style.kind) {
         case Kind::replicate:
+          if (style.output != Layout::replicate && style.output != Layout::shard_sequence) {
+            cannot_apply(path, *m, style, "a Replicate output is Replicate or Shard(sequence)");
+          }
+          if (style.output == Layout::shard_sequence && path.empty()) {
+            cannot_apply(path, *m, style, "the root module cannot be replaced; style its children");
+          }
           claim(path, style, pattern);
           break;
         case Kind::colwise:
@@ -235,8 +242,14 @@ void apply(nn::Module& model, const Conversion& c, Communicator& tp) {
     model.replace(c.path, convert_leaf(c.path, m, c.style, tp));
   } else if (c.style.kind == Kind::sequence_parallel) {
     auto norm = model.replace(c.path, std::make_unique<Placeholder>());
-    model.replace(c.path, std::make_unique<SequenceParallelNorm>(std::move(norm), tp, c.style.input,
-                                                                  c.style.sequence_dim));
+    model.replace(c.path, std::make_unique<SequenceShardWrapper>(std::move(norm), tp, c.style.sequence_dim,
+                                                                  c.style.input == Layout::replicate,
+                                                                  /*split_output=*/false, /*partial_grads=*/true));
+  } else if (c.style.kind == Kind::replicate && c.style.output == Layout::shard_sequence) {
+    auto inner = model.replace(c.path, std::make_unique<Placeholder>());
+    model.replace(c.path, std::make_unique<SequenceShardWrapper>(std::move(inner), tp, c.style.sequence_dim,
+                                                                  /*split_input=*/false, /*split_output=*/true,
+                                                                  /*partial_grads=*/false));
   }
 }
 
@@ -283,28 +296,40 @@ void apply_tensor_parallel(nn::Module& model, Communicator& tp) {
 }
 
 // ---------------------------------------------------------------------------
-// SequenceParallelNorm
+// SequenceShardWrapper
 // ---------------------------------------------------------------------------
 
-SequenceParallelNorm::SequenceParallelNorm(std::unique_ptr<nn::Module> norm, Communicator& tp, Layout input,
-                                           int sequence_dim)
-    : inner_(std::move(norm)), tp_(tp), input_(input), sequence_dim_(sequence_dim) {
-  // The norm's parameters keep their names (no ".inner" in the FQN); on sequence shards
-  // each rank's weight gradient covers only its shard.
+SequenceShardWrapper::SequenceShardWrapper(std::unique_ptr<nn::Module> inner, Communicator& tp, int sequence_dim,
+                                           bool split_input, bool split_output, bool partial_grads)
+    : inner_(std::move(inner)),
+      tp_(tp),
+      sequence_dim_(sequence_dim),
+      split_input_(split_input),
+      split_output_(split_output),
+      partial_grads_(partial_grads) {
+  // The parameters keep their names (no ".inner" in the FQN). On sequence shards each
+  // rank's gradient covers only its shard.
   for (auto& [name, p] : inner_->named_parameters()) {
-    p->partial_grad_over_tp = true;
+    if (partial_grads_) p->partial_grad_over_tp = true;
     register_parameter(name, *p);
   }
 }
 
-Tensor SequenceParallelNorm::forward(const Tensor& x) {
-  const Tensor local = input_ == Layout::replicate ? scatter_to_parallel(x, sequence_dim_, tp_) : x;
-  return inner_->forward(local);
+std::string SequenceShardWrapper::type_name() const {
+  return (partial_grads_ ? "SequenceParallel(" : "SequenceSharded(") + inner_->type_name() + ")";
 }
 
-Tensor SequenceParallelNorm::backward(const Tensor& grad_y) {
-  const Tensor dx = inner_->backward(grad_y);
-  return input_ == Layout::replicate ? scatter_to_parallel_backward(dx, sequence_dim_, tp_) : dx;
+Tensor SequenceShardWrapper::forward(const Tensor& x) {
+  const Tensor input = split_input_ ? scatter_to_parallel(x, sequence_dim_, tp_) : x;
+  const Tensor y = inner_->forward(input);
+  return split_output_ ? scatter_to_parallel(y, sequence_dim_, tp_) : y;
+}
+
+Tensor SequenceShardWrapper::backward(const Tensor& grad_y) {
+  const Tensor grad = split_output_ ? scatter_to_parallel_backward(grad_y, sequence_dim_, tp_) : grad_y;
+  const Tensor dx = inner_->backward(grad);
+  if (!dx.defined()) return dx;  // e.g. an embedding: ids have no gradient
+  return split_input_ ? scatter_to_parallel_backward(dx, sequence_dim_, tp_) : dx;
 }
 
 // ---------------------------------------------------------------------------

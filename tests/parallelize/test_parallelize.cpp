@@ -97,11 +97,11 @@ TEST_F(Parallelize, ColwiseRowwisePlanMatchesSerialAndCountsCollectives) {
 
   const Tensor x = random_tensor({3, 5, 8}, 1);
   const Tensor dy = random_tensor({3, 5, 8}, 2);
-  const std::int64_t before = tp.stats().collectives;
+  const std::int64_t before = tp.stats().mpi_calls;
   EXPECT_TRUE(tensors_close(parallel->forward(x), serial->forward(x)));
-  const std::int64_t forward_collectives = tp.stats().collectives - before;
+  const std::int64_t forward_collectives = tp.stats().mpi_calls - before;
   EXPECT_TRUE(tensors_close(parallel->backward(dy), serial->backward(dy)));
-  const std::int64_t backward_collectives = tp.stats().collectives - before - forward_collectives;
+  const std::int64_t backward_collectives = tp.stats().mpi_calls - before - forward_collectives;
   // One all-reduce per row layer forward, one per column layer backward; none at tp=1.
   EXPECT_EQ(forward_collectives, tp.size() > 1 ? 2 : 0);
   EXPECT_EQ(backward_collectives, tp.size() > 1 ? 2 : 0);
@@ -178,6 +178,7 @@ TEST_F(Parallelize, SequenceParallelMatchesSerial) {
                    {"3", ParallelStyle::rowwise(tp::Layout::shard_features, tp::Layout::shard_sequence)},
                    {"4", ParallelStyle::sequence_parallel()}});
   EXPECT_EQ(parallel->at("0").type_name(), "SequenceParallel(RMSNorm)");
+  EXPECT_EQ(parallel->at("4").type_name(), "SequenceParallel(LayerNorm)");
   // FQNs are unchanged by the wrapper.
   EXPECT_EQ(parallel->named_parameters().front().first, "0.weight");
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tessera/nn/module.hpp"
+#include "tessera/tp/parallelize.hpp"
 
 namespace tessera::models {
 
@@ -48,6 +49,9 @@ struct DecoderConfig {
   std::int64_t hidden = 0;  // SwiGLU hidden width
   std::int64_t n_layers = 0;
   double eps = 1e-6;  // RMSNorm eps, every norm
+  // The output projection reuses the embedding table (logits = h · embed.weightᵀ):
+  // there is no "head" child and the table's gradient collects both uses.
+  bool tie_embeddings = false;
 };
 
 // Children "embed" (Embedding vocab x d_model), "layers" (Sequential of n_layers
@@ -69,6 +73,24 @@ class Decoder : public nn::Module {
 
  private:
   DecoderConfig config_;
+  Tensor normed_;  // the final norm's output, kept for the tied head's backward
 };
+
+// How to tensor-parallelise a Decoder (KempnerForge's plan, seed 001): attention
+// Q/K/V Colwise (heads split over tp), O Rowwise; SwiGLU gate/up Colwise, down
+// Rowwise; the output head Colwise over the vocabulary (logits stay vocab-sharded for
+// tp::vocab_parallel_cross_entropy); the token embedding and the norms replicated.
+// With sequence parallelism the norms run on sequence shards, Colwise layers
+// all-gather the sequence and Rowwise layers reduce-scatter it; the Replicate -> Shard
+// transition is a split of the replicated embedding's output (no communication
+// forward), so the first block's residual stream is already sharded. Tied embeddings switch sequence parallelism off, and keep the head replicated
+// (a Colwise head would impose a vocabulary sharding on the shared table).
+struct DecoderTpPlan {
+  tp::ParallelizePlan plan;
+  bool sequence_parallel = false;    // what the plan does (may differ from what was asked)
+  std::string reason;                // why sequence parallelism was switched off, if it was
+  bool vocab_sharded_logits = true;  // false with tied embeddings: logits are replicated
+};
+DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_parallel);
 
 }  // namespace tessera::models

@@ -22,7 +22,12 @@
 //                      (sequence) or Replicate (split here: the Replicate -> Shard
 //                      transition after a replicated embedding); output Shard(sequence).
 //                      Its weight gradients become partial sums over tp.
-//   Replicate          the module stays as it is (its parameters are tp-replicated).
+//   Replicate          the module stays as it is (its parameters are tp-replicated);
+//                      with output Shard(sequence) its output is split along the
+//                      sequence (no communication forward, an all-gather backward):
+//                      the Replicate -> Shard transition of sequence parallelism, put
+//                      right after a replicated token embedding so that the residual
+//                      stream of the first block is already sharded.
 //
 // A pattern that matches nothing, or a style on a module type it cannot shard, is an
 // InvalidArgument naming both. Converted layers keep their parameter FQNs, so
@@ -63,7 +68,7 @@ struct ParallelStyle {
   static ParallelStyle rowwise(Layout input = Layout::shard_features, Layout output = Layout::replicate);
   static ParallelStyle pairwise();
   static ParallelStyle sequence_parallel(Layout input = Layout::shard_sequence);
-  static ParallelStyle replicated();
+  static ParallelStyle replicated(Layout output = Layout::replicate);
   std::string str() const;  // "Colwise(input=Replicate, output=Shard(features))"
 };
 
@@ -76,22 +81,25 @@ void parallelize(nn::Module& model, Communicator& tp, const ParallelizePlan& pla
 void apply_tensor_parallel(nn::Module& model, Communicator& tp);
 void sync_replicated_gradients(nn::Module& model, Communicator& tp, std::size_t bucket_bytes = std::size_t(25) << 20);
 
-// The wrapper SequenceParallel puts around a norm: same parameters under the same names
-// (registered directly, not as a child), input split along the sequence when it
-// arrives replicated.
-class SequenceParallelNorm : public nn::Module {
+// The wrapper sequence parallelism puts around a leaf module: the same parameters
+// under the same names (registered directly, not as a child, so FQNs do not change);
+// the input split along the sequence when it arrives replicated, or the output split
+// when the module's consumers expect shards; with `partial_grads` (norms on sequence
+// shards) the parameters' gradients are marked as partial sums over tp.
+class SequenceShardWrapper : public nn::Module {
  public:
-  SequenceParallelNorm(std::unique_ptr<nn::Module> norm, Communicator& tp, Layout input, int sequence_dim);
+  SequenceShardWrapper(std::unique_ptr<nn::Module> inner, Communicator& tp, int sequence_dim, bool split_input,
+                       bool split_output, bool partial_grads);
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
-  std::string type_name() const override { return "SequenceParallel(" + inner_->type_name() + ")"; }
+  std::string type_name() const override;
   nn::Module& inner() { return *inner_; }
 
  private:
   std::unique_ptr<nn::Module> inner_;
   Communicator& tp_;
-  Layout input_;
   int sequence_dim_;
+  bool split_input_, split_output_, partial_grads_;
 };
 
 }  // namespace tessera::tp

@@ -1,0 +1,87 @@
+#pragma once
+// Serial access to a checkpoint (no MPI communication): the header, the dataset list
+// and hyperslab reads, plus the whole-checkpoint verify and merge that tessera-ckpt
+// runs. Works on both layouts: per_rank reads go through the index's virtual datasets.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/parallelism.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera::io {
+
+// The root attributes (docs/checkpoint-format.md, "Root attributes").
+struct CheckpointHeader {
+  std::string format;                  // "tessera-checkpoint"
+  std::int64_t format_version = 0;
+  std::string tessera_version;
+  CheckpointLayout layout = CheckpointLayout::shared;
+  ParallelismConfig mesh;              // data mode, tp and domain degrees at save time
+  std::int64_t dp = 1;                 // dp degree at save time
+  std::int64_t world_size = 1;
+  std::int64_t step = 0;
+  std::string metadata;
+  std::string checksum_algorithm;
+  std::vector<std::int64_t> writer_ranks;  // per_rank: ranks that wrote a slice file
+  std::string optimizer_type;          // empty when no optimizer state was saved
+  std::int64_t optimizer_step_count = 0;
+};
+
+struct DatasetInfo {
+  std::string path;       // "/model/fc.weight", "/optimizer/fc.weight.exp_avg"
+  std::string section;    // "model" or "optimizer"
+  std::string name;       // the FQN or state name
+  Shape shape;            // global shape
+  DType dtype = DType::f32;
+  std::string placement;  // at save time, "dp: Replicate, tp: Shard(0), domain: Replicate"
+  std::uint64_t checksum = 0;
+};
+
+// "<dir>/checkpoint.h5" for a step directory, the latest one for a root directory, the
+// path itself for a file; throws IoError when there is none.
+std::string resolve_checkpoint_file(const std::string& path);
+// "checkpoint.rank00003.h5".
+std::string rank_file_name(std::int64_t rank);
+
+class CheckpointReader {
+ public:
+  // Opens `path` (see resolve_checkpoint_file) and reads the header and dataset list;
+  // throws IoError / Hdf5Error naming the file.
+  explicit CheckpointReader(const std::string& path);
+  ~CheckpointReader();
+  CheckpointReader(CheckpointReader&&) noexcept;
+  CheckpointReader& operator=(CheckpointReader&&) noexcept;
+
+  const std::string& file() const;
+  const CheckpointHeader& header() const;
+  const std::vector<DatasetInfo>& datasets() const;
+  const DatasetInfo* find(const std::string& path) const;  // nullptr when absent
+
+  // The block [offset, offset + count) as a contiguous host tensor of the dataset's dtype.
+  Tensor read(const DatasetInfo& dataset, const Shape& offset, const Shape& count) const;
+  Tensor read(const DatasetInfo& dataset) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct VerifyReport {
+  std::vector<std::string> passed;  // "/model/fc.weight"
+  std::vector<std::string> failed;  // one line per problem, naming the dataset (and file)
+  bool ok() const { return failed.empty(); }
+};
+// Reads every dataset in full and checks its checksum; for per_rank, also that every
+// slice file exists and each slice matches its own checksum (naming the rank file).
+VerifyReport verify_checkpoint(const std::string& path);
+
+// Writes a self-contained single file (layout shared, contiguous datasets, same
+// attributes and checksums) from any checkpoint; written to a temporary name, fsynced
+// and renamed, so `output_file` is complete or absent.
+void merge_checkpoint(const std::string& path, const std::string& output_file);
+
+}  // namespace tessera::io

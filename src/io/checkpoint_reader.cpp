@@ -1,0 +1,235 @@
+#include "tessera/io/checkpoint_reader.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "io/format.hpp"
+#include "tessera/io/checksum.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tessera::io {
+
+using namespace detail;
+
+std::string rank_file_name(std::int64_t rank) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "checkpoint.rank%05" PRId64 ".h5", rank);
+  return buffer;
+}
+
+std::string resolve_checkpoint_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return path;
+  if (!fs::is_directory(path, ec)) throw IoError("checkpoint: '" + path + "' does not exist");
+  const fs::path file = fs::path(path) / checkpoint_file_name;
+  if (fs::is_regular_file(file, ec)) return file.string();
+  if (const auto latest = latest_checkpoint(path)) {
+    const fs::path target = fs::path(*latest) / checkpoint_file_name;
+    if (!fs::is_regular_file(target, ec)) {
+      throw IoError("checkpoint: '" + path + "/latest' points at '" + *latest + "', which holds no " +
+                    checkpoint_file_name);
+    }
+    return target.string();
+  }
+  throw IoError("checkpoint: '" + path + "' holds neither " + checkpoint_file_name + " nor a 'latest' pointer");
+}
+
+struct CheckpointReader::Impl {
+  std::string file;
+  H5File handle;
+  CheckpointHeader header;
+  std::vector<DatasetInfo> datasets;
+};
+
+CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->file = resolve_checkpoint_file(path);
+  impl_->handle = open_read_only(impl_->file);
+  const hid_t file = impl_->handle.get();
+  impl_->header = read_header(file, impl_->file);
+  for (const char* section : {"model", "optimizer"}) {
+    for (const std::string& name : list_links(file, std::string("/") + section)) {
+      DatasetInfo info;
+      info.section = section;
+      info.name = name;
+      info.path = dataset_path(section, name);
+      try {
+        H5Dataset dataset(TESSERA_CHECK_HDF5(H5Dopen2(file, info.path.c_str(), H5P_DEFAULT)));
+        info.shape = dataset_shape(dataset.get());
+        info.dtype = parse_dtype(read_string_attribute(dataset.get(), "dtype"), info.path);
+        info.placement = read_string_attribute(dataset.get(), "placement");
+        info.checksum = read_uint_attribute(dataset.get(), "checksum");
+      } catch (const Error& e) {
+        throw IoError("checkpoint: dataset " + info.path + " in '" + impl_->file + "' is damaged: " + e.what());
+      }
+      impl_->datasets.push_back(std::move(info));
+    }
+  }
+}
+
+CheckpointReader::~CheckpointReader() = default;
+CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
+CheckpointReader& CheckpointReader::operator=(CheckpointReader&&) noexcept = default;
+
+const std::string& CheckpointReader::file() const { return impl_->file; }
+const CheckpointHeader& CheckpointReader::header() const { return impl_->header; }
+const std::vector<DatasetInfo>& CheckpointReader::datasets() const { return impl_->datasets; }
+
+const DatasetInfo* CheckpointReader::find(const std::string& path) const {
+  for (const DatasetInfo& d : impl_->datasets) {
+    if (d.path == path) return &d;
+  }
+  return nullptr;
+}
+
+Tensor CheckpointReader::read(const DatasetInfo& info, const Shape& offset, const Shape& count) const {
+  if (offset.size() != info.shape.size() || count.size() != info.shape.size()) {
+    throw ShapeError("checkpoint: block " + shape_str(count) + " at " + shape_str(offset) + " does not match dataset " +
+                     info.path + " of shape " + shape_str(info.shape));
+  }
+  for (std::size_t d = 0; d < info.shape.size(); ++d) {
+    if (offset[d] < 0 || count[d] < 0 || offset[d] + count[d] > info.shape[d]) {
+      throw ShapeError("checkpoint: block " + shape_str(count) + " at " + shape_str(offset) +
+                       " lies outside dataset " + info.path + " of shape " + shape_str(info.shape));
+    }
+  }
+  Tensor out = Tensor::empty(count, info.dtype);
+  if (out.numel() == 0) return out;
+  try {
+    H5Dataset dataset(TESSERA_CHECK_HDF5(H5Dopen2(impl_->handle.get(), info.path.c_str(), H5P_DEFAULT)));
+    H5Space file_space(TESSERA_CHECK_HDF5(H5Dget_space(dataset.get())));
+    select_block(file_space, offset, count);
+    const H5Space memory_space = make_space(count);
+    TESSERA_CHECK_HDF5(H5Dread(dataset.get(), memory_type_of(info.dtype), memory_space.get(), file_space.get(),
+                               H5P_DEFAULT, out.data()));
+  } catch (const Hdf5Error& e) {
+    throw Hdf5Error("checkpoint: reading dataset " + info.path + " of '" + impl_->file + "' failed: " + e.what());
+  }
+  return out;
+}
+
+Tensor CheckpointReader::read(const DatasetInfo& info) const {
+  return read(info, Shape(info.shape.size(), 0), info.shape);
+}
+
+namespace {
+
+std::string hex(std::uint64_t v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "0x%016" PRIx64, v);
+  return buffer;
+}
+
+// Each slice of a per_rank checkpoint against its own checksum, so a damaged rank file
+// is named.
+void verify_slices(const CheckpointReader& reader, VerifyReport& report) {
+  const fs::path dir = fs::path(reader.file()).parent_path();
+  for (std::int64_t rank : reader.header().writer_ranks) {
+    const std::string path = (dir / rank_file_name(rank)).string();
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) {
+      report.failed.push_back("slice file " + path + " is missing");
+      continue;
+    }
+    try {
+      H5File file = open_read_only(path);
+      for (const char* section : {"model", "optimizer"}) {
+        for (const std::string& name : list_links(file.get(), std::string("/") + section)) {
+          const std::string dpath = dataset_path(section, name);
+          H5Dataset dataset(TESSERA_CHECK_HDF5(H5Dopen2(file.get(), dpath.c_str(), H5P_DEFAULT)));
+          const Shape shape = dataset_shape(dataset.get());
+          const DType dtype = parse_dtype(read_string_attribute(dataset.get(), "dtype"), dpath);
+          const auto global = read_int_array_attribute(dataset.get(), "global_shape");
+          const auto offset = read_int_array_attribute(dataset.get(), "offset");
+          Tensor block = Tensor::empty(shape, dtype);
+          if (block.numel() > 0) {
+            TESSERA_CHECK_HDF5(
+                H5Dread(dataset.get(), memory_type_of(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, block.data()));
+          }
+          const std::uint64_t stored = read_uint_attribute(dataset.get(), "checksum");
+          const std::uint64_t computed = block_checksum(block, Shape(global.begin(), global.end()),
+                                                        Shape(offset.begin(), offset.end()));
+          if (stored != computed) {
+            report.failed.push_back("slice " + dpath + " in " + path + ": checksum mismatch (stored " + hex(stored) +
+                                    ", computed " + hex(computed) + ")");
+          }
+        }
+      }
+    } catch (const Error& e) {
+      report.failed.push_back("slice file " + path + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+VerifyReport verify_checkpoint(const std::string& path) {
+  VerifyReport report;
+  const CheckpointReader reader(path);
+  if (reader.header().layout == CheckpointLayout::per_rank) verify_slices(reader, report);
+  for (const DatasetInfo& d : reader.datasets()) {
+    try {
+      const Tensor data = reader.read(d);
+      const std::uint64_t computed = block_checksum(data, d.shape, Shape(d.shape.size(), 0));
+      if (computed == d.checksum) {
+        report.passed.push_back(d.path);
+      } else {
+        report.failed.push_back("dataset " + d.path + ": checksum mismatch (stored " + hex(d.checksum) +
+                                ", computed " + hex(computed) + ")");
+      }
+    } catch (const Error& e) {
+      report.failed.push_back("dataset " + d.path + ": " + e.what());
+    }
+  }
+  return report;
+}
+
+void merge_checkpoint(const std::string& path, const std::string& output_file) {
+  const CheckpointReader reader(path);
+  const std::string temporary = output_file + ".tmp-merge";
+  std::error_code ec;
+  fs::remove(temporary, ec);
+  try {
+    {
+      H5File out(TESSERA_CHECK_HDF5(H5Fcreate(temporary.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT)));
+      CheckpointHeader header = reader.header();
+      header.layout = CheckpointLayout::shared;
+      header.writer_ranks.clear();
+      write_header(out.get(), header);
+      write_string_attribute(out.get(), "merged_from", reader.file());
+      H5Group model = create_ordered_group(out.get(), "model");
+      H5Group optimizer;
+      if (!header.optimizer_type.empty()) {
+        optimizer = create_ordered_group(out.get(), "optimizer");
+        write_string_attribute(optimizer.get(), "type", header.optimizer_type);
+        write_int_attribute(optimizer.get(), "step_count", header.optimizer_step_count);
+      }
+      for (const DatasetInfo& d : reader.datasets()) {
+        const Tensor data = reader.read(d);
+        const H5Space space = make_space(d.shape);
+        const hid_t group = d.section == "model" ? model.get() : optimizer.get();
+        if (group < 0) throw IoError("checkpoint: '" + reader.file() + "' has optimizer tensors but no optimizer type");
+        H5Dataset dataset(TESSERA_CHECK_HDF5(H5Dcreate2(group, d.name.c_str(), file_type_of(d.dtype), space.get(),
+                                                        H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+        if (data.numel() > 0) {
+          TESSERA_CHECK_HDF5(
+              H5Dwrite(dataset.get(), memory_type_of(d.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
+        }
+        write_dataset_attributes(dataset.get(), d.placement, d.dtype, d.checksum);
+      }
+      optimizer.close();
+      model.close();
+      out.close();
+    }
+    fsync_path(temporary, false);
+    rename_path(temporary, output_file);
+    fsync_path(fs::absolute(output_file).parent_path().string(), true);
+  } catch (...) {
+    fs::remove(temporary, ec);
+    throw;
+  }
+}
+
+}  // namespace tessera::io

@@ -1,0 +1,103 @@
+#include "io/format.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace tessera::io::detail {
+
+std::string dataset_path(const std::string& section, const std::string& name) { return "/" + section + "/" + name; }
+
+void write_header(hid_t file, const CheckpointHeader& h) {
+  write_string_attribute(file, "format", h.format);
+  write_int_attribute(file, "format_version", h.format_version);
+  write_string_attribute(file, "tessera_version", h.tessera_version);
+  write_string_attribute(file, "layout", std::string(checkpoint_layout_name(h.layout)));
+  write_string_attribute(file, "mesh_data", std::string(data_parallel_mode_name(h.mesh.data)));
+  write_int_attribute(file, "mesh_dp", h.dp);
+  write_int_attribute(file, "mesh_tp", h.mesh.tensor);
+  write_int_attribute(file, "mesh_domain", h.mesh.domain);
+  write_int_attribute(file, "world_size", h.world_size);
+  write_int_attribute(file, "step", h.step);
+  write_string_attribute(file, "metadata", h.metadata);
+  write_string_attribute(file, "checksum_algorithm", h.checksum_algorithm);
+  if (h.layout == CheckpointLayout::per_rank) write_int_array_attribute(file, "writer_ranks", h.writer_ranks);
+}
+
+CheckpointHeader read_header(hid_t file, const std::string& file_name) {
+  CheckpointHeader h;
+  try {
+    h.format = read_string_attribute(file, "format");
+  } catch (const Error&) {
+    throw IoError("checkpoint: '" + file_name + "' is not a tessera checkpoint (no root attribute 'format')");
+  }
+  if (h.format != checkpoint_format_name) {
+    throw IoError("checkpoint: '" + file_name + "' has format '" + h.format + "', expected '" +
+                  checkpoint_format_name + "'");
+  }
+  try {
+    h.format_version = read_int_attribute(file, "format_version");
+    if (h.format_version < 1 || h.format_version > checkpoint_format_version) {
+      throw IoError("checkpoint: '" + file_name + "' has format version " + std::to_string(h.format_version) +
+                    "; this tessera reads versions 1 to " + std::to_string(checkpoint_format_version));
+    }
+    h.tessera_version = read_string_attribute(file, "tessera_version");
+    h.layout = parse_checkpoint_layout(read_string_attribute(file, "layout"));
+    h.mesh.data = parse_data_parallel_mode(read_string_attribute(file, "mesh_data"), "mesh_data");
+    h.dp = read_int_attribute(file, "mesh_dp");
+    h.mesh.tensor = static_cast<int>(read_int_attribute(file, "mesh_tp"));
+    h.mesh.domain = static_cast<int>(read_int_attribute(file, "mesh_domain"));
+    h.world_size = read_int_attribute(file, "world_size");
+    h.step = read_int_attribute(file, "step");
+    h.metadata = read_string_attribute(file, "metadata");
+    h.checksum_algorithm = read_string_attribute(file, "checksum_algorithm");
+    if (h.layout == CheckpointLayout::per_rank) h.writer_ranks = read_int_array_attribute(file, "writer_ranks");
+    if (link_exists(file, "/optimizer")) {
+      H5Group group(TESSERA_CHECK_HDF5(H5Gopen2(file, "/optimizer", H5P_DEFAULT)));
+      h.optimizer_type = read_string_attribute(group.get(), "type");
+      h.optimizer_step_count = read_int_attribute(group.get(), "step_count");
+    }
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw IoError("checkpoint: '" + file_name + "' has a damaged header: " + e.what());
+  }
+  return h;
+}
+
+void write_dataset_attributes(hid_t dataset, const std::string& placement, DType dtype, std::uint64_t checksum) {
+  write_string_attribute(dataset, "placement", placement);
+  write_string_attribute(dataset, "dtype", std::string(dtype_name(dtype)));
+  write_uint_attribute(dataset, "checksum", checksum);
+}
+
+H5Group create_ordered_group(hid_t file, const std::string& name) {
+  H5Plist gcpl(TESSERA_CHECK_HDF5(H5Pcreate(H5P_GROUP_CREATE)));
+  TESSERA_CHECK_HDF5(H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
+  return H5Group(TESSERA_CHECK_HDF5(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)));
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw IoError("checkpoint: cannot open '" + path + "' to fsync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError("checkpoint: fsync of '" + path + "' failed: " + std::strerror(saved));
+}
+
+}  // namespace tessera::io::detail
+
+#include <filesystem>
+
+namespace tessera::io::detail {
+
+void rename_path(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  std::filesystem::rename(from, to, ec);
+  if (ec) throw IoError("checkpoint: cannot rename '" + from + "' to '" + to + "': " + ec.message());
+}
+
+}  // namespace tessera::io::detail

@@ -1,0 +1,283 @@
+// Checkpoints at one layout: bit-exact round trips (both layouts, with optimizer
+// state), mismatches reported on every rank, partial and non-strict loads, corruption
+// detection, injected failures, `latest` and rotation. Runs at 1, 2 and 4 ranks: the
+// mesh is tp = world (1, 2) or dp 2 × tp 2 (4, replicas that must not write).
+
+#include <hdf5.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "ckpt_test_util.hpp"
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const io::CheckpointLayout kLayouts[] = {io::CheckpointLayout::per_rank, io::CheckpointLayout::shared};
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const int n = world_size();
+    mesh = std::make_unique<Mesh>(MPI_COMM_WORLD, n == 4 ? config(DataParallelMode::ddp, 2)
+                                                         : config(DataParallelMode::none, n));
+  }
+  std::unique_ptr<Mesh> mesh;
+};
+
+io::SaveOptions save_options(io::CheckpointLayout layout, std::int64_t step = 1) {
+  io::SaveOptions o;
+  o.layout = layout;
+  o.step = step;
+  o.metadata = "model:\n  hidden: 16\n";
+  return o;
+}
+
+// Every rank threw, and the same message everywhere.
+template <class E, class F>
+std::string same_error_everywhere(F&& f) {
+  std::string message = "(no exception)";
+  try {
+    f();
+  } catch (const E& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = std::string("(wrong type) ") + e.what();
+  }
+  const auto all = all_gather_strings(message);
+  for (const auto& m : all) EXPECT_EQ(m, all[0]);
+  return message;
+}
+
+void expect_contains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
+}
+
+// Flips one byte inside the stored data of `dataset` in `file` (serial HDF5 to find
+// the contiguous data's file offset, then a raw write).
+void flip_byte(const std::string& file, const std::string& dataset, std::size_t byte) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << file;
+  const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  ASSERT_GE(d, 0) << dataset;
+  const haddr_t offset = H5Dget_offset(d);
+  H5Dclose(d);
+  H5Fclose(f);
+  ASSERT_NE(offset, HADDR_UNDEF);
+  std::FILE* raw = std::fopen(file.c_str(), "r+b");
+  ASSERT_NE(raw, nullptr);
+  std::fseek(raw, static_cast<long>(offset + byte), SEEK_SET);
+  const int c = std::fgetc(raw);
+  std::fseek(raw, static_cast<long>(offset + byte), SEEK_SET);
+  std::fputc(c ^ 0x10, raw);
+  std::fclose(raw);
+}
+
+}  // namespace
+
+TEST_F(Checkpoint, RoundTripIsBitExactForBothLayouts) {
+  for (auto layout : kLayouts) {
+    const std::string root = scratch_dir(std::string("roundtrip_") + std::string(io::checkpoint_layout_name(layout)));
+    auto saved = make_model(mesh->tp(), 11, /*with_bf16=*/true);
+    const std::string dir = io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(layout, 5));
+    EXPECT_EQ(fs::path(dir).filename(), "step_00000005");
+    EXPECT_EQ(io::latest_checkpoint(root), dir);
+
+    auto loaded = make_model(mesh->tp(), 99, true);
+    const io::LoadResult r = io::load_checkpoint(root, *mesh, *loaded);
+    EXPECT_EQ(r.step, 5);
+    EXPECT_EQ(r.layout, layout);
+    EXPECT_EQ(r.metadata, "model:\n  hidden: 16\n");
+    EXPECT_EQ(r.loaded.size(), 7u);
+    EXPECT_TRUE(r.missing.empty() && r.unexpected.empty());
+    auto want = saved->named_parameters();
+    auto got = loaded->named_parameters();
+    ASSERT_EQ(want.size(), got.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(same_bytes(got[i].second->value, want[i].second->value)) << got[i].first;
+    }
+    // The reader presents master arrays whatever the layout.
+    if (world_rank() == 0) {
+      const io::CheckpointReader reader(dir);
+      EXPECT_EQ(reader.header().layout, layout);
+      EXPECT_EQ(reader.header().mesh.tensor, mesh->tp_size());
+      const auto* w = reader.find("/model/0.weight");
+      ASSERT_NE(w, nullptr);
+      EXPECT_EQ(w->shape, (Shape{kHidden, kIn}));
+      EXPECT_EQ(w->placement, "dp: Replicate, tp: Shard(0), domain: Replicate");
+      EXPECT_TRUE(io::verify_checkpoint(dir).ok());
+    }
+  }
+}
+
+TEST_F(Checkpoint, OptimizerStateRoundTrips) {
+  for (auto layout : kLayouts) {
+    const std::string root = scratch_dir(std::string("optim_") + std::string(io::checkpoint_layout_name(layout)));
+    auto model = make_model(mesh->tp(), 3);
+    AdamW adam(model->named_parameters(), {});
+    train(*model, adam, 3);
+    io::save_checkpoint(root, *mesh, *model, &adam, save_options(layout, 3));
+
+    auto model2 = make_model(mesh->tp(), 4);
+    AdamW adam2(model2->named_parameters(), {});
+    io::load_checkpoint(root, *mesh, *model2, &adam2);
+    EXPECT_EQ(adam2.step_count(), 3);
+    auto s1 = adam.named_state(), s2 = adam2.named_state();
+    ASSERT_EQ(s1.size(), s2.size());
+    for (std::size_t i = 0; i < s1.size(); ++i) EXPECT_TRUE(same_bytes(s1[i].tensor, s2[i].tensor)) << s1[i].name;
+    // Training on from the loaded state matches training on from the original.
+    train(*model, adam, 1);
+    train(*model2, adam2, 1);
+    auto p1 = model->named_parameters(), p2 = model2->named_parameters();
+    for (std::size_t i = 0; i < p1.size(); ++i) EXPECT_TRUE(same_bytes(p1[i].second->value, p2[i].second->value));
+
+    // A different optimizer type is refused, naming both.
+    Sgd sgd(model2->named_parameters(), {});
+    const auto message = same_error_everywhere<InvalidArgument>([&] { io::load_checkpoint(root, *mesh, *model2, &sgd); });
+    expect_contains(message, "holds AdamW state, but the optimizer is Sgd");
+  }
+}
+
+TEST_F(Checkpoint, MismatchesFailOnEveryRankNamingTheDataset) {
+  const std::string root = scratch_dir("mismatch");
+  auto saved = make_model(mesh->tp(), 1);
+  io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(io::CheckpointLayout::shared));
+
+  auto wider = make_model(mesh->tp(), 2, false, /*last_out=*/5);
+  auto message = same_error_everywhere<ShapeError>([&] { io::load_checkpoint(root, *mesh, *wider); });
+  expect_contains(message, "dataset /model/2.weight has shape [4, 8] but '2.weight' has global shape [5, 8]");
+
+  auto f64 = make_model(mesh->tp(), 2, false, kOut, DType::f64);
+  message = same_error_everywhere<ShapeError>([&] { io::load_checkpoint(root, *mesh, *f64); });
+  expect_contains(message, "dataset /model/2.weight has dtype f32 but '2.weight' has dtype f64");
+
+  auto extra = make_model(mesh->tp(), 2, /*with_bf16=*/true);
+  message = same_error_everywhere<InvalidArgument>([&] { io::load_checkpoint(root, *mesh, *extra); });
+  expect_contains(message, "has no dataset /model/3.weight for parameter '3.weight'");
+
+  // Non-strict: the missing ones are skipped and reported, the rest loaded.
+  io::LoadOptions lenient;
+  lenient.strict = false;
+  auto r = io::load_checkpoint(root, *mesh, *extra, nullptr, lenient);
+  EXPECT_EQ(r.missing, (std::vector<std::string>{"/model/3.weight"}));
+  EXPECT_EQ(r.loaded.size(), 6u);
+  EXPECT_TRUE(same_bytes(extra->named_parameters()[0].second->value, saved->named_parameters()[0].second->value));
+
+  // A model lacking tensors the file has: strict refuses, non-strict reports them.
+  auto fewer = std::make_unique<nn::Sequential>();
+  fewer->append(std::make_unique<tp::ColumnParallelLinear>(kIn, kHidden, mesh->tp(), false));
+  message = same_error_everywhere<InvalidArgument>([&] { io::load_checkpoint(root, *mesh, *fewer); });
+  expect_contains(message, "has dataset /model/1.weight, which the model does not have");
+  r = io::load_checkpoint(root, *mesh, *fewer, nullptr, lenient);
+  EXPECT_EQ(r.unexpected.size(), 4u);
+  EXPECT_TRUE(same_bytes(fewer->named_parameters()[0].second->value, saved->named_parameters()[0].second->value));
+}
+
+TEST_F(Checkpoint, PartialLoadTouchesOnlyTheNamedParameters) {
+  const std::string root = scratch_dir("partial");
+  auto saved = make_model(mesh->tp(), 1);
+  io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(io::CheckpointLayout::per_rank));
+  auto model = make_model(mesh->tp(), 2);
+  auto before = make_model(mesh->tp(), 2);
+  io::LoadOptions only;
+  only.only = {"1.weight", "2.bias"};
+  const auto r = io::load_checkpoint(root, *mesh, *model, nullptr, only);
+  EXPECT_EQ(r.loaded, (std::vector<std::string>{"/model/1.weight", "/model/2.bias"}));
+  auto p = model->named_parameters(), s = saved->named_parameters(), b = before->named_parameters();
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const bool named = p[i].first == "1.weight" || p[i].first == "2.bias";
+    EXPECT_TRUE(same_bytes(p[i].second->value, (named ? s : b)[i].second->value)) << p[i].first;
+  }
+  only.only = {"9.weight"};
+  const auto message = same_error_everywhere<InvalidArgument>([&] { io::load_checkpoint(root, *mesh, *model, nullptr, only); });
+  expect_contains(message, "'9.weight' (in LoadOptions::only) is not a parameter of the model");
+}
+
+TEST_F(Checkpoint, CorruptedByteIsDetectedAndNamed) {
+  for (auto layout : kLayouts) {
+    const std::string root = scratch_dir(std::string("corrupt_") + std::string(io::checkpoint_layout_name(layout)));
+    auto saved = make_model(mesh->tp(), 1);
+    const std::string dir = io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(layout));
+    if (world_rank() == 0) {
+      // per_rank: the slice of rank 0; shared: the one file.
+      const std::string file = (fs::path(dir) / (layout == io::CheckpointLayout::per_rank ? io::rank_file_name(0)
+                                                                                       : "checkpoint.h5")).string();
+      flip_byte(file, "/model/1.weight", 5);
+      const auto report = io::verify_checkpoint(dir);
+      EXPECT_FALSE(report.ok());
+      ASSERT_FALSE(report.failed.empty());
+      expect_contains(report.failed.front(), "/model/1.weight");
+    }
+    Communicator(MPI_COMM_WORLD).barrier();
+    auto model = make_model(mesh->tp(), 2);
+    auto fresh = make_model(mesh->tp(), 2);
+    const auto message = same_error_everywhere<IoError>([&] { io::load_checkpoint(root, *mesh, *model); });
+    expect_contains(message, "checksum mismatch in dataset /model/1.weight");
+    // Nothing was modified by the failed load.
+    auto p = model->named_parameters(), f = fresh->named_parameters();
+    for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, f[i].second->value));
+  }
+}
+
+TEST_F(Checkpoint, InjectedFailureLeavesThePreviousCheckpointLoadable) {
+  const int victim = world_size() - 1;
+  for (auto layout : kLayouts) {
+    const std::string root = scratch_dir(std::string("inject_") + std::string(io::checkpoint_layout_name(layout)));
+    auto first = make_model(mesh->tp(), 1);
+    const std::string committed = io::save_checkpoint(root, *mesh, *first, nullptr, save_options(layout, 1));
+    auto second = make_model(mesh->tp(), 2);
+    for (const char* stage : {"prepare", "write", "index", "commit"}) {
+      const std::string hook = std::to_string(victim) + ":" + stage;
+      setenv("TESSERA_CKPT_FAIL", hook.c_str(), 1);
+      const auto message = same_error_everywhere<IoError>(
+          [&] { io::save_checkpoint(root, *mesh, *second, nullptr, save_options(layout, 2)); });
+      unsetenv("TESSERA_CKPT_FAIL");
+      expect_contains(message, "injected failure (TESSERA_CKPT_FAIL=" + hook + ")");
+      expect_contains(message, "(on rank " + std::to_string(victim) + " of " + std::to_string(world_size()) + ")");
+      if (world_rank() == 0) {
+        EXPECT_EQ(io::list_checkpoints(root), std::vector<std::string>{committed}) << stage;
+        EXPECT_EQ(io::latest_checkpoint(root), committed) << stage;
+        std::size_t entries = 0;
+        for (const auto& e : fs::directory_iterator(root)) entries += e.path().filename() != "latest";
+        EXPECT_EQ(entries, 1u) << "temporary files left behind after a failure at " << stage;
+      }
+    }
+    auto model = make_model(mesh->tp(), 3);
+    io::load_checkpoint(root, *mesh, *model);
+    auto p = model->named_parameters(), f = first->named_parameters();
+    for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, f[i].second->value));
+  }
+}
+
+TEST_F(Checkpoint, LatestPointerAndKeepLastRotation) {
+  const std::string root = scratch_dir("rotation");
+  for (std::int64_t step : {10, 20, 30, 40}) {
+    auto model = make_model(mesh->tp(), static_cast<std::uint64_t>(step));
+    auto options = save_options(step % 20 == 0 ? io::CheckpointLayout::per_rank : io::CheckpointLayout::shared, step);
+    options.keep_last = 2;
+    io::save_checkpoint(root, *mesh, *model, nullptr, options);
+  }
+  // Re-saving an existing step replaces it atomically.
+  auto again = make_model(mesh->tp(), 41);
+  auto options = save_options(io::CheckpointLayout::shared, 40);
+  options.keep_last = 2;
+  io::save_checkpoint(root, *mesh, *again, nullptr, options);
+  if (world_rank() == 0) {
+    EXPECT_EQ(io::list_checkpoints(root),
+              (std::vector<std::string>{root + "/step_00000030", root + "/step_00000040"}));
+    EXPECT_EQ(io::latest_checkpoint(root), root + "/step_00000040");
+  }
+  auto model = make_model(mesh->tp(), 1);
+  const auto r = io::load_checkpoint(root, *mesh, *model);
+  EXPECT_EQ(r.step, 40);
+  auto p = model->named_parameters(), w = again->named_parameters();
+  for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, w[i].second->value));
+  const auto message = same_error_everywhere<IoError>([&] { io::load_checkpoint(root + "/nothing", *mesh, *model); });
+  expect_contains(message, "nothing' does not exist");
+}
