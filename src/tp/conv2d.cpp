@@ -4,6 +4,7 @@
 #include "tessera/ops.hpp"
 #include "tessera/tp/mappings.hpp"
 #include "tessera/tp/sharding.hpp"
+#include "tp/serial_twin.hpp"
 
 namespace tessera::tp {
 
@@ -11,31 +12,12 @@ namespace {
 
 constexpr int kChannelDim = 1;  // NCHW
 
-std::string layer_label(const std::string& type, const std::string& name) {
-  return name.empty() ? type : type + " '" + name + "'";
-}
-
-ParallelLinearOptions options_of(const nn::Conv2d& serial, const std::string& name) {
-  ParallelLinearOptions o;
-  o.bias = serial.has_bias();
-  o.dtype = serial.weight.value.dtype();
-  o.device = serial.weight.value.device();
-  o.name = name;
-  o.weight_init = serial.weight.init;
-  if (serial.has_bias()) o.bias_init = serial.bias.init;
-  return o;
-}
-
 std::unique_ptr<nn::Conv2d> serial_with(const Tensor& weight, const Tensor& bias, const Parameter& w,
                                         const Parameter& b, bool has_bias) {
   auto serial = std::make_unique<nn::Conv2d>(weight.size(1), weight.size(0), 1, 1, nn::functional::Conv2dOptions{},
                                              has_bias, weight.dtype(), weight.device());
-  serial->weight.value.copy_from(weight);
-  serial->weight.init = w.init;
-  if (has_bias) {
-    serial->bias.value.copy_from(bias);
-    serial->bias.init = b.init;
-  }
+  detail::copy_master(serial->weight, weight, w);
+  if (has_bias) detail::copy_master(serial->bias, bias, b);
   return serial;
 }
 
@@ -65,7 +47,7 @@ void require_plain_1x1(const nn::Conv2d& conv, const std::string& layer) {
 TpColConv2d::TpColConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp, bool gather_output,
                          ParallelLinearOptions o)
     : in_(in_channels), out_(out_channels), tp_(tp), gather_output_(gather_output), has_bias_(o.bias),
-      label_(layer_label(type_name(), o.name)) {
+      label_(detail::layer_label(type_name(), o.name)) {
   const std::string& label = label_;
   if (in_ < 1 || out_ < 1) {
     throw InvalidArgument(label + ": in_channels " + std::to_string(in_) + " and out_channels " +
@@ -83,10 +65,10 @@ TpColConv2d::TpColConv2d(std::int64_t in_channels, std::int64_t out_channels, Co
 
 std::unique_ptr<TpColConv2d> TpColConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp, bool gather_output,
                                                       const std::string& name) {
-  const std::string label = layer_label("TpColConv2d", name);
+  const std::string label = detail::layer_label("TpColConv2d", name);
   require_plain_1x1(serial, label);
   auto layer = std::make_unique<TpColConv2d>(serial.in_channels(), serial.out_channels(), tp, gather_output,
-                                             options_of(serial, name));
+                                             detail::options_like(serial, name));
   load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
   if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
   return layer;
@@ -123,7 +105,7 @@ Tensor TpColConv2d::backward(const Tensor& grad_y) {
 TpRowConv2d::TpRowConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp, bool input_is_parallel,
                          ParallelLinearOptions o)
     : in_(in_channels), out_(out_channels), tp_(tp), input_is_parallel_(input_is_parallel), has_bias_(o.bias),
-      label_(layer_label(type_name(), o.name)) {
+      label_(detail::layer_label(type_name(), o.name)) {
   const std::string& label = label_;
   if (in_ < 1 || out_ < 1) {
     throw InvalidArgument(label + ": in_channels " + std::to_string(in_) + " and out_channels " +
@@ -140,10 +122,10 @@ TpRowConv2d::TpRowConv2d(std::int64_t in_channels, std::int64_t out_channels, Co
 
 std::unique_ptr<TpRowConv2d> TpRowConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp,
                                                       bool input_is_parallel, const std::string& name) {
-  const std::string label = layer_label("TpRowConv2d", name);
+  const std::string label = detail::layer_label("TpRowConv2d", name);
   require_plain_1x1(serial, label);
   auto layer = std::make_unique<TpRowConv2d>(serial.in_channels(), serial.out_channels(), tp, input_is_parallel,
-                                             options_of(serial, name));
+                                             detail::options_like(serial, name));
   load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
   if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
   return layer;

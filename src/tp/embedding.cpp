@@ -3,14 +3,11 @@
 #include "tessera/nn/functional.hpp"
 #include "tessera/tp/mappings.hpp"
 #include "tessera/tp/sharding.hpp"
+#include "tp/serial_twin.hpp"
 
 namespace tessera::tp {
 
 namespace {
-
-std::string layer_label(const std::string& type, const std::string& name) {
-  return name.empty() ? type : type + " '" + name + "'";
-}
 
 ParallelEmbeddingOptions options_of(const nn::Embedding& serial, const std::string& name) {
   ParallelEmbeddingOptions o;
@@ -23,8 +20,7 @@ ParallelEmbeddingOptions options_of(const nn::Embedding& serial, const std::stri
 
 std::unique_ptr<nn::Embedding> serial_with(const Tensor& master, const Parameter& w) {
   auto serial = std::make_unique<nn::Embedding>(master.size(0), master.size(1), master.dtype(), master.device());
-  serial->weight.value.copy_from(master);
-  serial->weight.init = w.init;
+  detail::copy_master(serial->weight, master, w);
   return serial;
 }
 
@@ -57,7 +53,7 @@ void check_ids(const Tensor& ids, std::int64_t num, const std::string& label) {
 
 ParallelEmbedding::ParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
                                      ParallelEmbeddingOptions o)
-    : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(layer_label(type_name(), o.name)) {
+    : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(detail::layer_label(type_name(), o.name)) {
   const std::string& label = label_;
   check_sizes(label, num_, dim_);
   weight = make_tp_sharded(label, "weight", {num_, dim_}, 1, tp, o.dtype, o.device, o.init);
@@ -68,7 +64,7 @@ std::unique_ptr<ParallelEmbedding> ParallelEmbedding::from_serial(const nn::Embe
                                                                   const std::string& name) {
   auto layer = std::make_unique<ParallelEmbedding>(serial.num_embeddings(), serial.embedding_dim(), tp,
                                                    options_of(serial, name));
-  load_shard_from_master(layer->weight, serial.weight.value, layer_label("ParallelEmbedding", name) + " weight");
+  load_shard_from_master(layer->weight, serial.weight.value, detail::layer_label("ParallelEmbedding", name) + " weight");
   return layer;
 }
 
@@ -94,7 +90,7 @@ Tensor ParallelEmbedding::backward(const Tensor& grad_y) {
 
 VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
                                                Communicator& tp, ParallelEmbeddingOptions o)
-    : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(layer_label(type_name(), o.name)) {
+    : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(detail::layer_label(type_name(), o.name)) {
   const std::string& label = label_;
   check_sizes(label, num_, dim_);
   weight = make_tp_sharded(label, "weight", {num_, dim_}, 0, tp, o.dtype, o.device, o.init);
@@ -106,7 +102,7 @@ std::unique_ptr<VocabParallelEmbedding> VocabParallelEmbedding::from_serial(cons
   auto layer = std::make_unique<VocabParallelEmbedding>(serial.num_embeddings(), serial.embedding_dim(), tp,
                                                         options_of(serial, name));
   load_shard_from_master(layer->weight, serial.weight.value,
-                         layer_label("VocabParallelEmbedding", name) + " weight");
+                         detail::layer_label("VocabParallelEmbedding", name) + " weight");
   return layer;
 }
 

@@ -4,14 +4,11 @@
 #include "tessera/ops.hpp"
 #include "tessera/tp/mappings.hpp"
 #include "tessera/tp/sharding.hpp"
+#include "tp/serial_twin.hpp"
 
 namespace tessera::tp {
 
 namespace {
-
-std::string layer_label(const std::string& type, const std::string& name) {
-  return name.empty() ? type : type + " '" + name + "'";
-}
 
 void check_features(const std::string& label, std::int64_t in, std::int64_t out) {
   if (in < 1 || out < 1) {
@@ -20,30 +17,13 @@ void check_features(const std::string& label, std::int64_t in, std::int64_t out)
   }
 }
 
-ParallelLinearOptions options_of(const nn::Linear& serial, const std::string& name,
-                                 std::optional<int> sequence_dim) {
-  ParallelLinearOptions o;
-  o.sequence_dim = sequence_dim;
-  o.bias = serial.has_bias();
-  o.dtype = serial.weight.value.dtype();
-  o.device = serial.weight.value.device();
-  o.name = name;
-  o.weight_init = serial.weight.init;
-  if (serial.has_bias()) o.bias_init = serial.bias.init;
-  return o;
-}
-
 // A serial Linear carrying `weight` / `bias` masters and the same init specs.
 std::unique_ptr<nn::Linear> serial_with(const Tensor& weight, const Tensor& bias, const Parameter& w,
                                         const Parameter& b, bool has_bias) {
   auto serial = std::make_unique<nn::Linear>(weight.size(1), weight.size(0), has_bias, weight.dtype(),
                                              weight.device());
-  serial->weight.value.copy_from(weight);
-  serial->weight.init = w.init;
-  if (has_bias) {
-    serial->bias.value.copy_from(bias);
-    serial->bias.init = b.init;
-  }
+  detail::copy_master(serial->weight, weight, w);
+  if (has_bias) detail::copy_master(serial->bias, bias, b);
   return serial;
 }
 
@@ -61,7 +41,7 @@ ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_
       gather_output_(gather_output),
       has_bias_(o.bias),
       sequence_dim_(o.sequence_dim),
-      label_(layer_label(type_name(), o.name)) {
+      label_(detail::layer_label(type_name(), o.name)) {
   const std::string& label = label_;
   check_features(label, in_, out_);
   weight = make_tp_sharded(label, "weight", {out_, in_}, 0, tp, o.dtype, o.device,
@@ -78,8 +58,8 @@ std::unique_ptr<ColumnParallelLinear> ColumnParallelLinear::from_serial(const nn
                                                                         bool gather_output, const std::string& name,
                                                                         std::optional<int> sequence_dim) {
   auto layer = std::make_unique<ColumnParallelLinear>(serial.in_features(), serial.out_features(), tp,
-                                                      gather_output, options_of(serial, name, sequence_dim));
-  const std::string label = layer_label("ColumnParallelLinear", name);
+                                                      gather_output, detail::options_like(serial, name, sequence_dim));
+  const std::string label = detail::layer_label("ColumnParallelLinear", name);
   load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
   if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
   return layer;
@@ -123,7 +103,7 @@ RowParallelLinear::RowParallelLinear(std::int64_t in_features, std::int64_t out_
       input_is_parallel_(input_is_parallel),
       has_bias_(o.bias),
       sequence_dim_(o.sequence_dim),
-      label_(layer_label(type_name(), o.name)) {
+      label_(detail::layer_label(type_name(), o.name)) {
   const std::string& label = label_;
   check_features(label, in_, out_);
   weight = make_tp_sharded(label, "weight", {out_, in_}, 1, tp, o.dtype, o.device,
@@ -142,8 +122,8 @@ std::unique_ptr<RowParallelLinear> RowParallelLinear::from_serial(const nn::Line
                                                                   bool input_is_parallel, const std::string& name,
                                                                   std::optional<int> sequence_dim) {
   auto layer = std::make_unique<RowParallelLinear>(serial.in_features(), serial.out_features(), tp,
-                                                   input_is_parallel, options_of(serial, name, sequence_dim));
-  const std::string label = layer_label("RowParallelLinear", name);
+                                                   input_is_parallel, detail::options_like(serial, name, sequence_dim));
+  const std::string label = detail::layer_label("RowParallelLinear", name);
   load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
   if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
   return layer;
