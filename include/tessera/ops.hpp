@@ -31,4 +31,12 @@ void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim =
 double sum(const Tensor& x);
 double dot(const Tensor& x, const Tensor& y);
 
+// ---- Host threading (OpenBLAS). OpenBLAS starts a thread per core in every process:
+// with several ranks on a node, give each rank its share of the cores, or every GEMM
+// is oversubscribed.
+void set_host_threads(int threads);  // InvalidArgument when threads < 1
+int host_threads() noexcept;
+// max(1, usable_cores / ranks_on_node): a rank's share of its node's cores.
+int host_thread_share(int usable_cores, int ranks_on_node) noexcept;
+
 }  // namespace tessera::ops

@@ -8,6 +8,7 @@
 
 #include "tessera/backend.hpp"
 #include "tessera/detail/strided_index.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/tensor.hpp"
 
 using namespace tessera;
@@ -201,4 +202,17 @@ TEST(Backend, HostAlwaysAvailableCudaReportsWhyNot) {
     EXPECT_TRUE(cuda_unavailable_reason().empty());
   }
   EXPECT_FALSE(cuda_library_versions().empty());
+}
+
+TEST(HostThreads, ShareOfTheNodesCores) {
+  EXPECT_EQ(ops::host_thread_share(16, 4), 4);
+  EXPECT_EQ(ops::host_thread_share(2, 4), 1);   // oversubscribed: one thread each
+  EXPECT_EQ(ops::host_thread_share(2, 1), 2);
+  EXPECT_EQ(ops::host_thread_share(7, 2), 3);
+  EXPECT_EQ(ops::host_thread_share(8, 0), 8);
+  const int before = ops::host_threads();
+  ops::set_host_threads(1);
+  EXPECT_EQ(ops::host_threads(), 1);
+  ops::set_host_threads(before);
+  EXPECT_THROW(ops::set_host_threads(0), InvalidArgument);
 }

@@ -206,4 +206,17 @@ double dot(const Tensor& x, const Tensor& y) {
   return acc;
 }
 
+void set_host_threads(int threads) {
+  if (threads < 1) throw InvalidArgument("ops::set_host_threads: threads must be >= 1, got " + std::to_string(threads));
+  openblas_set_num_threads(threads);
+}
+
+int host_threads() noexcept { return openblas_get_num_threads(); }
+
+int host_thread_share(int usable_cores, int ranks_on_node) noexcept {
+  if (ranks_on_node < 1) return usable_cores > 0 ? usable_cores : 1;
+  const int share = usable_cores / ranks_on_node;
+  return share > 0 ? share : 1;
+}
+
 }  // namespace tessera::ops
