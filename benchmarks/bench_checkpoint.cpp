@@ -10,7 +10,6 @@
 // rank reports the same time and Google Benchmark makes the same iteration decisions
 // everywhere. Only rank 0 reports; bytes_per_second counts master bytes.
 
-#include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -19,10 +18,10 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/nn/sequential.hpp"
@@ -64,21 +63,6 @@ Model make_model(int size_mb) {
   return m;
 }
 
-double max_over_ranks(double seconds) {
-  double max = 0;
-  MPI_Allreduce(&seconds, &max, 1, MPI_DOUBLE, MPI_MAX, setup.mesh->world().mpi_comm());
-  return max;
-}
-
-// barrier, run `op`, the slowest rank's time.
-template <class F>
-double timed(F&& op) {
-  setup.mesh->world().barrier();
-  const double t0 = MPI_Wtime();
-  op();
-  return max_over_ranks(MPI_Wtime() - t0);
-}
-
 void remove_dir(const std::string& dir) {
   if (setup.mesh->global_rank() == 0) fs::remove_all(dir);
   setup.mesh->world().barrier();
@@ -95,7 +79,7 @@ void BM_save(benchmark::State& state, io::CheckpointLayout layout) {
   options.layout = layout;
   for (auto _ : state) {
     remove_dir(dir);
-    state.SetIterationTime(timed([&] { io::save_checkpoint(dir, *setup.mesh, *m.net, nullptr, options); }));
+    state.SetIterationTime(bench::timed(setup.mesh->world(), [&] { io::save_checkpoint(dir, *setup.mesh, *m.net, nullptr, options); }));
   }
   state.SetBytesProcessed(state.iterations() * m.master_bytes);
   state.counters["ranks"] = setup.mesh->world_size();
@@ -110,7 +94,7 @@ void BM_load(benchmark::State& state, io::CheckpointLayout layout) {
   remove_dir(dir);
   io::save_checkpoint(dir, *setup.mesh, *m.net, nullptr, options);
   for (auto _ : state) {
-    state.SetIterationTime(timed([&] { io::load_checkpoint(dir, *setup.mesh, *m.net); }));
+    state.SetIterationTime(bench::timed(setup.mesh->world(), [&] { io::load_checkpoint(dir, *setup.mesh, *m.net); }));
   }
   state.SetBytesProcessed(state.iterations() * m.master_bytes);
   state.counters["ranks"] = setup.mesh->world_size();
@@ -126,7 +110,7 @@ void BM_posix_write_fsync(benchmark::State& state) {
     remove_dir(dir);
     if (setup.mesh->global_rank() == 0) fs::create_directories(dir);
     setup.mesh->world().barrier();
-    state.SetIterationTime(timed([&] {
+    state.SetIterationTime(bench::timed(setup.mesh->world(), [&] {
       const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd < 0) throw IoError("bench_checkpoint: cannot create " + file);
       for (const Tensor& block : m.written_blocks) {
@@ -148,13 +132,13 @@ void BM_posix_write_fsync(benchmark::State& state) {
   remove_dir(dir);
 }
 
-class NullReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
-void register_benchmarks() {
+void register_benchmarks(const bench::Flags& flags) {
+  setup.dir = flags.at("ckpt_dir");
+  setup.sizes_mb.clear();
+  for (long mb : bench::int_list(flags.at("size_mb"), "size_mb")) setup.sizes_mb.push_back(static_cast<int>(mb));
+  ParallelismConfig config;
+  MPI_Comm_size(MPI_COMM_WORLD, &config.tensor);
+  setup.mesh = std::make_unique<Mesh>(MPI_COMM_WORLD, config);
   for (int size : setup.sizes_mb) {
     benchmark::RegisterBenchmark("save/per_rank", BM_save, io::CheckpointLayout::per_rank)
         ->Arg(size)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -172,45 +156,6 @@ void register_benchmarks() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int status = 0;
-  try {
-    // Our flags, then Google Benchmark's. Only rank 0 may write --benchmark_out.
-    std::vector<char*> args = {argv[0]};
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a.rfind("--size_mb=", 0) == 0) {
-        setup.sizes_mb.clear();
-        std::stringstream list(a.substr(10));
-        for (std::string item; std::getline(list, item, ',');) setup.sizes_mb.push_back(std::stoi(item));
-      } else if (a.rfind("--ckpt_dir=", 0) == 0) {
-        setup.dir = a.substr(11);
-      } else if (rank != 0 && a.rfind("--benchmark_out", 0) == 0) {
-        continue;
-      } else {
-        args.push_back(argv[i]);
-      }
-    }
-    int n = static_cast<int>(args.size());
-    benchmark::Initialize(&n, args.data());
-    ParallelismConfig config;
-    MPI_Comm_size(MPI_COMM_WORLD, &config.tensor);
-    setup.mesh = std::make_unique<Mesh>(MPI_COMM_WORLD, config);
-    register_benchmarks();
-    if (rank == 0) {
-      benchmark::RunSpecifiedBenchmarks();
-    } else {
-      NullReporter quiet;
-      benchmark::RunSpecifiedBenchmarks(&quiet);
-    }
-    benchmark::Shutdown();
-    setup.mesh.reset();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_checkpoint: error on rank %d: %s\n", rank, e.what());
-    status = 1;
-  }
-  MPI_Finalize();
-  return status;
+  return bench::run(argc, argv, "bench_checkpoint", {{"size_mb", "16,64"}, {"ckpt_dir", "bench_checkpoint_data"}},
+                    register_benchmarks);
 }

@@ -3,6 +3,7 @@
 #include <map>
 #include <tuple>
 
+#include "tessera/mesh.hpp"
 #include "tessera/nn/conv2d.hpp"
 #include "tessera/nn/embedding.hpp"
 #include "tessera/nn/linear.hpp"
@@ -82,7 +83,8 @@ std::string label_of(const std::string& path, const nn::Module& m) { return m.ty
 
 [[noreturn]] void cannot_apply(const std::string& path, const nn::Module& m, const ParallelStyle& style,
                                const std::string& why) {
-  throw InvalidArgument("parallelize: style " + style.str() + " cannot apply to " + label_of(path, m) + ": " + why);
+  throw InvalidArgument("tensor parallelism: style " + style.str() + " cannot apply to " + label_of(path, m) + ": " +
+                        why);
 }
 
 std::optional<int> sequence_input(const ParallelStyle& s) {
@@ -113,11 +115,18 @@ void validate_leaf(const std::string& path, const nn::Module& m, const ParallelS
     if (style.input == Layout::shard_sequence || style.output == Layout::shard_sequence) {
       cannot_apply(path, m, style, "sequence sharding applies to (B, S, D) activations, not NCHW fields");
     }
-    require_plain_1x1(*conv, label_of(path, m));
+    try {
+      require_plain_1x1(*conv, label_of(path, m));
+    } catch (const InvalidArgument& e) {
+      cannot_apply(path, m, style, e.what());
+    }
     return;
   }
   if (dynamic_cast<const nn::Embedding*>(&m)) {
-    if (style.input != Layout::replicate || style.output != Layout::replicate) {
+    // Ids are replicated and both parallel embeddings return a replicated output, so
+    // the feature layouts of the default Colwise/Rowwise styles are accepted as such;
+    // only sequence sharding has no meaning here.
+    if (style.input == Layout::shard_sequence || style.output == Layout::shard_sequence) {
       cannot_apply(path, m, style, "an Embedding takes replicated ids and returns a replicated output");
     }
     return;
@@ -256,6 +265,8 @@ void apply(nn::Module& model, const Conversion& c, Communicator& tp) {
 }  // namespace
 
 bool fqn_matches(const std::string& pattern, const std::string& path) {
+  // The root (path "") is addressed only by the empty pattern: "*" means "any child".
+  if (path.empty() || pattern.empty()) return path.empty() && pattern.empty();
   const auto p = split_dots(pattern), t = split_dots(path);
   if (p.size() != t.size()) return false;
   for (std::size_t i = 0; i < p.size(); ++i) {
@@ -271,6 +282,12 @@ namespace tessera::tp {
 void parallelize(nn::Module& model, Communicator& tp, const ParallelizePlan& plan) {
   for (const Conversion& c : resolve(model, plan)) apply(model, c, tp);
 }
+
+void parallelize(nn::Module& model, const Mesh& mesh, const ParallelizePlan& plan) {
+  parallelize(model, mesh.tp(), plan);
+}
+
+void apply_tensor_parallel(nn::Module& model, const Mesh& mesh) { apply_tensor_parallel(model, mesh.tp()); }
 
 void apply_tensor_parallel(nn::Module& model, Communicator& tp) {
   // Resolve every opted-in block first, so a bad declaration throws before anything

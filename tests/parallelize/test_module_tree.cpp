@@ -74,4 +74,6 @@ TEST(ModuleTree, PatternsMatchPerComponent) {
   EXPECT_TRUE(fqn_matches("blocks.1*", "blocks.12"));
   EXPECT_FALSE(fqn_matches("blocks.1*", "blocks.21"));
   EXPECT_TRUE(fqn_matches("", ""));
+  EXPECT_FALSE(fqn_matches("*", ""));  // the root only by ""
+  EXPECT_FALSE(fqn_matches("", "layers"));
 }

@@ -56,7 +56,8 @@ struct DecoderConfig {
 
 // Children "embed" (Embedding vocab x d_model), "layers" (Sequential of n_layers
 // TransformerBlocks: FQNs such as layers.0.attn.q.weight), "norm" (RMSNorm) and "head"
-// (Linear d_model -> vocab, no bias). Input and output embeddings are not tied.
+// (Linear d_model -> vocab, no bias; absent with tie_embeddings, when the logits use the
+// embedding table itself).
 // ids i64 [B, S] -> logits [B, S, vocab]; backward(d logits) returns an undefined
 // Tensor (ids have no gradient).
 class Decoder : public nn::Module {

@@ -8,7 +8,8 @@
 // seed's make_input_* / make_output_* preparation, fixed per style here):
 //
 //   Colwise            Linear -> ColumnParallelLinear, 1x1 Conv2d -> TpColConv2d,
-//                      Embedding -> ParallelEmbedding.
+//                      Embedding -> ParallelEmbedding (embeddings always take
+//                      replicated ids and return a replicated output).
 //                      input:  Replicate, or Shard(sequence) (all-gathered first)
 //                      output: Shard(features) (default) or Replicate (all-gathered)
 //   Rowwise            Linear -> RowParallelLinear, 1x1 Conv2d -> TpRowConv2d,
@@ -52,6 +53,10 @@
 #include "tessera/comm.hpp"
 #include "tessera/nn/module.hpp"
 
+namespace tessera {
+class Mesh;
+}
+
 namespace tessera::tp {
 
 enum class Layout { replicate, shard_features, shard_sequence };
@@ -78,7 +83,9 @@ using ParallelizePlan = std::vector<std::pair<std::string, ParallelStyle>>;
 bool fqn_matches(const std::string& pattern, const std::string& path);
 
 void parallelize(nn::Module& model, Communicator& tp, const ParallelizePlan& plan);
+void parallelize(nn::Module& model, const Mesh& mesh, const ParallelizePlan& plan);  // over mesh.tp()
 void apply_tensor_parallel(nn::Module& model, Communicator& tp);
+void apply_tensor_parallel(nn::Module& model, const Mesh& mesh);
 void sync_replicated_gradients(nn::Module& model, Communicator& tp, std::size_t bucket_bytes = std::size_t(25) << 20);
 
 // The wrapper sequence parallelism puts around a leaf module: the same parameters

@@ -1,0 +1,114 @@
+#include "bench_support.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "tessera/backend.hpp"
+#include "tessera/node.hpp"
+#include "tessera/ops.hpp"
+#include "tessera/version.hpp"
+
+#ifndef TESSERA_GIT_HASH
+#define TESSERA_GIT_HASH "unknown"
+#endif
+
+namespace tessera::bench {
+
+namespace {
+
+class NullReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string version(text, static_cast<std::size_t>(length));
+  if (const auto newline = version.find('\n'); newline != std::string::npos) version.resize(newline);
+  return version;
+}
+
+}  // namespace
+
+std::vector<long> int_list(const std::string& text, const std::string& flag) {
+  std::vector<long> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    try {
+      std::size_t used = 0;
+      out.push_back(std::stol(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw ConfigError("--" + flag + ": '" + item + "' is not an integer");
+    }
+  }
+  if (out.empty()) throw ConfigError("--" + flag + ": empty list");
+  return out;
+}
+
+double max_over_ranks(double seconds, MPI_Comm comm) {
+  double max = 0;
+  MPI_Allreduce(&seconds, &max, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return max;
+}
+
+int run(int argc, char** argv, const std::string& program, Flags flags,
+        const std::function<void(const Flags&)>& register_benchmarks) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int status = 0;
+  try {
+    std::vector<char*> args = {argv[0]};
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      bool own = false;
+      for (auto& [name, value] : flags) {
+        const std::string prefix = "--" + name + "=";
+        if (a.rfind(prefix, 0) == 0) {
+          value = a.substr(prefix.size());
+          own = true;
+        }
+      }
+      if (own) continue;
+      if (rank != 0 && a.rfind("--benchmark_out", 0) == 0) continue;  // one writer
+      args.push_back(argv[i]);
+    }
+    int n = static_cast<int>(args.size());
+    benchmark::Initialize(&n, args.data());
+
+    // Each rank gets its share of the node's cores for host GEMMs.
+    const NodeInfo node = query_node(MPI_COMM_WORLD);
+    ops::set_host_threads(ops::host_thread_share(node.usable_cores, node.local_size));
+
+    benchmark::AddCustomContext("tessera", std::string(version_string) + " (git " TESSERA_GIT_HASH ")");
+    benchmark::AddCustomContext("ranks", std::to_string(size));
+    benchmark::AddCustomContext("ranks_per_node", std::to_string(node.local_size));
+    benchmark::AddCustomContext("usable_cores_per_node", std::to_string(node.usable_cores));
+    benchmark::AddCustomContext("host_threads_per_rank", std::to_string(ops::host_threads()));
+    benchmark::AddCustomContext("backend", cuda_device_count() > 0 ? "host+cuda" : "host");
+    benchmark::AddCustomContext("cuda", cuda_library_versions());
+    benchmark::AddCustomContext("mpi", mpi_library_version());
+    for (const auto& [name, value] : flags) benchmark::AddCustomContext("flag_" + name, value);
+
+    register_benchmarks(flags);
+    if (rank == 0) {
+      benchmark::RunSpecifiedBenchmarks();
+    } else {
+      NullReporter quiet;
+      benchmark::RunSpecifiedBenchmarks(&quiet);
+    }
+    benchmark::Shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error on rank %d: %s\n", program.c_str(), rank, e.what());
+    status = 1;
+  }
+  MPI_Finalize();
+  return status;
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,48 @@
+#pragma once
+// What every tessera benchmark shares: MPI start-up, flags of its own beside Google
+// Benchmark's, rank-0-only reporting, context (ranks, mesh, backend, MPI and NCCL
+// versions, git hash, host threads), and iteration timing as the maximum over ranks.
+//
+// Timing rule: every timed iteration is barrier -> time the operation -> MPI_Allreduce
+// MAX of the elapsed time -> SetIterationTime. Every rank therefore reports the same
+// time, and Google Benchmark makes the same iteration-count decisions on every rank
+// (which it must: the operations are collectives).
+
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/comm.hpp"
+
+namespace tessera::bench {
+
+using Flags = std::map<std::string, std::string>;  // --name=value of the program's own flags
+
+// Comma-separated integers ("1,2,4").
+std::vector<long> int_list(const std::string& text, const std::string& flag);
+
+// The slowest rank's value.
+double max_over_ranks(double seconds, MPI_Comm comm);
+
+// barrier, `op`, the slowest rank's elapsed seconds.
+template <class Op>
+double timed(Communicator& comm, Op&& op) {
+  comm.barrier();
+  const double t0 = MPI_Wtime();
+  op();
+  return max_over_ranks(MPI_Wtime() - t0, comm.mpi_comm());
+}
+
+// Runs a benchmark program: MPI_Init, splits argv into `own_flags` (with defaults) and
+// Google Benchmark's flags, sets this rank's share of host threads, adds the context,
+// calls `register_benchmarks(flags)`, runs them (only rank 0 reports; only rank 0
+// writes --benchmark_out), MPI_Finalize. Returns the exit status (errors print once
+// per failing rank as "<program>: error on rank R: ...").
+int run(int argc, char** argv, const std::string& program, Flags own_flags,
+        const std::function<void(const Flags&)>& register_benchmarks);
+
+}  // namespace tessera::bench
