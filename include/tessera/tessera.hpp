@@ -2,8 +2,9 @@
 // Umbrella header: the whole public C++ API that is built today.
 //
 // Floors, from the ground up: core (errors, tensors, placement, parameters,
-// initialisation, ops), backend and comm, mesh and nn, tp. Headers under detail/ are
-// implementation helpers shared by host and device code and are not included here.
+// initialisation, ops), backend and comm, mesh and nn, tp, domain and io, models.
+// Headers under include/tessera/detail/ are implementation helpers shared by host and
+// device code and are not included here.
 
 // core
 #include "tessera/bfloat16.hpp"
@@ -31,6 +32,7 @@
 
 // nn: serial reference layers, explicit forward/backward
 #include "tessera/nn/activation.hpp"
+#include "tessera/nn/attention.hpp"
 #include "tessera/nn/conv2d.hpp"
 #include "tessera/nn/embedding.hpp"
 #include "tessera/nn/functional.hpp"
@@ -38,6 +40,7 @@
 #include "tessera/nn/module.hpp"
 #include "tessera/nn/norm.hpp"
 #include "tessera/nn/sequential.hpp"
+#include "tessera/nn/swiglu.hpp"
 
 // training utilities over (possibly sharded) parameters
 #include "tessera/clip.hpp"
@@ -49,4 +52,29 @@
 #include "tessera/tp/embedding.hpp"
 #include "tessera/tp/linear.hpp"
 #include "tessera/tp/mappings.hpp"
+#include "tessera/tp/parallelize.hpp"
 #include "tessera/tp/sharding.hpp"
+
+// domain: decomposition, halo exchange, domain-parallel layers
+#include "tessera/domain/decomposition.hpp"
+#include "tessera/domain/domain_conv2d.hpp"
+#include "tessera/domain/gradient_sync.hpp"
+#include "tessera/domain/halo_exchange.hpp"
+#include "tessera/domain/halo_index.hpp"
+#include "tessera/domain/loss.hpp"
+
+// io: sharded HDF5 checkpoints
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
+#include "tessera/io/checksum.hpp"
+
+// dp: data parallelism (ddp, fsdp2), the sampler contract, memory reports
+#include "tessera/dp/data_parallel.hpp"
+#include "tessera/dp/memory.hpp"
+#include "tessera/dp/sampler.hpp"
+
+// models: reference models built from the layers above
+#include "tessera/models/channel_mlp.hpp"
+#include "tessera/models/decoder.hpp"
+#include "tessera/models/field_emulator.hpp"
+#include "tessera/models/load_model.hpp"

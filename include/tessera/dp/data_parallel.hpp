@@ -1,0 +1,106 @@
+#pragma once
+// Data parallelism over the mesh's dp communicator: ddp and fsdp2 (the seed's
+// `data: ddp | fsdp2`), applied in place to a model that tensor and domain parallelism
+// have already converted.
+//
+// ddp   Every parameter is replicated over dp. Gradients are averaged over mesh.dp() in
+//       buckets of at most `bucket_bytes`, formed in *reverse* registration order (the
+//       order backward produces them). Each parameter's gradient becomes a view into its
+//       bucket's flat buffer, so a bucket is all-reduced in place with no packing copy.
+//       With `overlap`, each bucket's non-blocking all-reduce starts during backward, as
+//       soon as the last of its parameters has finished its backward; buckets start in
+//       bucket order, so every dp rank issues the same collectives in the same order.
+//
+// fsdp2 Every parameter is additionally sharded along dim 0 over dp, on top of its tp
+//       (and domain) sharding: the tp-local block is split by shard_range(rows, dp,
+//       dp_rank) (uneven extents allowed), so placement.dp = Shard(0), global_shape is
+//       unchanged and local_offset[0] moves by the dp shard's start — checkpoints,
+//       clip_grad_norm and optimizer state read the shard like any other. Before a
+//       module's forward and again before its backward its parameters are all-gathered
+//       (one all-gather per module and dtype); they are released right after. After its
+//       last backward its gradients are reduce-scattered (averaged) into the shards (one
+//       reduce-scatter per module and dtype; non-blocking with `overlap`). Build the
+//       optimizer *after* DataParallel, on the sharded parameters: its state is then
+//       sharded too. A parameter whose tp-local dim 0 is smaller than the dp size (or a
+//       0-d one) cannot give every rank a row: it stays dp-Replicate and is averaged
+//       like a ddp bucket.
+//
+// Hooks: fsdp2 and overlapped ddp need to act around each module's forward and backward,
+// so they replace every *unit* — the topmost module that registers parameters itself
+// (in practice the leaf layers) — by a wrapper that registers the same parameters under
+// the same names (FQNs do not change) and runs the hooks around the inner module.
+// Parents reach children through at()/child() at call time, so the wrapper takes
+// effect. A root module that registers parameters itself cannot be replaced and is an
+// InvalidArgument. Modules below a unit are no longer visible to at()/named_modules():
+// apply tp::parallelize / apply_tensor_parallel first. ddp without overlap wraps nothing
+// and works with any model.
+//
+// Per step, on every rank:
+//     y = model.forward(x);  ...;  model.backward(dy);
+//     data_parallel.finish_gradient_sync();             // waits for / issues the dp traffic
+//     tp::sync_replicated_gradients(model, mesh.tp());  // tp, domain: linear sums that
+//     domain::sync_domain_gradients(model, mesh);       // commute with the dp average
+//     (clip_grad_norm(...);) optimizer.step();
+// Gradients may be accumulated over several forward/backward pairs, with
+// finish_gradient_sync() after each backward or once at the end. A forward without a
+// backward (evaluation) is allowed; the next finish_gradient_sync() settles the counts.
+//
+// The constructor is collective over mesh.dp() (it broadcasts every parameter from dp
+// rank 0, so the replicas start identical); a bad model throws the same error on every
+// rank because every rank checks the same tree. The mesh and the model must outlive the
+// DataParallel object; the wrappers keep the shared state alive by themselves.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/dp/memory.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/nn/module.hpp"
+#include "tessera/optim.hpp"
+
+namespace tessera::dp {
+
+struct DataParallelOptions {
+  std::size_t bucket_bytes = std::size_t(25) << 20;  // ddp (and fsdp2's replicated leftovers); > 0
+  bool overlap = true;                // start each bucket's / module's reduction during backward
+  bool broadcast_parameters = true;   // make dp rank 0's values everyone's at construction
+};
+
+namespace detail {
+struct Engine;
+}
+
+class DataParallel {
+ public:
+  // The mode is mesh.config().data (none: nothing is done, and nothing is sent).
+  DataParallel(nn::Module& model, const Mesh& mesh, DataParallelOptions options = {});
+  DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode mode, DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // Completes this backward's dp reduction: starts what overlap has not started, waits
+  // for everything, and leaves averaged gradients (fsdp2: averaged gradient shards).
+  // Collective over mesh.dp().
+  void finish_gradient_sync();
+
+  DataParallelMode mode() const;
+  const DataParallelOptions& options() const;
+  // The FQN paths of the modules that were wrapped (empty for ddp without overlap).
+  std::vector<std::string> unit_paths() const;
+  // Parameter FQNs per gradient bucket, in bucket (= launch) order.
+  std::vector<std::vector<std::string>> buckets() const;
+  // fsdp2: the parameters sharded over dp (the others are dp-Replicate).
+  std::vector<std::string> sharded_parameters() const;
+
+  // This rank's parameter, gradient and (when given) optimizer-state bytes, plus the
+  // largest transient footprint of one gathered fsdp2 unit (parameters + gradients).
+  MemoryReport memory_report(Optimizer* optimizer = nullptr) const;
+
+ private:
+  std::shared_ptr<detail::Engine> engine_;
+};
+
+}  // namespace tessera::dp

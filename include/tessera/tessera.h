@@ -1,0 +1,298 @@
+#ifndef TESSERA_TESSERA_H
+#define TESSERA_TESSERA_H
+/*
+ * tessera C API: the process mesh, domain decomposition and halo exchange on
+ * caller-owned arrays, and checkpoints of caller-owned named arrays, for existing MPI
+ * codes written in C (and, through src/fortran/tessera.f90, in Fortran).
+ *
+ * Conventions (docs/c-api.md has the whole guide):
+ *
+ *  - Every function returns an int status: TESSERA_OK (0) or one of the tessera_status_t
+ *    codes below, which are the values of tessera::ErrorCode one for one.
+ *    tessera_error_string(code) names the code; tessera_last_error() is the message of
+ *    the last failed call on the calling thread (it names the offending argument, array,
+ *    dataset or rank). No C++ exception ever leaves this API.
+ *  - Results come back through pointer arguments, which must not be NULL.
+ *  - Handles are opaque; *_destroy(&handle) frees one and sets it to NULL (destroying a
+ *    NULL handle is a no-op). Handles share ownership of what they were built from, so
+ *    they may be destroyed in any order, but all of them before MPI_Finalize.
+ *  - Communicators come in as MPI_Comm, or as MPI_Fint in the *_f variants (converted
+ *    with MPI_Comm_f2c) for Fortran. tessera duplicates what it is given, so its messages
+ *    never match the caller's.
+ *  - Collective functions (marked "Collective") either succeed on every rank or return
+ *    the same status and message on every rank. Argument errors that can only be seen
+ *    locally (a NULL handle) return at once on the rank that made them.
+ *
+ * Arrays. A caller array is (data, dtype, order, ndim, shape): `shape` lists the ndim
+ * extents in declaration order; TESSERA_ORDER_C is row-major (last index fastest),
+ * TESSERA_ORDER_FORTRAN column-major (first index fastest). tessera's logical view of a
+ * gridded field is (leading..., lat, lon) in C order, so:
+ *
+ *     C:        double t[nlev][nlat][nlon]          shape {nlev, nlat, nlon}
+ *     Fortran:  real(real64) :: t(nlon, nlat, nlev) shape {nlon, nlat, nlev}
+ *
+ * describe the same memory and the same field. Other layouts (latitude fastest, levels
+ * between lat and lon) go through tessera_halo_add_field_strided. Arrays are never
+ * copied by the halo exchange: it works on the caller's memory in place.
+ */
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------
+ * Status codes (== tessera::ErrorCode)
+ * ---------------------------------------------------------------------------------- */
+typedef enum tessera_status {
+  TESSERA_OK = 0,
+  TESSERA_ERR_INVALID_ARGUMENT = 1, /* NULL handle or pointer, bad enum or value */
+  TESSERA_ERR_CONFIG = 2,           /* a configuration key or value is wrong */
+  TESSERA_ERR_SHAPE = 3,            /* shapes or dtypes do not agree */
+  TESSERA_ERR_UNSUPPORTED = 4,      /* valid request this build cannot serve */
+  TESSERA_ERR_MPI = 5,              /* an MPI call failed */
+  TESSERA_ERR_HDF5 = 6,             /* an HDF5 call failed */
+  TESSERA_ERR_CUDA = 7,
+  TESSERA_ERR_NCCL = 8,
+  TESSERA_ERR_CUBLAS = 9,
+  TESSERA_ERR_IO = 10,              /* a file could not be read or written */
+  TESSERA_ERR_INTERNAL = 11         /* a tessera bug, or out of memory */
+} tessera_status_t;
+
+/* Short stable name of a status ("ok", "invalid_argument", ...; "unknown" otherwise).
+ * Never NULL; static storage. */
+const char* tessera_error_string(int code);
+/* The message of the last failed call on this thread ("" when none failed). Valid until
+ * the next failing call on this thread. Successful calls leave it unchanged. */
+const char* tessera_last_error(void);
+/* "0.1.0". */
+const char* tessera_version(void);
+/* MPI_Abort(MPI_COMM_WORLD, code) (or abort() when MPI is not running). For the Fortran
+ * module's "no ierr given" path; returns only if MPI_Abort does. */
+int tessera_abort(int code);
+
+/* ------------------------------------------------------------------------------------
+ * Enums
+ * ---------------------------------------------------------------------------------- */
+typedef enum tessera_dtype { TESSERA_F32 = 0, TESSERA_F64 = 1 } tessera_dtype_t;
+typedef enum tessera_order { TESSERA_ORDER_C = 0, TESSERA_ORDER_FORTRAN = 1 } tessera_order_t;
+typedef enum tessera_data_mode {
+  TESSERA_DATA_NONE = 0,
+  TESSERA_DATA_DDP = 1,
+  TESSERA_DATA_FSDP2 = 2
+} tessera_data_mode_t;
+/* A mesh dimension, or the whole mesh (TESSERA_MESH_WORLD). */
+typedef enum tessera_mesh_dim {
+  TESSERA_MESH_DP = 0,
+  TESSERA_MESH_TP = 1,
+  TESSERA_MESH_DOMAIN = 2,
+  TESSERA_MESH_WORLD = 3
+} tessera_mesh_dim_t;
+typedef enum tessera_pole {
+  TESSERA_POLE_ZERO = 0,        /* zero beyond the poles */
+  TESSERA_POLE_REPLICATE = 1,   /* the edge row repeated (zero-gradient boundary) */
+  TESSERA_POLE_ACROSS_POLE = 2  /* the mirrored row, half the circle round */
+} tessera_pole_t;
+typedef enum tessera_layout {
+  TESSERA_LAYOUT_SHARED = 0,   /* one file, parallel HDF5 */
+  TESSERA_LAYOUT_PER_RANK = 1  /* one file per writing rank plus an index */
+} tessera_layout_t;
+
+/* The most dims an array may have. */
+#define TESSERA_MAX_DIMS 8
+
+typedef struct tessera_mesh tessera_mesh_t;
+typedef struct tessera_decomp tessera_decomp_t;
+typedef struct tessera_halo tessera_halo_t;
+typedef struct tessera_checkpoint tessera_checkpoint_t;
+typedef struct tessera_model tessera_model_t;
+
+/* ------------------------------------------------------------------------------------
+ * Mesh: dp x tp x domain over a parent communicator (rank g: domain = g % D,
+ * tp = (g / D) % T, dp = g / (T D)).
+ * ---------------------------------------------------------------------------------- */
+/* Collective over parent. TESSERA_ERR_CONFIG when the world size is not divisible by
+ * tensor * domain (or data NONE leaves more than one replica). */
+int tessera_mesh_create(MPI_Comm parent, tessera_data_mode_t data, int tensor, int domain,
+                        tessera_mesh_t** mesh);
+int tessera_mesh_create_f(MPI_Fint parent, tessera_data_mode_t data, int tensor, int domain,
+                          tessera_mesh_t** mesh);
+/* Collective: reads a YAML parallelism config (trainer.parallelism or parallelism block). */
+int tessera_mesh_create_from_file(MPI_Comm parent, const char* path, tessera_mesh_t** mesh);
+int tessera_mesh_create_from_file_f(MPI_Fint parent, const char* path, tessera_mesh_t** mesh);
+int tessera_mesh_destroy(tessera_mesh_t** mesh);
+
+int tessera_mesh_config(const tessera_mesh_t* mesh, tessera_data_mode_t* data, int* tensor, int* domain);
+/* This rank's coordinate along `dim` (the rank in the parent for TESSERA_MESH_WORLD). */
+int tessera_mesh_rank(const tessera_mesh_t* mesh, tessera_mesh_dim_t dim, int* rank);
+int tessera_mesh_size(const tessera_mesh_t* mesh, tessera_mesh_dim_t dim, int* size);
+/* The communicator of `dim` (a private duplicate of the parent for TESSERA_MESH_WORLD).
+ * Owned by the mesh: do not free it; it stays valid while the mesh exists. */
+int tessera_mesh_comm(const tessera_mesh_t* mesh, tessera_mesh_dim_t dim, MPI_Comm* comm);
+int tessera_mesh_comm_f(const tessera_mesh_t* mesh, tessera_mesh_dim_t dim, MPI_Fint* comm);
+
+/* ------------------------------------------------------------------------------------
+ * Decomposition: a global (nlat, nlon) grid over a communicator, on a grid_lat x
+ * grid_lon process grid (domain rank r at (r / grid_lon, r % grid_lon)); grid_lat = 0
+ * and grid_lon = 0 mean "split along latitude only" (size x 1). Extents follow
+ * shard_range: the first n % P parts get one extra row. Leading dims (levels) are
+ * whole on every rank and come with each array.
+ * ---------------------------------------------------------------------------------- */
+int tessera_decomp_create(MPI_Comm comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
+                          tessera_decomp_t** decomp);
+int tessera_decomp_create_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
+                            tessera_decomp_t** decomp);
+/* Over the mesh's domain communicator. */
+int tessera_decomp_create_from_mesh(const tessera_mesh_t* mesh, int64_t nlat, int64_t nlon, int grid_lat,
+                                    int grid_lon, tessera_decomp_t** decomp);
+int tessera_decomp_destroy(tessera_decomp_t** decomp);
+
+int tessera_decomp_rank(const tessera_decomp_t* decomp, int* rank);
+int tessera_decomp_size(const tessera_decomp_t* decomp, int* size);
+int tessera_decomp_global(const tessera_decomp_t* decomp, int64_t* nlat, int64_t* nlon);
+int tessera_decomp_grid(const tessera_decomp_t* decomp, int* grid_lat, int* grid_lon);
+/* Process-grid position of this rank. */
+int tessera_decomp_coords(const tessera_decomp_t* decomp, int* lat, int* lon);
+/* The box a rank owns, 0-based global starts and counts. `rank` in [0, size). */
+int tessera_decomp_box(const tessera_decomp_t* decomp, int64_t* lat_start, int64_t* lat_count,
+                       int64_t* lon_start, int64_t* lon_count);
+int tessera_decomp_box_of(const tessera_decomp_t* decomp, int rank, int64_t* lat_start, int64_t* lat_count,
+                          int64_t* lon_start, int64_t* lon_count);
+/* The decomposition's communicator (owned by tessera; do not free). */
+int tessera_decomp_comm(const tessera_decomp_t* decomp, MPI_Comm* comm);
+int tessera_decomp_comm_f(const tessera_decomp_t* decomp, MPI_Fint* comm);
+/* Collective. `local` is this rank's box, (leading..., local lat, local lon) in tessera's
+ * view; `global` on root is the whole field with the same leading dims and layout
+ * (order), ignored elsewhere (may be NULL there). Shapes are those of `local`. */
+int tessera_decomp_scatter(const tessera_decomp_t* decomp, const void* global, void* local,
+                           tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* local_shape,
+                           int root);
+int tessera_decomp_gather(const tessera_decomp_t* decomp, const void* local, void* global,
+                          tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* local_shape,
+                          int root);
+
+/* ------------------------------------------------------------------------------------
+ * Halo exchange on caller arrays. A field is this rank's box plus a halo frame:
+ * (leading..., lat_before + local lat + lat_after, lon_before + local lon + lon_after)
+ * in tessera's view ("before" = the low-index side). Fields are registered once
+ * (pointer, dtype, shape) and every exchange fills the halos of all registered fields
+ * with one message per neighbour.
+ * ---------------------------------------------------------------------------------- */
+/* Collective over the decomposition's communicator. */
+int tessera_halo_create(const tessera_decomp_t* decomp, int lat_before, int lat_after, int lon_before,
+                        int lon_after, int periodic_lon, tessera_pole_t pole, tessera_halo_t** halo);
+int tessera_halo_destroy(tessera_halo_t** halo);
+/* Padded local extents of a field. */
+int tessera_halo_padded(const tessera_halo_t* halo, int64_t* lat, int64_t* lon);
+
+/* Local (no communication). Registers a field; `index` (may be NULL) receives its
+ * 0-based position. The memory must stay valid while the field is registered.
+ * TESSERA_ERR_SHAPE when its lat/lon extents are not the padded ones. */
+int tessera_halo_add_field(tessera_halo_t* halo, void* data, tessera_dtype_t dtype, tessera_order_t order,
+                           int ndim, const int64_t* shape, int* index);
+/* Any layout: `shape` is tessera's view (leading..., padded lat, padded lon), `strides`
+ * the distance in elements between neighbours along each of those dims. */
+int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dtype_t dtype, int ndim,
+                                   const int64_t* shape, const int64_t* strides, int* index);
+int tessera_halo_clear_fields(tessera_halo_t* halo);
+int tessera_halo_num_fields(const tessera_halo_t* halo, int* count);
+
+/* Collective: fill every registered field's halo. The first exchange of a field set
+ * checks (collectively) that every rank registered matching fields. */
+int tessera_halo_exchange(tessera_halo_t* halo);
+/* Split for overlap: between start and finish read only the interior, write nothing. */
+int tessera_halo_start(tessera_halo_t* halo);
+int tessera_halo_finish(tessera_halo_t* halo);
+/* The transpose: add every halo value into the cell it came from, zero the halos. */
+int tessera_halo_exchange_adjoint(tessera_halo_t* halo);
+int tessera_halo_start_adjoint(tessera_halo_t* halo);
+int tessera_halo_finish_adjoint(tessera_halo_t* halo);
+int tessera_halo_in_flight(const tessera_halo_t* halo, int* in_flight);
+
+/* Collective: the interior of padded `field` (shape as for add_field) on every rank
+ * into root's `global`, which has the field's layout with the global lat/lon extents;
+ * and the reverse (every rank's interior is overwritten, the halo is untouched). */
+int tessera_halo_gather(const tessera_halo_t* halo, const void* field, void* global, tessera_dtype_t dtype,
+                        tessera_order_t order, int ndim, const int64_t* shape, int root);
+int tessera_halo_scatter(const tessera_halo_t* halo, const void* global, void* field, tessera_dtype_t dtype,
+                         tessera_order_t order, int ndim, const int64_t* shape, int root);
+
+/* ------------------------------------------------------------------------------------
+ * Checkpoints of caller-owned named arrays (docs/checkpoint-format.md): begin a save or
+ * a load, add the arrays, commit. Every array is a block of a global array; the file
+ * stores the global array, so a restart written at 2 ranks loads at 4.
+ *
+ * Placement strings name how the block is laid out over the mesh, in the form
+ * "dp: Replicate, tp: Replicate, domain: Shard(1)" (missing dims are Replicate; NULL or
+ * "" is all Replicate). Shard(d) counts dims in declaration order: from 0 for
+ * TESSERA_ORDER_C, from 1 for TESSERA_ORDER_FORTRAN. A block is written by the ranks
+ * whose coordinate is 0 along every dim it is Replicate over.
+ * Shapes and offsets are in declaration order (Fortran offsets 0-based too); the file
+ * holds the C-order (reversed) view of Fortran arrays, as HDF5's own Fortran API does.
+ * ---------------------------------------------------------------------------------- */
+/* Local. `root_dir` receives root_dir/step_<step>/ and root_dir/latest. */
+int tessera_checkpoint_begin_save(const tessera_mesh_t* mesh, const char* root_dir, int64_t step,
+                                  tessera_layout_t layout, tessera_checkpoint_t** checkpoint);
+/* Local. `path`: a checkpoint.h5, a step directory, or a root (through `latest`). */
+int tessera_checkpoint_begin_load(const tessera_mesh_t* mesh, const char* path,
+                                  tessera_checkpoint_t** checkpoint);
+/* Save: free text stored verbatim. Load: ignored. */
+int tessera_checkpoint_set_metadata(tessera_checkpoint_t* checkpoint, const char* metadata);
+/* Save: keep only the newest n step directories (0: all). */
+int tessera_checkpoint_set_keep_last(tessera_checkpoint_t* checkpoint, int keep_last);
+/* Load: strict (default 1) demands that the file holds exactly the added arrays. */
+int tessera_checkpoint_set_strict(tessera_checkpoint_t* checkpoint, int strict);
+/* Local. Adds a named array: its memory is read at commit (save) or written (load). */
+int tessera_checkpoint_add_array(tessera_checkpoint_t* checkpoint, const char* name, void* data,
+                                 tessera_dtype_t dtype, tessera_order_t order, int ndim,
+                                 const int64_t* global_shape, const int64_t* local_offset,
+                                 const int64_t* local_shape, const char* placement);
+/* Local. Adds the interior of a padded halo field (shape as for tessera_halo_add_field):
+ * global shape (leading..., nlat, nlon), offset and placement (domain: Shard(lat))
+ * come from the halo's decomposition, which must be over the checkpoint mesh's domain
+ * communicator (or a communicator with the same ranks in the same order). */
+int tessera_checkpoint_add_halo_field(tessera_checkpoint_t* checkpoint, const char* name,
+                                      const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
+                                      tessera_order_t order, int ndim, const int64_t* shape);
+/* Collective over the mesh: writes (atomically) or reads and verifies every array. */
+int tessera_checkpoint_commit(tessera_checkpoint_t* checkpoint);
+/* Save: the step given; load: the step read (after commit). */
+int tessera_checkpoint_step(const tessera_checkpoint_t* checkpoint, int64_t* step);
+/* Load: the stored metadata after commit (valid while the handle lives). */
+int tessera_checkpoint_metadata(const tessera_checkpoint_t* checkpoint, const char** metadata);
+int tessera_checkpoint_destroy(tessera_checkpoint_t** checkpoint);
+
+/* ------------------------------------------------------------------------------------
+ * Model inference (tessera::load_model): a field emulator trained by tessera-run,
+ * rebuilt from its checkpoint alone on the caller's mesh (any tp / domain split), run
+ * on caller-owned fields. Fields are f32 (B, channels, local lat, nlon) in tessera's
+ * view -- C: float x[B][C][lat][lon]; Fortran: real(real32) :: x(nlon, lat, C, B) --
+ * where the local latitudes are the model's box (tessera_model_box), the band of this
+ * rank's domain coordinate. ndim 3 means B = 1. Every tp rank passes the same input.
+ * ---------------------------------------------------------------------------------- */
+/* Collective over the mesh: `path` is a checkpoint.h5, a step directory or a root. */
+int tessera_model_load(const tessera_mesh_t* mesh, const char* path, tessera_model_t** model);
+int tessera_model_destroy(tessera_model_t** model);
+/* The grid and channel count the model was trained on. */
+int tessera_model_info(const tessera_model_t* model, int64_t* channels, int64_t* nlat, int64_t* nlon);
+/* This rank's latitude band (0-based start and count) and longitudes. */
+int tessera_model_box(const tessera_model_t* model, int64_t* lat_start, int64_t* lat_count, int64_t* lon_start,
+                      int64_t* lon_count);
+/* Collective over the mesh's tp and domain groups. predict: physical units in and out
+ * (normalised with the stored per-channel mean/std); forward: normalised fields.
+ * `output` has the input's shape and may be the input array itself. dtype must be
+ * TESSERA_F32 (TESSERA_ERR_INVALID_ARGUMENT otherwise); a shape that is not this rank's
+ * band is TESSERA_ERR_SHAPE on every rank. */
+int tessera_model_predict(tessera_model_t* model, const void* input, void* output, tessera_dtype_t dtype,
+                          tessera_order_t order, int ndim, const int64_t* shape);
+int tessera_model_forward(tessera_model_t* model, const void* input, void* output, tessera_dtype_t dtype,
+                          tessera_order_t order, int ndim, const int64_t* shape);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_TESSERA_H */

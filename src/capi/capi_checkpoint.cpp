@@ -1,0 +1,260 @@
+// C API: checkpoints of caller-owned named arrays (a climate code's restart).
+//
+// Each added array becomes a Parameter whose value is a view of the caller's memory
+// (no copy, and no gradient is allocated); commit hands the list to save_checkpoint or
+// load_checkpoint, so the file format, atomic commit, checksums and resharding are the
+// library's own.
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "capi/capi_internal.hpp"
+
+using namespace tessera;
+using tessera::capi::guarded;
+using tessera::capi::require;
+
+namespace {
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  std::size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+// "dp: Replicate, tp: Shard(0), domain: Shard(1)"; Shard(d) counts declared dims (from 0
+// for C order, from 1 for Fortran order) and comes back as a dim of the C-order view.
+MeshPlacement parse_placement(const char* text, int order, int ndim, const std::string& what) {
+  MeshPlacement placement;
+  if (text == nullptr) return placement;
+  const std::string all = text;
+  std::set<std::string> seen;
+  std::size_t begin = 0;
+  while (begin <= all.size()) {
+    std::size_t end = all.find(',', begin);
+    if (end == std::string::npos) end = all.size();
+    const std::string item = trim(all.substr(begin, end - begin));
+    begin = end + 1;
+    if (item.empty()) {
+      if (end == all.size()) break;
+      throw InvalidArgument(what + ": placement '" + all + "' has an empty item");
+    }
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) {
+      throw InvalidArgument(what + ": placement item '" + item + "' is not '<dp|tp|domain>: <Replicate|Shard(d)>'");
+    }
+    const std::string key = trim(item.substr(0, colon));
+    MeshDim dim;
+    if (key == "dp") {
+      dim = MeshDim::dp;
+    } else if (key == "tp") {
+      dim = MeshDim::tp;
+    } else if (key == "domain") {
+      dim = MeshDim::domain;
+    } else {
+      throw InvalidArgument(what + ": placement key '" + key + "' is not dp, tp or domain");
+    }
+    if (!seen.insert(key).second) throw InvalidArgument(what + ": placement names '" + key + "' twice");
+    Placement p = Placement::parse(trim(item.substr(colon + 1)), what + ": placement of " + key);
+    if (p.is_shard()) {
+      const int first = order == TESSERA_ORDER_FORTRAN ? 1 : 0;
+      if (p.dim < first || p.dim >= ndim + first) {
+        throw InvalidArgument(what + ": placement " + key + ": Shard(" + std::to_string(p.dim) +
+                              ") names no dim of a " + std::to_string(ndim) + "-d array (dims count from " +
+                              std::to_string(first) + " in this order)");
+      }
+      if (order == TESSERA_ORDER_FORTRAN) p.dim = ndim - p.dim;
+    }
+    placement[dim] = p;
+  }
+  return placement;
+}
+
+tessera_checkpoint_t& checkpoint_of(tessera_checkpoint_t* c) {
+  require(c, "the checkpoint handle");
+  if (!c->mesh) throw InvalidArgument("the checkpoint handle is not initialised");
+  return *c;
+}
+
+const tessera_checkpoint_t& checkpoint_of(const tessera_checkpoint_t* c) {
+  return checkpoint_of(const_cast<tessera_checkpoint_t*>(c));
+}
+
+std::string check_name(tessera_checkpoint_t& c, const char* name) {
+  require(name, "the array name");
+  const std::string n = name;
+  if (n.empty() || n.find('/') != std::string::npos || n == "." || n == "..") {
+    throw InvalidArgument("array name '" + n + "' is empty or not a valid HDF5 link name (no '/')");
+  }
+  for (const auto& [existing, p] : c.named) {
+    if (existing == n) throw InvalidArgument("array '" + n + "' was already added to this checkpoint");
+  }
+  if (c.committed) throw InvalidArgument("array '" + n + "': the checkpoint was already committed");
+  return n;
+}
+
+void add(tessera_checkpoint_t& c, const std::string& name, Tensor value, Shape global, Shape offset,
+         MeshPlacement placement) {
+  const std::string what = "array '" + name + "'";
+  const Shape& local = value.shape();
+  if (global.size() != local.size() || offset.size() != local.size()) {
+    throw ShapeError(what + ": global shape, local offset and local shape differ in rank");
+  }
+  for (std::size_t d = 0; d < local.size(); ++d) {
+    if (global[d] < 0 || offset[d] < 0 || offset[d] + local[d] > global[d]) {
+      throw ShapeError(what + ": local block " + shape_str(local) + " at offset " + shape_str(offset) +
+                       " lies outside the global shape " + shape_str(global));
+    }
+  }
+  // Members set directly: the Parameter constructor would allocate a gradient as large
+  // as the array, which a restart never needs.
+  auto p = std::make_unique<Parameter>();
+  p->value = std::move(value);
+  p->global_shape = std::move(global);
+  p->placement = placement;
+  p->local_offset = std::move(offset);
+  c.named.emplace_back(name, p.get());
+  c.arrays.push_back(std::move(p));
+}
+
+void begin(const tessera_mesh_t* mesh, tessera_checkpoint_t** out, bool save, const char* path) {
+  require(out, "the output handle pointer");
+  *out = nullptr;
+  require(mesh, "the mesh handle");
+  if (!mesh->mesh) throw InvalidArgument("the mesh handle is not initialised");
+  require(path, save ? "the root directory" : "the checkpoint path");
+  if (*path == '\0') throw InvalidArgument(save ? "the root directory is empty" : "the checkpoint path is empty");
+  auto handle = std::make_unique<tessera_checkpoint>();
+  handle->mesh = mesh->mesh;
+  handle->save = save;
+  handle->path = path;
+  *out = handle.release();
+}
+
+}  // namespace
+
+extern "C" {
+
+int tessera_checkpoint_begin_save(const tessera_mesh_t* mesh, const char* root_dir, int64_t step,
+                                  tessera_layout_t layout, tessera_checkpoint_t** checkpoint) {
+  return guarded("tessera_checkpoint_begin_save", [&] {
+    if (step < 0) throw InvalidArgument("step " + std::to_string(step) + " is negative");
+    if (layout != TESSERA_LAYOUT_SHARED && layout != TESSERA_LAYOUT_PER_RANK) {
+      throw InvalidArgument("layout " + std::to_string(layout) +
+                            " is not TESSERA_LAYOUT_SHARED (0) or TESSERA_LAYOUT_PER_RANK (1)");
+    }
+    begin(mesh, checkpoint, true, root_dir);
+    (*checkpoint)->save_options.step = step;
+    (*checkpoint)->save_options.layout =
+        layout == TESSERA_LAYOUT_PER_RANK ? io::CheckpointLayout::per_rank : io::CheckpointLayout::shared;
+  });
+}
+
+int tessera_checkpoint_begin_load(const tessera_mesh_t* mesh, const char* path, tessera_checkpoint_t** checkpoint) {
+  return guarded("tessera_checkpoint_begin_load", [&] { begin(mesh, checkpoint, false, path); });
+}
+
+int tessera_checkpoint_set_metadata(tessera_checkpoint_t* checkpoint, const char* metadata) {
+  return guarded("tessera_checkpoint_set_metadata", [&] {
+    checkpoint_of(checkpoint).save_options.metadata = require(metadata, "metadata");
+  });
+}
+
+int tessera_checkpoint_set_keep_last(tessera_checkpoint_t* checkpoint, int keep_last) {
+  return guarded("tessera_checkpoint_set_keep_last", [&] {
+    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    if (keep_last < 0) throw InvalidArgument("keep_last " + std::to_string(keep_last) + " is negative");
+    c.save_options.keep_last = keep_last;
+  });
+}
+
+int tessera_checkpoint_set_strict(tessera_checkpoint_t* checkpoint, int strict) {
+  return guarded("tessera_checkpoint_set_strict",
+                 [&] { checkpoint_of(checkpoint).load_options.strict = strict != 0; });
+}
+
+int tessera_checkpoint_add_array(tessera_checkpoint_t* checkpoint, const char* name, void* data,
+                                 tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* global_shape,
+                                 const int64_t* local_offset, const int64_t* local_shape, const char* placement) {
+  return guarded("tessera_checkpoint_add_array", [&] {
+    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    const std::string n = check_name(c, name);
+    const std::string what = "array '" + n + "'";
+    Tensor value = capi::array_view(data, dtype, order, ndim, local_shape, what);
+    require(global_shape, "the global shape pointer");
+    require(local_offset, "the local offset pointer");
+    Shape global(global_shape, global_shape + ndim), offset(local_offset, local_offset + ndim);
+    if (order == TESSERA_ORDER_FORTRAN) {
+      std::reverse(global.begin(), global.end());
+      std::reverse(offset.begin(), offset.end());
+    }
+    add(c, n, std::move(value), std::move(global), std::move(offset), parse_placement(placement, order, ndim, what));
+  });
+}
+
+int tessera_checkpoint_add_halo_field(tessera_checkpoint_t* checkpoint, const char* name, const tessera_halo_t* halo,
+                                      void* field, tessera_dtype_t dtype, tessera_order_t order, int ndim,
+                                      const int64_t* shape) {
+  return guarded("tessera_checkpoint_add_halo_field", [&] {
+    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    const std::string n = check_name(c, name);
+    const std::string what = "array '" + n + "'";
+    const domain::HaloExchange& ex = capi::exchange_of(halo);
+    Tensor padded = capi::array_view(field, dtype, order, ndim, shape, what);
+    capi::check_padded(ex, padded, what);
+    const domain::Decomposition& d = ex.decomposition();
+    const domain::LocalBox box = d.box();
+    Shape global = padded.shape(), offset(padded.shape().size(), 0);
+    global[global.size() - 2] = d.global_lat();
+    global[global.size() - 1] = d.global_lon();
+    offset[offset.size() - 2] = box.lat.start;
+    offset[offset.size() - 1] = box.lon.start;
+    MeshPlacement placement;
+    placement.domain = Placement::shard(static_cast<int>(global.size()) - 2);
+    add(c, n, ex.interior(padded), std::move(global), std::move(offset), placement);
+  });
+}
+
+int tessera_checkpoint_commit(tessera_checkpoint_t* checkpoint) {
+  return guarded("tessera_checkpoint_commit", [&] {
+    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    if (c.committed) throw InvalidArgument("the checkpoint was already committed");
+    if (c.save) {
+      io::save_checkpoint(c.path, *c.mesh, c.named, nullptr, c.save_options);
+    } else {
+      const io::LoadResult r = io::load_checkpoint(c.path, *c.mesh, c.named, nullptr, c.load_options);
+      c.loaded_step = r.step;
+      c.loaded_metadata = r.metadata;
+    }
+    c.committed = true;
+  });
+}
+
+int tessera_checkpoint_step(const tessera_checkpoint_t* checkpoint, int64_t* step) {
+  return guarded("tessera_checkpoint_step", [&] {
+    const tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    require(step, "step");
+    if (!c.save && !c.committed) throw InvalidArgument("the step of a load is known only after commit");
+    *step = c.save ? c.save_options.step : c.loaded_step;
+  });
+}
+
+int tessera_checkpoint_metadata(const tessera_checkpoint_t* checkpoint, const char** metadata) {
+  return guarded("tessera_checkpoint_metadata", [&] {
+    const tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    require(metadata, "metadata");
+    *metadata = c.save ? c.save_options.metadata.c_str() : c.loaded_metadata.c_str();
+  });
+}
+
+int tessera_checkpoint_destroy(tessera_checkpoint_t** checkpoint) {
+  return guarded("tessera_checkpoint_destroy", [&] {
+    require(checkpoint, "the pointer to the checkpoint handle");
+    std::unique_ptr<tessera_checkpoint> owned(*checkpoint);
+    *checkpoint = nullptr;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,150 @@
+// C API: status strings, the thread-local last error, and the helpers every handle uses.
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+#include "capi/capi_internal.hpp"
+#include "tessera/version.hpp"
+
+namespace tessera::capi {
+
+namespace {
+thread_local std::string last_error_message;
+
+// The C status values are tessera::ErrorCode's, one for one.
+static_assert(TESSERA_OK == static_cast<int>(ErrorCode::ok));
+static_assert(TESSERA_ERR_INVALID_ARGUMENT == static_cast<int>(ErrorCode::invalid_argument));
+static_assert(TESSERA_ERR_CONFIG == static_cast<int>(ErrorCode::config));
+static_assert(TESSERA_ERR_SHAPE == static_cast<int>(ErrorCode::shape));
+static_assert(TESSERA_ERR_UNSUPPORTED == static_cast<int>(ErrorCode::unsupported));
+static_assert(TESSERA_ERR_MPI == static_cast<int>(ErrorCode::mpi));
+static_assert(TESSERA_ERR_HDF5 == static_cast<int>(ErrorCode::hdf5));
+static_assert(TESSERA_ERR_CUDA == static_cast<int>(ErrorCode::cuda));
+static_assert(TESSERA_ERR_NCCL == static_cast<int>(ErrorCode::nccl));
+static_assert(TESSERA_ERR_CUBLAS == static_cast<int>(ErrorCode::cublas));
+static_assert(TESSERA_ERR_IO == static_cast<int>(ErrorCode::io));
+static_assert(TESSERA_ERR_INTERNAL == static_cast<int>(ErrorCode::internal));
+}  // namespace
+
+void set_last_error(const char* function, const char* message) noexcept {
+  try {
+    last_error_message = std::string(function) + ": " + message;
+  } catch (...) {
+    // Out of memory while recording the message: keep the previous one.
+  }
+}
+
+void require_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) {
+    throw InvalidArgument("MPI is not running (call MPI_Init before and MPI_Finalize after every tessera call)");
+  }
+}
+
+MPI_Comm comm_from_fortran(MPI_Fint comm) {
+  require_mpi();
+  return MPI_Comm_f2c(comm);
+}
+
+DType to_dtype(int dtype, const std::string& what) {
+  switch (dtype) {
+    case TESSERA_F32: return DType::f32;
+    case TESSERA_F64: return DType::f64;
+    default:
+      throw InvalidArgument(what + ": dtype " + std::to_string(dtype) +
+                            " is not TESSERA_F32 (0) or TESSERA_F64 (1)");
+  }
+}
+
+std::string dtype_label(int dtype) { return dtype == TESSERA_F32 ? "f32" : dtype == TESSERA_F64 ? "f64" : "?"; }
+
+Shape declared_shape(const void* data, int dtype, int order, int ndim, const std::int64_t* shape,
+                     const std::string& what) {
+  to_dtype(dtype, what);
+  if (order != TESSERA_ORDER_C && order != TESSERA_ORDER_FORTRAN) {
+    throw InvalidArgument(what + ": order " + std::to_string(order) +
+                          " is not TESSERA_ORDER_C (0) or TESSERA_ORDER_FORTRAN (1)");
+  }
+  if (data == nullptr) throw InvalidArgument(what + ": the data pointer is NULL");
+  if (ndim < 1 || ndim > TESSERA_MAX_DIMS) {
+    throw InvalidArgument(what + ": ndim " + std::to_string(ndim) + " is outside [1, " +
+                          std::to_string(TESSERA_MAX_DIMS) + "]");
+  }
+  if (shape == nullptr) throw InvalidArgument(what + ": the shape pointer is NULL");
+  Shape out(shape, shape + ndim);
+  for (int i = 0; i < ndim; ++i) {
+    if (out[static_cast<std::size_t>(i)] < 0) {
+      throw InvalidArgument(what + ": extent " + std::to_string(out[static_cast<std::size_t>(i)]) + " of dim " +
+                            std::to_string(i) + " is negative");
+    }
+  }
+  return out;
+}
+
+Tensor logical_view(void* data, DType dtype, const Shape& logical) {
+  return Tensor::view(data, logical, dtype, Device::host());
+}
+
+Tensor array_view(void* data, int dtype, int order, int ndim, const std::int64_t* shape, const std::string& what) {
+  Shape s = declared_shape(data, dtype, order, ndim, shape, what);
+  if (order == TESSERA_ORDER_FORTRAN) std::reverse(s.begin(), s.end());
+  return logical_view(data, to_dtype(dtype, what), s);
+}
+
+const domain::Decomposition& decomposition_of(const tessera_decomp* d) {
+  require(d, "the decomposition handle");
+  if (!d->state || !d->state->d) throw InvalidArgument("the decomposition handle is not initialised");
+  return *d->state->d;
+}
+
+domain::HaloExchange& exchange_of(tessera_halo* h) {
+  require(h, "the halo handle");
+  if (!h->exchange) throw InvalidArgument("the halo handle is not initialised");
+  return *h->exchange;
+}
+
+const domain::HaloExchange& exchange_of(const tessera_halo* h) {
+  require(h, "the halo handle");
+  if (!h->exchange) throw InvalidArgument("the halo handle is not initialised");
+  return *h->exchange;
+}
+
+void check_padded(const domain::HaloExchange& ex, const Tensor& field, const std::string& what) {
+  const Shape padded = ex.padded_shape(Shape{});
+  const Shape& s = field.shape();
+  if (s.size() < 2 || s[s.size() - 2] != padded[0] || s.back() != padded[1]) {
+    throw ShapeError(what + ": tessera view " + shape_str(s) + " should end in the padded (lat, lon) extents (" +
+                     std::to_string(padded[0]) + ", " + std::to_string(padded[1]) + ") of this rank (" +
+                     ex.decomposition().box().str() + " plus halo " + ex.spec().width.str() + ")");
+  }
+}
+
+}  // namespace tessera::capi
+
+using namespace tessera;
+
+extern "C" {
+
+const char* tessera_error_string(int code) {
+  if (code < TESSERA_OK || code > TESSERA_ERR_INTERNAL) return "unknown";
+  // error_code_name returns views of string literals, so data() is NUL-terminated.
+  return error_code_name(static_cast<ErrorCode>(code)).data();
+}
+
+const char* tessera_last_error(void) { return capi::last_error_message.c_str(); }
+
+const char* tessera_version(void) { return version_string; }
+
+int tessera_abort(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
+  std::abort();
+}
+
+}  // extern "C"

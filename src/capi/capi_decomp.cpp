@@ -1,0 +1,210 @@
+// C API: domain decomposition of a (lat, lon) grid over a communicator.
+
+#include "capi/capi_internal.hpp"
+#include "tessera/agree.hpp"
+
+using namespace tessera;
+using tessera::capi::guarded;
+using tessera::capi::require;
+using tessera::domain::Decomposition;
+using tessera::domain::ProcessGrid;
+
+namespace {
+
+ProcessGrid grid_of(const Communicator& comm, int grid_lat, int grid_lon) {
+  if (grid_lat == 0 && grid_lon == 0) return ProcessGrid{comm.size(), 1};
+  return ProcessGrid{grid_lat, grid_lon};
+}
+
+void create(std::shared_ptr<Communicator> comm, std::int64_t nlat, std::int64_t nlon, int grid_lat, int grid_lon,
+            tessera_decomp_t** out) {
+  auto state = std::make_shared<tessera_decomp_state>();
+  state->comm = std::move(comm);
+  state->d.emplace(*state->comm, Shape{nlat, nlon}, grid_of(*state->comm, grid_lat, grid_lon));
+  auto handle = std::make_unique<tessera_decomp>();
+  handle->state = std::move(state);
+  *out = handle.release();
+}
+
+void create_from_comm(MPI_Comm comm, std::int64_t nlat, std::int64_t nlon, int grid_lat, int grid_lon,
+                      tessera_decomp_t** out) {
+  require(out, "the output handle pointer");
+  *out = nullptr;
+  capi::require_mpi();
+  if (comm == MPI_COMM_NULL) throw InvalidArgument("the communicator is MPI_COMM_NULL");
+  create(std::make_shared<Communicator>(comm), nlat, nlon, grid_lat, grid_lon, out);
+}
+
+void box_of(const Decomposition& d, int rank, std::int64_t* lat_start, std::int64_t* lat_count,
+            std::int64_t* lon_start, std::int64_t* lon_count) {
+  require(lat_start, "lat_start");
+  require(lat_count, "lat_count");
+  require(lon_start, "lon_start");
+  require(lon_count, "lon_count");
+  if (rank < 0 || rank >= d.size()) {
+    throw InvalidArgument("rank " + std::to_string(rank) + " is outside the decomposition's [0, " +
+                          std::to_string(d.size()) + ")");
+  }
+  const domain::LocalBox box = d.box_of(rank);
+  *lat_start = box.lat.start;
+  *lat_count = box.lat.length;
+  *lon_start = box.lon.start;
+  *lon_count = box.lon.length;
+}
+
+void check_root(const Decomposition& d, int root) {
+  if (root < 0 || root >= d.size()) {
+    throw InvalidArgument("root " + std::to_string(root) + " is outside the communicator's [0, " +
+                          std::to_string(d.size()) + ")");
+  }
+}
+
+// The global twin of a local array: lat/lon extents replaced by the global ones, same
+// layout (in declaration order the last two dims for C, the first two for Fortran).
+Shape global_logical(const Decomposition& d, const Shape& local_logical) {
+  Shape g = local_logical;
+  g[g.size() - 2] = d.global_lat();
+  g[g.size() - 1] = d.global_lon();
+  return g;
+}
+
+}  // namespace
+
+namespace tessera::capi {
+
+// Shared by the decomposition's and the halo's scatter/gather: argument checks are
+// agreed, so a bad pointer on one rank fails every rank instead of hanging the others.
+void scatter_gather(const Decomposition& d, bool gather, const void* global, void* local_data, int dtype, int order,
+                    int ndim, const std::int64_t* shape, int root, const std::function<Tensor(Tensor)>& to_local,
+                    const std::string& what) {
+  Tensor local, whole;
+  agree_on_success(d.comm().mpi_comm(), [&] {
+    check_root(d, root);
+    Tensor view = array_view(local_data, dtype, order, ndim, shape, what + ": the local array");
+    if (view.dim() < 2) throw InvalidArgument(what + ": the array needs the two dims lat and lon");
+    local = to_local(view);
+    if (d.rank() == root) {
+      if (global == nullptr) throw InvalidArgument(what + ": the global array is NULL on the root rank");
+      whole = logical_view(const_cast<void*>(global), to_dtype(dtype, what), global_logical(d, local.shape()));
+    }
+  });
+  if (gather) {
+    d.gather(local, whole, root);
+  } else {
+    d.scatter(whole, local, root);
+  }
+}
+
+}  // namespace tessera::capi
+
+extern "C" {
+
+int tessera_decomp_create(MPI_Comm comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
+                          tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create",
+                 [&] { create_from_comm(comm, nlat, nlon, grid_lat, grid_lon, decomp); });
+}
+
+int tessera_decomp_create_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
+                            tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create_f", [&] {
+    create_from_comm(capi::comm_from_fortran(comm), nlat, nlon, grid_lat, grid_lon, decomp);
+  });
+}
+
+int tessera_decomp_create_from_mesh(const tessera_mesh_t* mesh, int64_t nlat, int64_t nlon, int grid_lat,
+                                    int grid_lon, tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create_from_mesh", [&] {
+    require(decomp, "the output handle pointer");
+    *decomp = nullptr;
+    require(mesh, "the mesh handle");
+    if (!mesh->mesh) throw InvalidArgument("the mesh handle is not initialised");
+    // Aliasing pointer: the domain communicator keeps the whole mesh alive.
+    std::shared_ptr<Communicator> comm(mesh->mesh, &mesh->mesh->domain());
+    create(std::move(comm), nlat, nlon, grid_lat, grid_lon, decomp);
+  });
+}
+
+int tessera_decomp_destroy(tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_destroy", [&] {
+    require(decomp, "the pointer to the decomposition handle");
+    std::unique_ptr<tessera_decomp> owned(*decomp);
+    *decomp = nullptr;
+  });
+}
+
+int tessera_decomp_rank(const tessera_decomp_t* decomp, int* rank) {
+  return guarded("tessera_decomp_rank", [&] { *require(rank, "rank") = capi::decomposition_of(decomp).rank(); });
+}
+
+int tessera_decomp_size(const tessera_decomp_t* decomp, int* size) {
+  return guarded("tessera_decomp_size", [&] { *require(size, "size") = capi::decomposition_of(decomp).size(); });
+}
+
+int tessera_decomp_global(const tessera_decomp_t* decomp, int64_t* nlat, int64_t* nlon) {
+  return guarded("tessera_decomp_global", [&] {
+    const Decomposition& d = capi::decomposition_of(decomp);
+    *require(nlat, "nlat") = d.global_lat();
+    *require(nlon, "nlon") = d.global_lon();
+  });
+}
+
+int tessera_decomp_grid(const tessera_decomp_t* decomp, int* grid_lat, int* grid_lon) {
+  return guarded("tessera_decomp_grid", [&] {
+    const Decomposition& d = capi::decomposition_of(decomp);
+    *require(grid_lat, "grid_lat") = d.grid().lat;
+    *require(grid_lon, "grid_lon") = d.grid().lon;
+  });
+}
+
+int tessera_decomp_coords(const tessera_decomp_t* decomp, int* lat, int* lon) {
+  return guarded("tessera_decomp_coords", [&] {
+    const Decomposition& d = capi::decomposition_of(decomp);
+    *require(lat, "lat") = d.coords().lat;
+    *require(lon, "lon") = d.coords().lon;
+  });
+}
+
+int tessera_decomp_box(const tessera_decomp_t* decomp, int64_t* lat_start, int64_t* lat_count, int64_t* lon_start,
+                       int64_t* lon_count) {
+  return guarded("tessera_decomp_box", [&] {
+    const Decomposition& d = capi::decomposition_of(decomp);
+    box_of(d, d.rank(), lat_start, lat_count, lon_start, lon_count);
+  });
+}
+
+int tessera_decomp_box_of(const tessera_decomp_t* decomp, int rank, int64_t* lat_start, int64_t* lat_count,
+                          int64_t* lon_start, int64_t* lon_count) {
+  return guarded("tessera_decomp_box_of", [&] {
+    box_of(capi::decomposition_of(decomp), rank, lat_start, lat_count, lon_start, lon_count);
+  });
+}
+
+int tessera_decomp_comm(const tessera_decomp_t* decomp, MPI_Comm* comm) {
+  return guarded("tessera_decomp_comm",
+                 [&] { *require(comm, "comm") = capi::decomposition_of(decomp).comm().mpi_comm(); });
+}
+
+int tessera_decomp_comm_f(const tessera_decomp_t* decomp, MPI_Fint* comm) {
+  return guarded("tessera_decomp_comm_f", [&] {
+    *require(comm, "comm") = MPI_Comm_c2f(capi::decomposition_of(decomp).comm().mpi_comm());
+  });
+}
+
+int tessera_decomp_scatter(const tessera_decomp_t* decomp, const void* global, void* local, tessera_dtype_t dtype,
+                           tessera_order_t order, int ndim, const int64_t* local_shape, int root) {
+  return guarded("tessera_decomp_scatter", [&] {
+    capi::scatter_gather(capi::decomposition_of(decomp), false, global, local, dtype, order, ndim, local_shape, root,
+                         [](Tensor t) { return t; }, "scatter");
+  });
+}
+
+int tessera_decomp_gather(const tessera_decomp_t* decomp, const void* local, void* global, tessera_dtype_t dtype,
+                          tessera_order_t order, int ndim, const int64_t* local_shape, int root) {
+  return guarded("tessera_decomp_gather", [&] {
+    capi::scatter_gather(capi::decomposition_of(decomp), true, global, const_cast<void*>(local), dtype, order, ndim,
+                         local_shape, root, [](Tensor t) { return t; }, "gather");
+  });
+}
+
+}  // extern "C"

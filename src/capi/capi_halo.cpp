@@ -1,0 +1,174 @@
+// C API: halo exchange on caller-owned arrays.
+
+#include "capi/capi_internal.hpp"
+
+using namespace tessera;
+using tessera::capi::guarded;
+using tessera::capi::require;
+using tessera::domain::HaloExchange;
+using tessera::domain::HaloSpec;
+using tessera::domain::PolePolicy;
+
+namespace {
+
+PolePolicy to_pole(int pole) {
+  switch (pole) {
+    case TESSERA_POLE_ZERO: return PolePolicy::zero;
+    case TESSERA_POLE_REPLICATE: return PolePolicy::replicate;
+    case TESSERA_POLE_ACROSS_POLE: return PolePolicy::across_pole;
+    default:
+      throw InvalidArgument("pole policy " + std::to_string(pole) +
+                            " is not TESSERA_POLE_ZERO (0), _REPLICATE (1) or _ACROSS_POLE (2)");
+  }
+}
+
+std::string field_label(const tessera_halo_t* halo) {
+  return "field " + std::to_string(halo->fields.size());
+}
+
+void register_field(tessera_halo_t* halo, Tensor view, int* index) {
+  HaloExchange& ex = capi::exchange_of(halo);
+  if (ex.in_flight()) throw InvalidArgument("cannot register a field while an exchange is in flight");
+  capi::check_padded(ex, view, field_label(halo));
+  halo->fields.push_back(std::move(view));
+  if (index != nullptr) *index = static_cast<int>(halo->fields.size()) - 1;
+}
+
+}  // namespace
+
+extern "C" {
+
+int tessera_halo_create(const tessera_decomp_t* decomp, int lat_before, int lat_after, int lon_before, int lon_after,
+                        int periodic_lon, tessera_pole_t pole, tessera_halo_t** halo) {
+  return guarded("tessera_halo_create", [&] {
+    require(halo, "the output handle pointer");
+    *halo = nullptr;
+    const domain::Decomposition& d = capi::decomposition_of(decomp);
+    for (int w : {lat_before, lat_after, lon_before, lon_after}) {
+      if (w < 0) throw InvalidArgument("halo width " + std::to_string(w) + " is negative");
+    }
+    HaloSpec spec;
+    spec.width = {lat_before, lat_after, lon_before, lon_after};
+    spec.periodic_lon = periodic_lon != 0;
+    spec.pole = to_pole(pole);
+    auto handle = std::make_unique<tessera_halo>();
+    handle->decomp = decomp->state;
+    handle->exchange.emplace(d, spec);
+    *halo = handle.release();
+  });
+}
+
+int tessera_halo_destroy(tessera_halo_t** halo) {
+  return guarded("tessera_halo_destroy", [&] {
+    require(halo, "the pointer to the halo handle");
+    std::unique_ptr<tessera_halo> owned(*halo);
+    *halo = nullptr;
+  });
+}
+
+int tessera_halo_padded(const tessera_halo_t* halo, int64_t* lat, int64_t* lon) {
+  return guarded("tessera_halo_padded", [&] {
+    const Shape padded = capi::exchange_of(halo).padded_shape(Shape{});
+    *require(lat, "lat") = padded[0];
+    *require(lon, "lon") = padded[1];
+  });
+}
+
+int tessera_halo_add_field(tessera_halo_t* halo, void* data, tessera_dtype_t dtype, tessera_order_t order, int ndim,
+                           const int64_t* shape, int* index) {
+  return guarded("tessera_halo_add_field", [&] {
+    capi::exchange_of(halo);
+    Tensor view = capi::array_view(data, dtype, order, ndim, shape, field_label(halo));
+    if (view.dim() < 2) throw InvalidArgument(field_label(halo) + ": a field needs the two dims lat and lon");
+    register_field(halo, std::move(view), index);
+  });
+}
+
+int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dtype_t dtype, int ndim,
+                                   const int64_t* shape, const int64_t* strides, int* index) {
+  return guarded("tessera_halo_add_field_strided", [&] {
+    capi::exchange_of(halo);
+    const std::string what = field_label(halo);
+    const Shape s = capi::declared_shape(data, dtype, TESSERA_ORDER_C, ndim, shape, what);
+    if (ndim < 2) throw InvalidArgument(what + ": a field needs the two dims lat and lon");
+    require(strides, "the strides pointer");
+    const Shape st(strides, strides + ndim);
+    for (std::int64_t x : st) {
+      if (x < 1) throw InvalidArgument(what + ": stride " + std::to_string(x) + " is not positive");
+    }
+    register_field(halo, Tensor::view(data, s, capi::to_dtype(dtype, what), Device::host(), st), index);
+  });
+}
+
+int tessera_halo_clear_fields(tessera_halo_t* halo) {
+  return guarded("tessera_halo_clear_fields", [&] {
+    if (capi::exchange_of(halo).in_flight()) {
+      throw InvalidArgument("cannot clear the fields while an exchange is in flight");
+    }
+    halo->fields.clear();
+  });
+}
+
+int tessera_halo_num_fields(const tessera_halo_t* halo, int* count) {
+  return guarded("tessera_halo_num_fields", [&] {
+    capi::exchange_of(halo);
+    *require(count, "count") = static_cast<int>(halo->fields.size());
+  });
+}
+
+int tessera_halo_exchange(tessera_halo_t* halo) {
+  return guarded("tessera_halo_exchange", [&] { capi::exchange_of(halo).exchange(halo->fields); });
+}
+
+int tessera_halo_start(tessera_halo_t* halo) {
+  return guarded("tessera_halo_start", [&] { capi::exchange_of(halo).start(halo->fields); });
+}
+
+int tessera_halo_finish(tessera_halo_t* halo) {
+  return guarded("tessera_halo_finish", [&] { capi::exchange_of(halo).finish(); });
+}
+
+int tessera_halo_exchange_adjoint(tessera_halo_t* halo) {
+  return guarded("tessera_halo_exchange_adjoint", [&] { capi::exchange_of(halo).exchange_adjoint(halo->fields); });
+}
+
+int tessera_halo_start_adjoint(tessera_halo_t* halo) {
+  return guarded("tessera_halo_start_adjoint", [&] { capi::exchange_of(halo).start_adjoint(halo->fields); });
+}
+
+int tessera_halo_finish_adjoint(tessera_halo_t* halo) {
+  return guarded("tessera_halo_finish_adjoint", [&] { capi::exchange_of(halo).finish_adjoint(); });
+}
+
+int tessera_halo_in_flight(const tessera_halo_t* halo, int* in_flight) {
+  return guarded("tessera_halo_in_flight",
+                 [&] { *require(in_flight, "in_flight") = capi::exchange_of(halo).in_flight() ? 1 : 0; });
+}
+
+int tessera_halo_gather(const tessera_halo_t* halo, const void* field, void* global, tessera_dtype_t dtype,
+                        tessera_order_t order, int ndim, const int64_t* shape, int root) {
+  return guarded("tessera_halo_gather", [&] {
+    const HaloExchange& ex = capi::exchange_of(halo);
+    capi::scatter_gather(ex.decomposition(), true, global, const_cast<void*>(field), dtype, order, ndim, shape, root,
+                         [&](Tensor t) {
+                           capi::check_padded(ex, t, "gather: the field");
+                           return ex.interior(t);
+                         },
+                         "gather");
+  });
+}
+
+int tessera_halo_scatter(const tessera_halo_t* halo, const void* global, void* field, tessera_dtype_t dtype,
+                         tessera_order_t order, int ndim, const int64_t* shape, int root) {
+  return guarded("tessera_halo_scatter", [&] {
+    const HaloExchange& ex = capi::exchange_of(halo);
+    capi::scatter_gather(ex.decomposition(), false, global, field, dtype, order, ndim, shape, root,
+                         [&](Tensor t) {
+                           capi::check_padded(ex, t, "scatter: the field");
+                           return ex.interior(t);
+                         },
+                         "scatter");
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,114 @@
+#pragma once
+// Internals of the C API (include/tessera/tessera.h): the handle structs, the guard that
+// turns every C++ exception into a status plus a thread-local message, and the
+// translation of caller array descriptions into Tensor views.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/domain/decomposition.hpp"
+#include "tessera/domain/halo_exchange.hpp"
+#include "tessera/error.hpp"
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/parameter.hpp"
+#include "tessera/tensor.hpp"
+#include "tessera/tessera.h"
+
+struct tessera_mesh {
+  std::shared_ptr<tessera::Mesh> mesh;
+};
+
+// What a decomposition needs alive: its communicator (owned, or the mesh's domain
+// communicator kept alive through the mesh) and the decomposition itself.
+struct tessera_decomp_state {
+  std::shared_ptr<tessera::Communicator> comm;
+  std::optional<tessera::domain::Decomposition> d;
+};
+
+struct tessera_decomp {
+  std::shared_ptr<tessera_decomp_state> state;
+};
+
+struct tessera_halo {
+  std::shared_ptr<tessera_decomp_state> decomp;
+  std::optional<tessera::domain::HaloExchange> exchange;
+  std::vector<tessera::Tensor> fields;
+};
+
+struct tessera_checkpoint {
+  std::shared_ptr<tessera::Mesh> mesh;
+  bool save = true;
+  bool committed = false;
+  std::string path;
+  tessera::io::SaveOptions save_options;
+  tessera::io::LoadOptions load_options;
+  std::vector<std::unique_ptr<tessera::Parameter>> arrays;
+  tessera::NamedParameters named;
+  std::int64_t loaded_step = 0;
+  std::string loaded_metadata;
+};
+
+namespace tessera::capi {
+
+void set_last_error(const char* function, const char* message) noexcept;
+
+// Runs `body`; returns TESSERA_OK, or the code of the exception it threw with the
+// message recorded for tessera_last_error(). Nothing escapes.
+template <class Body>
+int guarded(const char* function, Body&& body) noexcept {
+  try {
+    body();
+    return TESSERA_OK;
+  } catch (const Error& e) {
+    set_last_error(function, e.what());
+    return static_cast<int>(e.code());
+  } catch (const std::bad_alloc&) {
+    set_last_error(function, "out of memory");
+    return TESSERA_ERR_INTERNAL;
+  } catch (const std::exception& e) {
+    set_last_error(function, e.what());
+    return TESSERA_ERR_INTERNAL;
+  } catch (...) {
+    set_last_error(function, "unknown exception");
+    return TESSERA_ERR_INTERNAL;
+  }
+}
+
+// Throws InvalidArgument "<what> is NULL" when p is null.
+template <class T>
+T* require(T* p, const char* what) {
+  if (p == nullptr) throw InvalidArgument(std::string(what) + " is NULL");
+  return p;
+}
+
+void require_mpi();
+MPI_Comm comm_from_fortran(MPI_Fint comm);
+DType to_dtype(int dtype, const std::string& what);
+std::string dtype_label(int dtype);
+
+// Checks (data, dtype, order, ndim, shape) and returns the declaration-order extents.
+Shape declared_shape(const void* data, int dtype, int order, int ndim, const std::int64_t* shape,
+                     const std::string& what);
+// tessera's C-order view (leading..., lat, lon) of a caller array: the shape as given for
+// C order, reversed for Fortran order (same memory, no strides needed).
+Tensor array_view(void* data, int dtype, int order, int ndim, const std::int64_t* shape, const std::string& what);
+// Same shape, other memory: the view of `data` with `logical` (C-order) extents.
+Tensor logical_view(void* data, DType dtype, const Shape& logical);
+
+const domain::Decomposition& decomposition_of(const tessera_decomp* d);
+domain::HaloExchange& exchange_of(tessera_halo* h);
+const domain::HaloExchange& exchange_of(const tessera_halo* h);
+// Checks that a halo field's view has the padded lat/lon extents.
+void check_padded(const domain::HaloExchange& ex, const Tensor& field, const std::string& what);
+// Collective scatter (gather = false) or gather between root's `global` and every rank's
+// local array, which `to_local` turns into the block it owns (the interior of a padded
+// field, or the array itself). Argument errors are agreed over the communicator.
+void scatter_gather(const domain::Decomposition& d, bool gather, const void* global, void* local_data, int dtype,
+                    int order, int ndim, const std::int64_t* shape, int root,
+                    const std::function<Tensor(Tensor)>& to_local, const std::string& what);
+
+}  // namespace tessera::capi

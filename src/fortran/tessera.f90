@@ -1,0 +1,1337 @@
+! tessera: the Fortran interface to tessera's C API (include/tessera/tessera.h).
+!
+! An existing MPI Fortran code keeps its communicator and its arrays; tessera plans the
+! decomposition, fills halos of the caller's arrays in place, and writes and reads
+! restarts as tessera checkpoints. See docs/fortran.md.
+!
+! Conventions
+!  - Handles (tessera_mesh, tessera_decomp, tessera_halo, tessera_checkpoint) wrap a C
+!    pointer; *_destroy frees one and nullifies it.
+!  - Every procedure takes an optional trailing `ierr`. When present it receives the
+!    status (TESSERA_OK = 0, or a TESSERA_ERR_* code) and the caller decides what to do
+!    (tessera_last_error() holds the message). When absent and the call fails, the
+!    message is written to error_unit and the program is stopped with
+!    MPI_Abort(MPI_COMM_WORLD, status): a failed collective has failed on every rank,
+!    and a local failure must not leave the other ranks waiting.
+!  - Communicators are Fortran integer handles (MPI_COMM_WORLD, or your own).
+!  - Arrays are real32 or real64 of any rank, contiguous (whole arrays or contiguous
+!    sections), described in Fortran order: a field is q(lon, lat[, levels...]), the
+!    reverse of tessera's C-order (levels..., lat, lon). Arrays registered with a halo or
+!    added to a checkpoint are used by address after the call returns: give them the
+!    TARGET attribute and keep them allocated while registered (halo) or until commit.
+!  - Ranks and offsets are 0-based like MPI's; box() returns 1-based first indices.
+!  - Strings are passed to C trimmed and NUL-terminated.
+module tessera
+  use, intrinsic :: iso_c_binding
+  use, intrinsic :: iso_fortran_env, only: real32, real64, int64, error_unit
+  implicit none
+  private
+
+  ! Status codes (tessera_status_t).
+  integer, parameter, public :: TESSERA_OK = 0, TESSERA_ERR_INVALID_ARGUMENT = 1, &
+    TESSERA_ERR_CONFIG = 2, TESSERA_ERR_SHAPE = 3, TESSERA_ERR_UNSUPPORTED = 4, &
+    TESSERA_ERR_MPI = 5, TESSERA_ERR_HDF5 = 6, TESSERA_ERR_CUDA = 7, TESSERA_ERR_NCCL = 8, &
+    TESSERA_ERR_CUBLAS = 9, TESSERA_ERR_IO = 10, TESSERA_ERR_INTERNAL = 11
+  integer(c_int), parameter :: TESSERA_F32 = 0, TESSERA_F64 = 1, TESSERA_ORDER_FORTRAN = 1
+  integer, parameter, public :: TESSERA_DATA_NONE = 0, TESSERA_DATA_DDP = 1, TESSERA_DATA_FSDP2 = 2
+  integer, parameter, public :: TESSERA_MESH_DP = 0, TESSERA_MESH_TP = 1, TESSERA_MESH_DOMAIN = 2, &
+    TESSERA_MESH_WORLD = 3
+  integer, parameter, public :: TESSERA_POLE_ZERO = 0, TESSERA_POLE_REPLICATE = 1, &
+    TESSERA_POLE_ACROSS_POLE = 2
+  integer, parameter, public :: TESSERA_LAYOUT_SHARED = 0, TESSERA_LAYOUT_PER_RANK = 1
+  integer, parameter :: MAX_DIMS = 8
+
+  type, public :: tessera_mesh
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
+  type, public :: tessera_decomp
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
+  type, public :: tessera_halo
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
+  type, public :: tessera_checkpoint
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
+  type, public :: tessera_model
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
+
+  public :: tessera_error_string, tessera_last_error, tessera_version
+  public :: tessera_mesh_create, tessera_mesh_create_from_file, tessera_mesh_destroy, &
+    tessera_mesh_config, tessera_mesh_rank, tessera_mesh_size, tessera_mesh_comm
+  public :: tessera_decomp_create, tessera_decomp_create_from_mesh, tessera_decomp_destroy, &
+    tessera_decomp_rank, tessera_decomp_size, tessera_decomp_global, tessera_decomp_grid, &
+    tessera_decomp_coords, tessera_decomp_box, tessera_decomp_box_of, tessera_decomp_comm, &
+    tessera_decomp_scatter, tessera_decomp_gather
+  public :: tessera_halo_create, tessera_halo_destroy, tessera_halo_padded, tessera_halo_add_field, &
+    tessera_halo_clear_fields, tessera_halo_num_fields, tessera_halo_exchange, tessera_halo_start, &
+    tessera_halo_finish, tessera_halo_exchange_adjoint, tessera_halo_start_adjoint, &
+    tessera_halo_finish_adjoint, tessera_halo_in_flight, tessera_halo_gather, tessera_halo_scatter
+  public :: tessera_checkpoint_begin_save, tessera_checkpoint_begin_load, &
+    tessera_checkpoint_set_metadata, tessera_checkpoint_set_keep_last, tessera_checkpoint_set_strict, &
+    tessera_checkpoint_add_array, tessera_checkpoint_add_field, tessera_checkpoint_commit, &
+    tessera_checkpoint_step, tessera_checkpoint_metadata, tessera_checkpoint_destroy
+  public :: tessera_model_load, tessera_model_destroy, tessera_model_info, tessera_model_box, &
+    tessera_model_predict, tessera_model_forward
+
+  interface tessera_decomp_scatter
+    module procedure decomp_scatter_r32, decomp_scatter_r64
+  end interface
+  interface tessera_decomp_gather
+    module procedure decomp_gather_r32, decomp_gather_r64
+  end interface
+  interface tessera_halo_add_field
+    module procedure halo_add_field_r32, halo_add_field_r64
+  end interface
+  interface tessera_halo_gather
+    module procedure halo_gather_r32, halo_gather_r64
+  end interface
+  interface tessera_halo_scatter
+    module procedure halo_scatter_r32, halo_scatter_r64
+  end interface
+  interface tessera_checkpoint_add_array
+    module procedure checkpoint_add_array_r32, checkpoint_add_array_r64
+  end interface
+  interface tessera_checkpoint_add_field
+    module procedure checkpoint_add_field_r32, checkpoint_add_field_r64
+  end interface
+
+  ! A failure found on the Fortran side (a non-contiguous array) has no C message; it is
+  ! kept here and returned by tessera_last_error() until the next call.
+  character(len=:), allocatable :: local_message
+
+  ! ---------------------------------------------------------------------------------
+  ! The C API.
+  ! ---------------------------------------------------------------------------------
+  interface
+    function c_error_string(code) bind(c, name="tessera_error_string")
+      import :: c_int, c_ptr
+      integer(c_int), value :: code
+      type(c_ptr) :: c_error_string
+    end function
+    function c_last_error() bind(c, name="tessera_last_error")
+      import :: c_ptr
+      type(c_ptr) :: c_last_error
+    end function
+    function c_version() bind(c, name="tessera_version")
+      import :: c_ptr
+      type(c_ptr) :: c_version
+    end function
+    function c_abort(code) bind(c, name="tessera_abort")
+      import :: c_int
+      integer(c_int), value :: code
+      integer(c_int) :: c_abort
+    end function
+    function c_strlen(s) bind(c, name="strlen")
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: s
+      integer(c_size_t) :: c_strlen
+    end function
+
+    function c_mesh_create_f(comm, data, tensor, domain, mesh) bind(c, name="tessera_mesh_create_f")
+      import :: c_int, c_ptr
+      integer(c_int), value :: comm, data, tensor, domain
+      type(c_ptr) :: mesh
+      integer(c_int) :: c_mesh_create_f
+    end function
+    function c_mesh_create_from_file_f(comm, path, mesh) bind(c, name="tessera_mesh_create_from_file_f")
+      import :: c_int, c_ptr, c_char
+      integer(c_int), value :: comm
+      character(kind=c_char), intent(in) :: path(*)
+      type(c_ptr) :: mesh
+      integer(c_int) :: c_mesh_create_from_file_f
+    end function
+    function c_mesh_destroy(mesh) bind(c, name="tessera_mesh_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr) :: mesh
+      integer(c_int) :: c_mesh_destroy
+    end function
+    function c_mesh_config(mesh, data, tensor, domain) bind(c, name="tessera_mesh_config")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: mesh
+      integer(c_int) :: data, tensor, domain
+      integer(c_int) :: c_mesh_config
+    end function
+    function c_mesh_rank(mesh, dim, rank) bind(c, name="tessera_mesh_rank")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: mesh
+      integer(c_int), value :: dim
+      integer(c_int) :: rank
+      integer(c_int) :: c_mesh_rank
+    end function
+    function c_mesh_size(mesh, dim, size) bind(c, name="tessera_mesh_size")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: mesh
+      integer(c_int), value :: dim
+      integer(c_int) :: size
+      integer(c_int) :: c_mesh_size
+    end function
+    function c_mesh_comm_f(mesh, dim, comm) bind(c, name="tessera_mesh_comm_f")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: mesh
+      integer(c_int), value :: dim
+      integer(c_int) :: comm
+      integer(c_int) :: c_mesh_comm_f
+    end function
+
+    function c_decomp_create_f(comm, nlat, nlon, grid_lat, grid_lon, decomp) bind(c, name="tessera_decomp_create_f")
+      import :: c_int, c_int64_t, c_ptr
+      integer(c_int), value :: comm
+      integer(c_int64_t), value :: nlat, nlon
+      integer(c_int), value :: grid_lat, grid_lon
+      type(c_ptr) :: decomp
+      integer(c_int) :: c_decomp_create_f
+    end function
+    function c_decomp_create_from_mesh(mesh, nlat, nlon, grid_lat, grid_lon, decomp) &
+        bind(c, name="tessera_decomp_create_from_mesh")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: mesh
+      integer(c_int64_t), value :: nlat, nlon
+      integer(c_int), value :: grid_lat, grid_lon
+      type(c_ptr) :: decomp
+      integer(c_int) :: c_decomp_create_from_mesh
+    end function
+    function c_decomp_destroy(decomp) bind(c, name="tessera_decomp_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr) :: decomp
+      integer(c_int) :: c_decomp_destroy
+    end function
+    function c_decomp_rank(decomp, rank) bind(c, name="tessera_decomp_rank")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: decomp
+      integer(c_int) :: rank
+      integer(c_int) :: c_decomp_rank
+    end function
+    function c_decomp_size(decomp, size) bind(c, name="tessera_decomp_size")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: decomp
+      integer(c_int) :: size
+      integer(c_int) :: c_decomp_size
+    end function
+    function c_decomp_global(decomp, nlat, nlon) bind(c, name="tessera_decomp_global")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: decomp
+      integer(c_int64_t) :: nlat, nlon
+      integer(c_int) :: c_decomp_global
+    end function
+    function c_decomp_grid(decomp, grid_lat, grid_lon) bind(c, name="tessera_decomp_grid")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: decomp
+      integer(c_int) :: grid_lat, grid_lon
+      integer(c_int) :: c_decomp_grid
+    end function
+    function c_decomp_coords(decomp, lat, lon) bind(c, name="tessera_decomp_coords")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: decomp
+      integer(c_int) :: lat, lon
+      integer(c_int) :: c_decomp_coords
+    end function
+    function c_decomp_box_of(decomp, rank, lat_start, lat_count, lon_start, lon_count) &
+        bind(c, name="tessera_decomp_box_of")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: decomp
+      integer(c_int), value :: rank
+      integer(c_int64_t) :: lat_start, lat_count, lon_start, lon_count
+      integer(c_int) :: c_decomp_box_of
+    end function
+    function c_decomp_comm_f(decomp, comm) bind(c, name="tessera_decomp_comm_f")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: decomp
+      integer(c_int) :: comm
+      integer(c_int) :: c_decomp_comm_f
+    end function
+    function c_decomp_scatter(decomp, global, local, dtype, order, ndim, shape, root) &
+        bind(c, name="tessera_decomp_scatter")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: decomp, global, local
+      integer(c_int), value :: dtype, order, ndim, root
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: c_decomp_scatter
+    end function
+    function c_decomp_gather(decomp, local, global, dtype, order, ndim, shape, root) &
+        bind(c, name="tessera_decomp_gather")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: decomp, local, global
+      integer(c_int), value :: dtype, order, ndim, root
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: c_decomp_gather
+    end function
+
+    function c_halo_create(decomp, lat_before, lat_after, lon_before, lon_after, periodic, pole, halo) &
+        bind(c, name="tessera_halo_create")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: decomp
+      integer(c_int), value :: lat_before, lat_after, lon_before, lon_after, periodic, pole
+      type(c_ptr) :: halo
+      integer(c_int) :: c_halo_create
+    end function
+    function c_halo_destroy(halo) bind(c, name="tessera_halo_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr) :: halo
+      integer(c_int) :: c_halo_destroy
+    end function
+    function c_halo_padded(halo, lat, lon) bind(c, name="tessera_halo_padded")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int64_t) :: lat, lon
+      integer(c_int) :: c_halo_padded
+    end function
+    function c_halo_add_field(halo, data, dtype, order, ndim, shape, index) bind(c, name="tessera_halo_add_field")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: halo, data
+      integer(c_int), value :: dtype, order, ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: index
+      integer(c_int) :: c_halo_add_field
+    end function
+    function c_halo_clear_fields(halo) bind(c, name="tessera_halo_clear_fields")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: c_halo_clear_fields
+    end function
+    function c_halo_num_fields(halo, count) bind(c, name="tessera_halo_num_fields")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: count
+      integer(c_int) :: c_halo_num_fields
+    end function
+    function c_halo_exchange(halo) bind(c, name="tessera_halo_exchange")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: c_halo_exchange
+    end function
+    function c_halo_start(halo) bind(c, name="tessera_halo_start")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: c_halo_start
+    end function
+    function c_halo_finish(halo) bind(c, name="tessera_halo_finish")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: c_halo_finish
+    end function
+    function c_halo_exchange_adjoint(halo) bind(c, name="tessera_halo_exchange_adjoint")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: c_halo_exchange_adjoint
+    end function
+    function c_halo_start_adjoint(halo) bind(c, name="tessera_halo_start_adjoint")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: c_halo_start_adjoint
+    end function
+    function c_halo_finish_adjoint(halo) bind(c, name="tessera_halo_finish_adjoint")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: c_halo_finish_adjoint
+    end function
+    function c_halo_in_flight(halo, flag) bind(c, name="tessera_halo_in_flight")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: halo
+      integer(c_int) :: flag
+      integer(c_int) :: c_halo_in_flight
+    end function
+    function c_halo_gather(halo, field, global, dtype, order, ndim, shape, root) bind(c, name="tessera_halo_gather")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: halo, field, global
+      integer(c_int), value :: dtype, order, ndim, root
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: c_halo_gather
+    end function
+    function c_halo_scatter(halo, global, field, dtype, order, ndim, shape, root) bind(c, name="tessera_halo_scatter")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: halo, global, field
+      integer(c_int), value :: dtype, order, ndim, root
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: c_halo_scatter
+    end function
+
+    function c_checkpoint_begin_save(mesh, root_dir, step, layout, checkpoint) &
+        bind(c, name="tessera_checkpoint_begin_save")
+      import :: c_int, c_int64_t, c_ptr, c_char
+      type(c_ptr), value :: mesh
+      character(kind=c_char), intent(in) :: root_dir(*)
+      integer(c_int64_t), value :: step
+      integer(c_int), value :: layout
+      type(c_ptr) :: checkpoint
+      integer(c_int) :: c_checkpoint_begin_save
+    end function
+    function c_checkpoint_begin_load(mesh, path, checkpoint) bind(c, name="tessera_checkpoint_begin_load")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: mesh
+      character(kind=c_char), intent(in) :: path(*)
+      type(c_ptr) :: checkpoint
+      integer(c_int) :: c_checkpoint_begin_load
+    end function
+    function c_checkpoint_set_metadata(checkpoint, metadata) bind(c, name="tessera_checkpoint_set_metadata")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: checkpoint
+      character(kind=c_char), intent(in) :: metadata(*)
+      integer(c_int) :: c_checkpoint_set_metadata
+    end function
+    function c_checkpoint_set_keep_last(checkpoint, keep_last) bind(c, name="tessera_checkpoint_set_keep_last")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: checkpoint
+      integer(c_int), value :: keep_last
+      integer(c_int) :: c_checkpoint_set_keep_last
+    end function
+    function c_checkpoint_set_strict(checkpoint, strict) bind(c, name="tessera_checkpoint_set_strict")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: checkpoint
+      integer(c_int), value :: strict
+      integer(c_int) :: c_checkpoint_set_strict
+    end function
+    function c_checkpoint_add_array(checkpoint, name, data, dtype, order, ndim, global_shape, local_offset, &
+                                    local_shape, placement) bind(c, name="tessera_checkpoint_add_array")
+      import :: c_int, c_int64_t, c_ptr, c_char
+      type(c_ptr), value :: checkpoint
+      character(kind=c_char), intent(in) :: name(*)
+      type(c_ptr), value :: data
+      integer(c_int), value :: dtype, order, ndim
+      integer(c_int64_t), intent(in) :: global_shape(*), local_offset(*), local_shape(*)
+      character(kind=c_char), intent(in) :: placement(*)
+      integer(c_int) :: c_checkpoint_add_array
+    end function
+    function c_checkpoint_add_halo_field(checkpoint, name, halo, field, dtype, order, ndim, shape) &
+        bind(c, name="tessera_checkpoint_add_halo_field")
+      import :: c_int, c_int64_t, c_ptr, c_char
+      type(c_ptr), value :: checkpoint
+      character(kind=c_char), intent(in) :: name(*)
+      type(c_ptr), value :: halo, field
+      integer(c_int), value :: dtype, order, ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: c_checkpoint_add_halo_field
+    end function
+    function c_checkpoint_commit(checkpoint) bind(c, name="tessera_checkpoint_commit")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: checkpoint
+      integer(c_int) :: c_checkpoint_commit
+    end function
+    function c_checkpoint_step(checkpoint, step) bind(c, name="tessera_checkpoint_step")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: checkpoint
+      integer(c_int64_t) :: step
+      integer(c_int) :: c_checkpoint_step
+    end function
+    function c_checkpoint_metadata(checkpoint, metadata) bind(c, name="tessera_checkpoint_metadata")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: checkpoint
+      type(c_ptr) :: metadata
+      integer(c_int) :: c_checkpoint_metadata
+    end function
+    function c_checkpoint_destroy(checkpoint) bind(c, name="tessera_checkpoint_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr) :: checkpoint
+      integer(c_int) :: c_checkpoint_destroy
+    end function
+
+    function c_model_load(mesh, path, model) bind(c, name="tessera_model_load")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: mesh
+      character(kind=c_char), intent(in) :: path(*)
+      type(c_ptr) :: model
+      integer(c_int) :: c_model_load
+    end function
+    function c_model_destroy(model) bind(c, name="tessera_model_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr) :: model
+      integer(c_int) :: c_model_destroy
+    end function
+    function c_model_info(model, channels, nlat, nlon) bind(c, name="tessera_model_info")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int64_t) :: channels, nlat, nlon
+      integer(c_int) :: c_model_info
+    end function
+    function c_model_box(model, lat_start, lat_count, lon_start, lon_count) bind(c, name="tessera_model_box")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int64_t) :: lat_start, lat_count, lon_start, lon_count
+      integer(c_int) :: c_model_box
+    end function
+    function c_model_run(model, input, output, dtype, order, ndim, shape) bind(c, name="tessera_model_predict")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: model, input, output
+      integer(c_int), value :: dtype, order, ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: c_model_run
+    end function
+    function c_model_forward(model, input, output, dtype, order, ndim, shape) bind(c, name="tessera_model_forward")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: model, input, output
+      integer(c_int), value :: dtype, order, ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: c_model_forward
+    end function
+  end interface
+
+contains
+
+  ! ---------------------------------------------------------------------------------
+  ! Errors and strings
+  ! ---------------------------------------------------------------------------------
+
+  ! A NUL-terminated C string as a Fortran string ('' for a null pointer).
+  function from_c(p) result(s)
+    type(c_ptr), intent(in) :: p
+    character(len=:), allocatable :: s
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, n
+    if (.not. c_associated(p)) then
+      s = ''
+      return
+    end if
+    n = int(c_strlen(p))
+    call c_f_pointer(p, chars, [n])
+    allocate(character(len=n) :: s)
+    do i = 1, n
+      s(i:i) = chars(i)
+    end do
+  end function
+
+  function to_c(s) result(c)
+    character(len=*), intent(in) :: s
+    character(kind=c_char, len=:), allocatable :: c
+    c = trim(s) // c_null_char
+  end function
+
+  !> Short stable name of a status code ("ok", "invalid_argument", ...).
+  function tessera_error_string(code) result(s)
+    integer, intent(in) :: code
+    character(len=:), allocatable :: s
+    s = from_c(c_error_string(int(code, c_int)))
+  end function
+
+  !> The message of the last failed tessera call on this thread.
+  function tessera_last_error() result(s)
+    character(len=:), allocatable :: s
+    if (allocated(local_message)) then
+      s = local_message
+    else
+      s = from_c(c_last_error())
+    end if
+  end function
+
+  function tessera_version() result(s)
+    character(len=:), allocatable :: s
+    s = from_c(c_version())
+  end function
+
+  ! The one exit of every procedure that called C: hand the status to `ierr`, or
+  ! report and abort.
+  subroutine finish_call(status, ierr)
+    integer(c_int), intent(in) :: status
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: ignored
+    if (present(ierr)) then
+      ierr = int(status)
+      return
+    end if
+    if (status == TESSERA_OK) return
+    write(error_unit, '(a)') 'tessera: error (' // tessera_error_string(int(status)) // '): ' // &
+      tessera_last_error()
+    flush(error_unit)
+    ignored = c_abort(status)
+  end subroutine
+
+  ! A failure found on the Fortran side.
+  subroutine fail_local(message, ierr)
+    character(len=*), intent(in) :: message
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: ignored
+    local_message = message
+    if (present(ierr)) then
+      ierr = TESSERA_ERR_INVALID_ARGUMENT
+      return
+    end if
+    write(error_unit, '(a)') 'tessera: error (invalid_argument): ' // message
+    flush(error_unit)
+    ignored = c_abort(int(TESSERA_ERR_INVALID_ARGUMENT, c_int))
+  end subroutine
+
+  ! Forgets a Fortran-side message before a call whose status comes from C.
+  subroutine begin_call()
+    if (allocated(local_message)) deallocate(local_message)
+  end subroutine
+
+  ! ---------------------------------------------------------------------------------
+  ! Mesh
+  ! ---------------------------------------------------------------------------------
+
+  !> Collective over `comm`: the dp x tp x domain mesh (data: TESSERA_DATA_*).
+  subroutine tessera_mesh_create(mesh, comm, data, tensor, domain, ierr)
+    type(tessera_mesh), intent(inout) :: mesh
+    integer, intent(in) :: comm, data, tensor, domain
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_mesh_create_f(int(comm, c_int), int(data, c_int), int(tensor, c_int), &
+                                     int(domain, c_int), mesh%ptr), ierr)
+  end subroutine
+
+  !> Collective over `comm`: the mesh of a YAML parallelism config file.
+  subroutine tessera_mesh_create_from_file(mesh, comm, path, ierr)
+    type(tessera_mesh), intent(inout) :: mesh
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: path
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_mesh_create_from_file_f(int(comm, c_int), to_c(path), mesh%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_mesh_destroy(mesh, ierr)
+    type(tessera_mesh), intent(inout) :: mesh
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_mesh_destroy(mesh%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_mesh_config(mesh, data, tensor, domain, ierr)
+    type(tessera_mesh), intent(in) :: mesh
+    integer, intent(out) :: data, tensor, domain
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: d, t, m
+    call begin_call()
+    d = 0; t = 0; m = 0
+    call finish_call(c_mesh_config(mesh%ptr, d, t, m), ierr)
+    data = int(d); tensor = int(t); domain = int(m)
+  end subroutine
+
+  !> This rank's 0-based coordinate along `dim` (TESSERA_MESH_*).
+  subroutine tessera_mesh_rank(mesh, dim, rank, ierr)
+    type(tessera_mesh), intent(in) :: mesh
+    integer, intent(in) :: dim
+    integer, intent(out) :: rank
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: r
+    call begin_call()
+    r = 0
+    call finish_call(c_mesh_rank(mesh%ptr, int(dim, c_int), r), ierr)
+    rank = int(r)
+  end subroutine
+
+  subroutine tessera_mesh_size(mesh, dim, size, ierr)
+    type(tessera_mesh), intent(in) :: mesh
+    integer, intent(in) :: dim
+    integer, intent(out) :: size
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: s
+    call begin_call()
+    s = 0
+    call finish_call(c_mesh_size(mesh%ptr, int(dim, c_int), s), ierr)
+    size = int(s)
+  end subroutine
+
+  !> The Fortran handle of the communicator of `dim` (owned by the mesh: do not free).
+  subroutine tessera_mesh_comm(mesh, dim, comm, ierr)
+    type(tessera_mesh), intent(in) :: mesh
+    integer, intent(in) :: dim
+    integer, intent(out) :: comm
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: c
+    call begin_call()
+    c = 0
+    call finish_call(c_mesh_comm_f(mesh%ptr, int(dim, c_int), c), ierr)
+    comm = int(c)
+  end subroutine
+
+  ! ---------------------------------------------------------------------------------
+  ! Decomposition
+  ! ---------------------------------------------------------------------------------
+
+  !> Collective over `comm`: nlat x nlon on a grid_lat x grid_lon process grid
+  !> (0, 0: split along latitude only).
+  subroutine tessera_decomp_create(decomp, comm, nlat, nlon, grid_lat, grid_lon, ierr)
+    type(tessera_decomp), intent(inout) :: decomp
+    integer, intent(in) :: comm, nlat, nlon, grid_lat, grid_lon
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_decomp_create_f(int(comm, c_int), int(nlat, c_int64_t), int(nlon, c_int64_t), &
+                                       int(grid_lat, c_int), int(grid_lon, c_int), decomp%ptr), ierr)
+  end subroutine
+
+  !> Collective over the mesh's domain communicator.
+  subroutine tessera_decomp_create_from_mesh(decomp, mesh, nlat, nlon, grid_lat, grid_lon, ierr)
+    type(tessera_decomp), intent(inout) :: decomp
+    type(tessera_mesh), intent(in) :: mesh
+    integer, intent(in) :: nlat, nlon, grid_lat, grid_lon
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_decomp_create_from_mesh(mesh%ptr, int(nlat, c_int64_t), int(nlon, c_int64_t), &
+                                               int(grid_lat, c_int), int(grid_lon, c_int), decomp%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_decomp_destroy(decomp, ierr)
+    type(tessera_decomp), intent(inout) :: decomp
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_decomp_destroy(decomp%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_decomp_rank(decomp, rank, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(out) :: rank
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: r
+    call begin_call()
+    r = 0
+    call finish_call(c_decomp_rank(decomp%ptr, r), ierr)
+    rank = int(r)
+  end subroutine
+
+  subroutine tessera_decomp_size(decomp, size, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(out) :: size
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: s
+    call begin_call()
+    s = 0
+    call finish_call(c_decomp_size(decomp%ptr, s), ierr)
+    size = int(s)
+  end subroutine
+
+  subroutine tessera_decomp_global(decomp, nlat, nlon, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(out) :: nlat, nlon
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: a, b
+    call begin_call()
+    a = 0; b = 0
+    call finish_call(c_decomp_global(decomp%ptr, a, b), ierr)
+    nlat = int(a); nlon = int(b)
+  end subroutine
+
+  subroutine tessera_decomp_grid(decomp, grid_lat, grid_lon, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(out) :: grid_lat, grid_lon
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: a, b
+    call begin_call()
+    a = 0; b = 0
+    call finish_call(c_decomp_grid(decomp%ptr, a, b), ierr)
+    grid_lat = int(a); grid_lon = int(b)
+  end subroutine
+
+  subroutine tessera_decomp_coords(decomp, lat, lon, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(out) :: lat, lon
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: a, b
+    call begin_call()
+    a = 0; b = 0
+    call finish_call(c_decomp_coords(decomp%ptr, a, b), ierr)
+    lat = int(a); lon = int(b)
+  end subroutine
+
+  !> This rank's box: 1-based first global indices and counts.
+  subroutine tessera_decomp_box(decomp, lat_first, lat_count, lon_first, lon_count, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(out) :: lat_first, lat_count, lon_first, lon_count
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: r, status
+    call begin_call()
+    r = 0
+    status = c_decomp_rank(decomp%ptr, r)
+    if (status /= TESSERA_OK) then
+      lat_first = 0; lat_count = 0; lon_first = 0; lon_count = 0
+      call finish_call(status, ierr)
+      return
+    end if
+    call tessera_decomp_box_of(decomp, int(r), lat_first, lat_count, lon_first, lon_count, ierr)
+  end subroutine
+
+  !> The box of domain rank `rank` (0-based): 1-based first global indices and counts.
+  subroutine tessera_decomp_box_of(decomp, rank, lat_first, lat_count, lon_first, lon_count, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(in) :: rank
+    integer, intent(out) :: lat_first, lat_count, lon_first, lon_count
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: a, b, c, d
+    call begin_call()
+    a = -1; b = 0; c = -1; d = 0
+    call finish_call(c_decomp_box_of(decomp%ptr, int(rank, c_int), a, b, c, d), ierr)
+    lat_first = int(a) + 1; lat_count = int(b); lon_first = int(c) + 1; lon_count = int(d)
+  end subroutine
+
+  subroutine tessera_decomp_comm(decomp, comm, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(out) :: comm
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: c
+    call begin_call()
+    c = 0
+    call finish_call(c_decomp_comm_f(decomp%ptr, c), ierr)
+    comm = int(c)
+  end subroutine
+
+  ! ---------------------------------------------------------------------------------
+  ! Halo exchange
+  ! ---------------------------------------------------------------------------------
+
+  !> Collective: a halo plan. Widths per side ("before" = the low-index side),
+  !> periodic longitude, pole policy TESSERA_POLE_*.
+  subroutine tessera_halo_create(halo, decomp, lat_before, lat_after, lon_before, lon_after, periodic_lon, &
+                                 pole, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(in) :: lat_before, lat_after, lon_before, lon_after, pole
+    logical, intent(in) :: periodic_lon
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: periodic
+    call begin_call()
+    periodic = 0
+    if (periodic_lon) periodic = 1
+    call finish_call(c_halo_create(decomp%ptr, int(lat_before, c_int), int(lat_after, c_int), &
+                                   int(lon_before, c_int), int(lon_after, c_int), periodic, int(pole, c_int), &
+                                   halo%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_halo_destroy(halo, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_halo_destroy(halo%ptr), ierr)
+  end subroutine
+
+  !> Padded local extents: declare fields q(nlon_padded, nlat_padded[, levels...]).
+  subroutine tessera_halo_padded(halo, nlat_padded, nlon_padded, ierr)
+    type(tessera_halo), intent(in) :: halo
+    integer, intent(out) :: nlat_padded, nlon_padded
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: a, b
+    call begin_call()
+    a = 0; b = 0
+    call finish_call(c_halo_padded(halo%ptr, a, b), ierr)
+    nlat_padded = int(a); nlon_padded = int(b)
+  end subroutine
+
+  subroutine tessera_halo_clear_fields(halo, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_halo_clear_fields(halo%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_halo_num_fields(halo, count, ierr)
+    type(tessera_halo), intent(in) :: halo
+    integer, intent(out) :: count
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n
+    call begin_call()
+    n = 0
+    call finish_call(c_halo_num_fields(halo%ptr, n), ierr)
+    count = int(n)
+  end subroutine
+
+  !> Collective: fill the halos of every registered field.
+  subroutine tessera_halo_exchange(halo, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_halo_exchange(halo%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_halo_start(halo, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_halo_start(halo%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_halo_finish(halo, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_halo_finish(halo%ptr), ierr)
+  end subroutine
+
+  !> Collective: the transpose (halo values added into their source cells, halos zeroed).
+  subroutine tessera_halo_exchange_adjoint(halo, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_halo_exchange_adjoint(halo%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_halo_start_adjoint(halo, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_halo_start_adjoint(halo%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_halo_finish_adjoint(halo, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_halo_finish_adjoint(halo%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_halo_in_flight(halo, in_flight, ierr)
+    type(tessera_halo), intent(in) :: halo
+    logical, intent(out) :: in_flight
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: flag
+    call begin_call()
+    flag = 0
+    call finish_call(c_halo_in_flight(halo%ptr, flag), ierr)
+    in_flight = flag /= 0
+  end subroutine
+
+  ! ---------------------------------------------------------------------------------
+  ! Checkpoints
+  ! ---------------------------------------------------------------------------------
+
+  !> Local: start a save into root_dir/step_<step>/ (layout TESSERA_LAYOUT_*).
+  subroutine tessera_checkpoint_begin_save(checkpoint, mesh, root_dir, step, layout, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    type(tessera_mesh), intent(in) :: mesh
+    character(len=*), intent(in) :: root_dir
+    integer, intent(in) :: step, layout
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_checkpoint_begin_save(mesh%ptr, to_c(root_dir), int(step, c_int64_t), int(layout, c_int), &
+                                             checkpoint%ptr), ierr)
+  end subroutine
+
+  !> Local: start a load from a checkpoint.h5, a step directory or a root directory.
+  subroutine tessera_checkpoint_begin_load(checkpoint, mesh, path, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    type(tessera_mesh), intent(in) :: mesh
+    character(len=*), intent(in) :: path
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_checkpoint_begin_load(mesh%ptr, to_c(path), checkpoint%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_checkpoint_set_metadata(checkpoint, metadata, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    character(len=*), intent(in) :: metadata
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_checkpoint_set_metadata(checkpoint%ptr, to_c(metadata)), ierr)
+  end subroutine
+
+  subroutine tessera_checkpoint_set_keep_last(checkpoint, keep_last, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    integer, intent(in) :: keep_last
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_checkpoint_set_keep_last(checkpoint%ptr, int(keep_last, c_int)), ierr)
+  end subroutine
+
+  subroutine tessera_checkpoint_set_strict(checkpoint, strict, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    logical, intent(in) :: strict
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: flag
+    call begin_call()
+    flag = 0
+    if (strict) flag = 1
+    call finish_call(c_checkpoint_set_strict(checkpoint%ptr, flag), ierr)
+  end subroutine
+
+  !> Collective over the mesh: write (atomically) or read and verify every added array.
+  subroutine tessera_checkpoint_commit(checkpoint, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_checkpoint_commit(checkpoint%ptr), ierr)
+  end subroutine
+
+  !> The step saved, or (after a load's commit) the step read.
+  subroutine tessera_checkpoint_step(checkpoint, step, ierr)
+    type(tessera_checkpoint), intent(in) :: checkpoint
+    integer, intent(out) :: step
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s
+    call begin_call()
+    s = 0
+    call finish_call(c_checkpoint_step(checkpoint%ptr, s), ierr)
+    step = int(s)
+  end subroutine
+
+  subroutine tessera_checkpoint_metadata(checkpoint, metadata, ierr)
+    type(tessera_checkpoint), intent(in) :: checkpoint
+    character(len=:), allocatable, intent(out) :: metadata
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: p
+    integer(c_int) :: status
+    call begin_call()
+    p = c_null_ptr
+    status = c_checkpoint_metadata(checkpoint%ptr, p)
+    metadata = from_c(p)
+    call finish_call(status, ierr)
+  end subroutine
+
+  subroutine tessera_checkpoint_destroy(checkpoint, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_checkpoint_destroy(checkpoint%ptr), ierr)
+  end subroutine
+
+  ! ---------------------------------------------------------------------------------
+  ! Model inference: a field emulator trained by tessera-run, on real32 fields
+  ! x(nlon, nlat_band, channels[, batch]) of this rank's latitude band.
+  ! ---------------------------------------------------------------------------------
+
+  !> Collective over the mesh: rebuild the model stored in a checkpoint.
+  subroutine tessera_model_load(model, mesh, path, ierr)
+    type(tessera_model), intent(inout) :: model
+    type(tessera_mesh), intent(in) :: mesh
+    character(len=*), intent(in) :: path
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_model_load(mesh%ptr, to_c(path), model%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_model_destroy(model, ierr)
+    type(tessera_model), intent(inout) :: model
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_model_destroy(model%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_model_info(model, channels, nlat, nlon, ierr)
+    type(tessera_model), intent(in) :: model
+    integer, intent(out) :: channels, nlat, nlon
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: a, b, c
+    call begin_call()
+    a = 0; b = 0; c = 0
+    call finish_call(c_model_info(model%ptr, a, b, c), ierr)
+    channels = int(a); nlat = int(b); nlon = int(c)
+  end subroutine
+
+  !> This rank's band: 1-based first global indices and counts.
+  subroutine tessera_model_box(model, lat_first, lat_count, lon_first, lon_count, ierr)
+    type(tessera_model), intent(in) :: model
+    integer, intent(out) :: lat_first, lat_count, lon_first, lon_count
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: a, b, c, d
+    call begin_call()
+    a = -1; b = 0; c = -1; d = 0
+    call finish_call(c_model_box(model%ptr, a, b, c, d), ierr)
+    lat_first = int(a) + 1; lat_count = int(b); lon_first = int(c) + 1; lon_count = int(d)
+  end subroutine
+
+  !> Collective: the next state in physical units (output may be the input array).
+  subroutine tessera_model_predict(model, input, output, ierr)
+    type(tessera_model), intent(inout) :: model
+    real(real32), intent(in), target :: input(..)
+    real(real32), intent(inout), target :: output(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), o(MAX_DIMS)
+    if (.not. describe_r32(input, s, 'tessera_model_predict', ierr)) return
+    if (.not. describe_r32(output, o, 'tessera_model_predict', ierr)) return
+    if (any(s /= o)) then
+      call fail_local('tessera_model_predict: output and input have different shapes', ierr)
+      return
+    end if
+    call begin_call()
+    call finish_call(c_model_run(model%ptr, c_loc(input), c_loc(output), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                 int(rank(input), c_int), s), ierr)
+  end subroutine
+
+  !> Collective: the next state of normalised fields.
+  subroutine tessera_model_forward(model, input, output, ierr)
+    type(tessera_model), intent(inout) :: model
+    real(real32), intent(in), target :: input(..)
+    real(real32), intent(inout), target :: output(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), o(MAX_DIMS)
+    if (.not. describe_r32(input, s, 'tessera_model_forward', ierr)) return
+    if (.not. describe_r32(output, o, 'tessera_model_forward', ierr)) return
+    if (any(s /= o)) then
+      call fail_local('tessera_model_forward: output and input have different shapes', ierr)
+      return
+    end if
+    call begin_call()
+    call finish_call(c_model_forward(model%ptr, c_loc(input), c_loc(output), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                     int(rank(input), c_int), s), ierr)
+  end subroutine
+
+  ! ---------------------------------------------------------------------------------
+  ! Array procedures, real32 and real64, any rank (assumed-rank dummies).
+  ! ---------------------------------------------------------------------------------
+
+  subroutine halo_add_field_r32(halo, field, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    real(real32), intent(inout), target :: field(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS)
+    integer(c_int) :: index
+    if (.not. describe_r32(field, s, 'tessera_halo_add_field', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_add_field(halo%ptr, c_loc(field), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                      int(rank(field), c_int), s, index), ierr)
+  end subroutine
+
+  subroutine halo_gather_r32(halo, field, global, root, ierr)
+    type(tessera_halo), intent(in) :: halo
+    real(real32), intent(in), target :: field(..)
+    real(real32), intent(inout), target :: global(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r32(field, s, 'tessera_halo_gather', ierr)) return
+    if (.not. describe_r32(global, g, 'tessera_halo_gather', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_gather(halo%ptr, c_loc(field), address_r32(global), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                   int(rank(field), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine halo_scatter_r32(halo, global, field, root, ierr)
+    type(tessera_halo), intent(in) :: halo
+    real(real32), intent(in), target :: global(..)
+    real(real32), intent(inout), target :: field(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r32(field, s, 'tessera_halo_scatter', ierr)) return
+    if (.not. describe_r32(global, g, 'tessera_halo_scatter', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_scatter(halo%ptr, address_r32(global), c_loc(field), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                    int(rank(field), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_scatter_r32(decomp, global, local, root, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real32), intent(in), target :: global(..)
+    real(real32), intent(inout), target :: local(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r32(local, s, 'tessera_decomp_scatter', ierr)) return
+    if (.not. describe_r32(global, g, 'tessera_decomp_scatter', ierr)) return
+    call begin_call()
+    call finish_call(c_decomp_scatter(decomp%ptr, address_r32(global), c_loc(local), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                      int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_gather_r32(decomp, local, global, root, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real32), intent(in), target :: local(..)
+    real(real32), intent(inout), target :: global(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r32(local, s, 'tessera_decomp_gather', ierr)) return
+    if (.not. describe_r32(global, g, 'tessera_decomp_gather', ierr)) return
+    call begin_call()
+    call finish_call(c_decomp_gather(decomp%ptr, c_loc(local), address_r32(global), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                     int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  !> Adds a named array: this rank's block of shape shape(array) at 0-based
+  !> `local_offset` in an array of `global_shape`, both in Fortran order. A scalar is a
+  !> 1-element array (global_shape [1], local_offset [0]).
+  subroutine checkpoint_add_array_r32(checkpoint, name, array, global_shape, local_offset, placement, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    character(len=*), intent(in) :: name
+    real(real32), intent(inout), target :: array(..)
+    integer, intent(in) :: global_shape(:), local_offset(:)
+    character(len=*), intent(in) :: placement
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS), o(MAX_DIMS)
+    integer :: n
+    if (.not. describe_r32(array, s, 'tessera_checkpoint_add_array', ierr)) return
+    n = max(rank(array), 1)
+    if (size(global_shape) /= n .or. size(local_offset) /= n) then
+      call fail_local("tessera_checkpoint_add_array: array '" // trim(name) // &
+                      "': global_shape and local_offset need one entry per dim of the array", ierr)
+      return
+    end if
+    g = 0; o = 0
+    g(1:n) = int(global_shape, c_int64_t)
+    o(1:n) = int(local_offset, c_int64_t)
+    call begin_call()
+    call finish_call(c_checkpoint_add_array(checkpoint%ptr, to_c(name), c_loc(array), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                            int(n, c_int), g, o, s, to_c(placement)), ierr)
+  end subroutine
+
+  !> Adds the interior of a padded halo field; global shape, offset and placement come
+  !> from the halo's decomposition.
+  subroutine checkpoint_add_field_r32(checkpoint, name, halo, field, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    character(len=*), intent(in) :: name
+    type(tessera_halo), intent(in) :: halo
+    real(real32), intent(inout), target :: field(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS)
+    if (.not. describe_r32(field, s, 'tessera_checkpoint_add_field', ierr)) return
+    call begin_call()
+    call finish_call(c_checkpoint_add_halo_field(checkpoint%ptr, to_c(name), halo%ptr, c_loc(field), TESSERA_F32, &
+                                                 TESSERA_ORDER_FORTRAN, int(rank(field), c_int), s), ierr)
+  end subroutine
+
+  ! The extents of `a` (a scalar as one element); false (and the error reported) when it
+  ! is not contiguous or has too many dims.
+  logical function describe_r32(a, s, where, ierr) result(ok)
+    real(real32), intent(in), target :: a(..)
+    integer(c_int64_t), intent(out) :: s(MAX_DIMS)
+    character(len=*), intent(in) :: where
+    integer, intent(out), optional :: ierr
+    s = 1
+    ok = .false.
+    if (rank(a) > MAX_DIMS) then
+      call fail_local(where // ': arrays have at most 8 dims', ierr)
+      return
+    end if
+    if (.not. is_contiguous(a)) then
+      call fail_local(where // ': the array is not contiguous (pass a whole array or a contiguous section)', ierr)
+      return
+    end if
+    if (rank(a) > 0) s(1:rank(a)) = shape(a, kind=c_int64_t)
+    ok = .true.
+  end function
+
+  ! c_loc of a non-empty array, a null pointer for an empty one (e.g. the global array
+  ! of a gather on a rank that is not the root).
+  type(c_ptr) function address_r32(a) result(p)
+    real(real32), intent(in), target :: a(..)
+    p = c_null_ptr
+    if (size(a) > 0) p = c_loc(a)
+  end function
+
+  subroutine halo_add_field_r64(halo, field, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    real(real64), intent(inout), target :: field(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS)
+    integer(c_int) :: index
+    if (.not. describe_r64(field, s, 'tessera_halo_add_field', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_add_field(halo%ptr, c_loc(field), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                      int(rank(field), c_int), s, index), ierr)
+  end subroutine
+
+  subroutine halo_gather_r64(halo, field, global, root, ierr)
+    type(tessera_halo), intent(in) :: halo
+    real(real64), intent(in), target :: field(..)
+    real(real64), intent(inout), target :: global(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r64(field, s, 'tessera_halo_gather', ierr)) return
+    if (.not. describe_r64(global, g, 'tessera_halo_gather', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_gather(halo%ptr, c_loc(field), address_r64(global), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                   int(rank(field), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine halo_scatter_r64(halo, global, field, root, ierr)
+    type(tessera_halo), intent(in) :: halo
+    real(real64), intent(in), target :: global(..)
+    real(real64), intent(inout), target :: field(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r64(field, s, 'tessera_halo_scatter', ierr)) return
+    if (.not. describe_r64(global, g, 'tessera_halo_scatter', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_scatter(halo%ptr, address_r64(global), c_loc(field), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                    int(rank(field), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_scatter_r64(decomp, global, local, root, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real64), intent(in), target :: global(..)
+    real(real64), intent(inout), target :: local(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r64(local, s, 'tessera_decomp_scatter', ierr)) return
+    if (.not. describe_r64(global, g, 'tessera_decomp_scatter', ierr)) return
+    call begin_call()
+    call finish_call(c_decomp_scatter(decomp%ptr, address_r64(global), c_loc(local), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                      int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_gather_r64(decomp, local, global, root, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real64), intent(in), target :: local(..)
+    real(real64), intent(inout), target :: global(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r64(local, s, 'tessera_decomp_gather', ierr)) return
+    if (.not. describe_r64(global, g, 'tessera_decomp_gather', ierr)) return
+    call begin_call()
+    call finish_call(c_decomp_gather(decomp%ptr, c_loc(local), address_r64(global), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                     int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  !> Adds a named array: this rank's block of shape shape(array) at 0-based
+  !> `local_offset` in an array of `global_shape`, both in Fortran order. A scalar is a
+  !> 1-element array (global_shape [1], local_offset [0]).
+  subroutine checkpoint_add_array_r64(checkpoint, name, array, global_shape, local_offset, placement, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    character(len=*), intent(in) :: name
+    real(real64), intent(inout), target :: array(..)
+    integer, intent(in) :: global_shape(:), local_offset(:)
+    character(len=*), intent(in) :: placement
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS), o(MAX_DIMS)
+    integer :: n
+    if (.not. describe_r64(array, s, 'tessera_checkpoint_add_array', ierr)) return
+    n = max(rank(array), 1)
+    if (size(global_shape) /= n .or. size(local_offset) /= n) then
+      call fail_local("tessera_checkpoint_add_array: array '" // trim(name) // &
+                      "': global_shape and local_offset need one entry per dim of the array", ierr)
+      return
+    end if
+    g = 0; o = 0
+    g(1:n) = int(global_shape, c_int64_t)
+    o(1:n) = int(local_offset, c_int64_t)
+    call begin_call()
+    call finish_call(c_checkpoint_add_array(checkpoint%ptr, to_c(name), c_loc(array), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                            int(n, c_int), g, o, s, to_c(placement)), ierr)
+  end subroutine
+
+  !> Adds the interior of a padded halo field; global shape, offset and placement come
+  !> from the halo's decomposition.
+  subroutine checkpoint_add_field_r64(checkpoint, name, halo, field, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    character(len=*), intent(in) :: name
+    type(tessera_halo), intent(in) :: halo
+    real(real64), intent(inout), target :: field(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS)
+    if (.not. describe_r64(field, s, 'tessera_checkpoint_add_field', ierr)) return
+    call begin_call()
+    call finish_call(c_checkpoint_add_halo_field(checkpoint%ptr, to_c(name), halo%ptr, c_loc(field), TESSERA_F64, &
+                                                 TESSERA_ORDER_FORTRAN, int(rank(field), c_int), s), ierr)
+  end subroutine
+
+  ! The extents of `a` (a scalar as one element); false (and the error reported) when it
+  ! is not contiguous or has too many dims.
+  logical function describe_r64(a, s, where, ierr) result(ok)
+    real(real64), intent(in), target :: a(..)
+    integer(c_int64_t), intent(out) :: s(MAX_DIMS)
+    character(len=*), intent(in) :: where
+    integer, intent(out), optional :: ierr
+    s = 1
+    ok = .false.
+    if (rank(a) > MAX_DIMS) then
+      call fail_local(where // ': arrays have at most 8 dims', ierr)
+      return
+    end if
+    if (.not. is_contiguous(a)) then
+      call fail_local(where // ': the array is not contiguous (pass a whole array or a contiguous section)', ierr)
+      return
+    end if
+    if (rank(a) > 0) s(1:rank(a)) = shape(a, kind=c_int64_t)
+    ok = .true.
+  end function
+
+  ! c_loc of a non-empty array, a null pointer for an empty one (e.g. the global array
+  ! of a gather on a rank that is not the root).
+  type(c_ptr) function address_r64(a) result(p)
+    real(real64), intent(in), target :: a(..)
+    p = c_null_ptr
+    if (size(a) > 0) p = c_loc(a)
+  end function
+
+end module tessera

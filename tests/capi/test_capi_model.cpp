@@ -1,0 +1,160 @@
+// The C API's model inference (tessera_model_*): a small field emulator is initialised
+// and checkpointed through the C++ API, then loaded and run through the C API on caller
+// arrays in C and in Fortran order; the outputs must equal the C++ model's bit for bit.
+// Error paths: NULL handle / pointer, wrong dtype, mismatched shape, missing checkpoint.
+// Runs at 1, 2 and 4 ranks (9 latitudes: uneven bands).
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/models/field_emulator.hpp"
+#include "tessera/models/load_model.hpp"
+#include "tessera/nn/module.hpp"
+#include "tessera/tessera.h"
+
+namespace {
+
+int failures = 0;
+int world_rank = 0;
+
+void check(bool ok, const char* what, int line) {
+  if (!ok) {
+    ++failures;
+    std::fprintf(stderr, "[rank %d] line %d: %s failed; last error: %s\n", world_rank, line, what,
+                 tessera_last_error());
+  }
+}
+#define CHECK(cond) check((cond), #cond, __LINE__)
+#define EXPECT_STATUS(call, code) check((call) == (code), #call " == " #code, __LINE__)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const std::string root =
+      std::string(argc > 1 ? argv[1] : ".") + "/capi_model_np" + std::to_string(world_size);
+  {
+    using namespace tessera;
+    if (world_rank == 0) std::filesystem::remove_all(root);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    // The reference: the C++ model and its prediction on this rank's band.
+    Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, 1, world_size});
+    models::FieldEmulatorConfig config;
+    config.channels = 2;
+    config.width = 4;
+    config.mlp_hidden = 8;
+    config.n_blocks = 1;
+    config.nlat = 9;
+    config.nlon = 8;
+    config.mean = {1.0, -2.0};
+    config.std = {2.0, 0.5};
+    models::FieldEmulator reference(config, mesh);
+    nn::initialize_parameters(reference, 11);
+    io::SaveOptions options;
+    options.step = 5;
+    options.metadata = models::model_metadata(config);
+    io::save_checkpoint(root, mesh, reference, nullptr, options);
+
+    const domain::LocalBox box = reference.decomposition().box();
+    const std::int64_t B = 2, C = 2, nl = box.lat.length, nn = box.lon.length;
+    std::vector<float> x(static_cast<std::size_t>(B * C * nl * nn));
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t i = 0; i < nl; ++i)
+          for (std::int64_t j = 0; j < nn; ++j)
+            x[static_cast<std::size_t>(((b * C + c) * nl + i) * nn + j)] =
+                0.25f * static_cast<float>(b + 1) + 0.1f * static_cast<float>(c) +
+                0.01f * static_cast<float>((box.lat.start + i) * 8 + j);
+    const Tensor xt = Tensor::from_vector(x, {B, C, nl, nn});
+    const std::vector<float> y_predict = reference.predict(xt).to_vector<float>();
+    const std::vector<float> y_forward = reference.forward(xt).to_vector<float>();
+
+    // The C API.
+    tessera_mesh_t* cmesh = nullptr;
+    tessera_model_t* model = nullptr;
+    EXPECT_STATUS(tessera_mesh_create(MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, world_size, &cmesh), TESSERA_OK);
+    EXPECT_STATUS(tessera_model_load(cmesh, root.c_str(), &model), TESSERA_OK);
+    EXPECT_STATUS(tessera_mesh_destroy(&cmesh), TESSERA_OK);  // the model keeps the mesh alive
+    std::int64_t channels = 0, nlat = 0, nlon = 0, a = -1, b = -1, c = -1, d = -1;
+    EXPECT_STATUS(tessera_model_info(model, &channels, &nlat, &nlon), TESSERA_OK);
+    CHECK(channels == 2 && nlat == 9 && nlon == 8);
+    EXPECT_STATUS(tessera_model_box(model, &a, &b, &c, &d), TESSERA_OK);
+    CHECK(a == box.lat.start && b == nl && c == box.lon.start && d == nn);
+
+    const std::int64_t shape_c[4] = {B, C, nl, nn};
+    const std::int64_t shape_f[4] = {nn, nl, C, B};
+    std::vector<float> y(x.size(), -1.f);
+    EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
+                  TESSERA_OK);
+    CHECK(std::memcmp(y.data(), y_predict.data(), y.size() * sizeof(float)) == 0);
+    std::vector<float> inout = x;  // Fortran order (same memory), output over the input
+    EXPECT_STATUS(tessera_model_predict(model, inout.data(), inout.data(), TESSERA_F32, TESSERA_ORDER_FORTRAN, 4,
+                                        shape_f),
+                  TESSERA_OK);
+    CHECK(std::memcmp(inout.data(), y_predict.data(), y.size() * sizeof(float)) == 0);
+    EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
+                  TESSERA_OK);
+    CHECK(std::memcmp(y.data(), y_forward.data(), y.size() * sizeof(float)) == 0);
+    const std::int64_t shape3[3] = {C, nl, nn};  // B = 1: the first field
+    std::vector<float> y1(static_cast<std::size_t>(C * nl * nn));
+    EXPECT_STATUS(tessera_model_forward(model, x.data(), y1.data(), TESSERA_F32, TESSERA_ORDER_C, 3, shape3),
+                  TESSERA_OK);
+    {
+      const std::vector<float> first = reference.forward(xt.narrow(0, 0, 1)).to_vector<float>();
+      CHECK(std::memcmp(y1.data(), first.data(), y1.size() * sizeof(float)) == 0);
+    }
+
+    // Errors (each agreed by every rank where the call is collective).
+    const std::int64_t wrong[4] = {B, C, nl + 1, nn};
+    EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F64, TESSERA_ORDER_C, 4, shape_c),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    CHECK(std::strstr(tessera_last_error(), "TESSERA_F32") != nullptr);
+    EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, wrong),
+                  TESSERA_ERR_SHAPE);
+    const std::int64_t wrong_channels[4] = {B, C + 1, nl, nn};
+    EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, wrong_channels),
+                  TESSERA_ERR_SHAPE);
+    EXPECT_STATUS(tessera_model_predict(model, nullptr, y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_forward(model, x.data(), nullptr, TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, nullptr),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_predict(nullptr, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_forward(nullptr, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_info(nullptr, &channels, &nlat, &nlon), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_info(model, &channels, nullptr, &nlon), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_box(nullptr, &a, &b, &c, &d), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_box(model, &a, &b, &c, nullptr), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_destroy(&model), TESSERA_OK);
+    CHECK(model == nullptr);
+    EXPECT_STATUS(tessera_model_destroy(&model), TESSERA_OK);
+    EXPECT_STATUS(tessera_model_destroy(nullptr), TESSERA_ERR_INVALID_ARGUMENT);
+
+    EXPECT_STATUS(tessera_mesh_create(MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, world_size, &cmesh), TESSERA_OK);
+    EXPECT_STATUS(tessera_model_load(cmesh, (root + "/no_such").c_str(), &model), TESSERA_ERR_IO);
+    EXPECT_STATUS(tessera_model_load(nullptr, root.c_str(), &model), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_load(cmesh, nullptr, &model), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_load(cmesh, root.c_str(), nullptr), TESSERA_ERR_INVALID_ARGUMENT);
+    CHECK(model == nullptr);
+    EXPECT_STATUS(tessera_mesh_destroy(&cmesh), TESSERA_OK);
+  }
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0) std::printf("test_capi_model: %d ranks, %d failed checks\n", world_size, total);
+  MPI_Finalize();
+  return total == 0 ? 0 : 1;
+}

@@ -1,0 +1,346 @@
+#include "run_config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <numbers>
+#include <sstream>
+
+#include "tessera/error.hpp"
+
+namespace tessera::run {
+
+std::string_view log_level_name(LogLevel level) noexcept {
+  switch (level) {
+    case LogLevel::error: return "error";
+    case LogLevel::warn: return "warn";
+    case LogLevel::info: return "info";
+    case LogLevel::debug: return "debug";
+  }
+  return "?";
+}
+
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(std::string source) : source_(std::move(source)) {}
+
+  // "demo.yaml:7: data.batch_size"
+  std::string where(const YAML::Node& node, const std::string& key) const {
+    std::string s = source_;
+    if (node.Mark().line >= 0) s += ":" + std::to_string(node.Mark().line + 1);
+    return s + ": " + key;
+  }
+
+  using Handler = std::function<void(const YAML::Node&, const std::string&)>;
+
+  // Runs the handler of every key of `section` (a mapping or null); an unknown key is
+  // a ConfigError naming it and listing the known ones.
+  void section(const YAML::Node& node, const std::string& name, const std::vector<std::pair<std::string, Handler>>& keys) {
+    if (!node.IsDefined() || node.IsNull()) return;
+    if (!node.IsMap()) throw ConfigError(where(node, name) + " must be a mapping");
+    for (const auto& item : node) {
+      const std::string key = item.first.IsScalar() ? item.first.Scalar() : "<non-scalar>";
+      const std::string path = name + "." + key;
+      bool found = false;
+      for (const auto& [k, handler] : keys) {
+        if (k == key) {
+          handler(item.second, path);
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
+        std::string known;
+        for (const auto& [k, handler] : keys) known += (known.empty() ? "" : ", ") + k;
+        throw ConfigError(where(item.first, path) + ": unknown key '" + key + "' (expected " + known + ")");
+      }
+    }
+  }
+
+  std::string string(const YAML::Node& v, const std::string& key) const {
+    if (!v.IsScalar()) throw ConfigError(where(v, key) + " must be a string");
+    return v.Scalar();
+  }
+  std::int64_t integer(const YAML::Node& v, const std::string& key, std::int64_t min) const {
+    if (!v.IsScalar()) throw ConfigError(where(v, key) + " must be an integer >= " + std::to_string(min));
+    const std::string& t = v.Scalar();
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0' || errno == ERANGE) {
+      throw ConfigError(where(v, key) + " must be an integer >= " + std::to_string(min) + ", got '" + t + "'");
+    }
+    if (x < min) throw ConfigError(where(v, key) + " must be an integer >= " + std::to_string(min) + ", got " + t);
+    return x;
+  }
+  double number(const YAML::Node& v, const std::string& key, double min, bool min_inclusive = true) const {
+    if (!v.IsScalar()) throw ConfigError(where(v, key) + " must be a number");
+    const std::string& t = v.Scalar();
+    char* end = nullptr;
+    const double x = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end != '\0' || !std::isfinite(x)) {
+      throw ConfigError(where(v, key) + " must be a finite number, got '" + t + "'");
+    }
+    if (min_inclusive ? x < min : x <= min) {
+      throw ConfigError(where(v, key) + " must be " + (min_inclusive ? ">= " : "> ") + std::to_string(min) +
+                        ", got " + t);
+    }
+    return x;
+  }
+  bool boolean(const YAML::Node& v, const std::string& key) const {
+    if (v.IsScalar()) {
+      const std::string& t = v.Scalar();
+      if (t == "true" || t == "True" || t == "yes" || t == "on") return true;
+      if (t == "false" || t == "False" || t == "no" || t == "off") return false;
+    }
+    throw ConfigError(where(v, key) + " must be true or false");
+  }
+  std::string choice(const YAML::Node& v, const std::string& key, const std::vector<std::string>& options) const {
+    const std::string t = string(v, key);
+    std::string list;
+    for (const auto& o : options) {
+      if (o == t) return t;
+      list += (list.empty() ? "" : ", ") + o;
+    }
+    throw ConfigError(where(v, key) + ": unknown value '" + t + "' (expected " + list + ")");
+  }
+  std::vector<std::string> strings(const YAML::Node& v, const std::string& key) const {
+    if (!v.IsSequence()) throw ConfigError(where(v, key) + " must be a list of names");
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < v.size(); ++i) out.push_back(string(v[i], key + "[" + std::to_string(i) + "]"));
+    return out;
+  }
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+};
+
+std::vector<std::string> split(const std::string& s, char c) {
+  std::vector<std::string> parts;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, c)) parts.push_back(part);
+  return parts;
+}
+
+// Applies "a.b.c=value" to the document (creating mappings on the way).
+void apply_override(YAML::Node& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError("--set '" + assignment + "': expected KEY=VALUE, e.g. --set schedule.steps=50");
+  }
+  const std::string key = assignment.substr(0, eq);
+  const auto path = split(key, '.');
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("--set " + key + ": the value is not valid YAML: " + e.what());
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) throw ConfigError("--set " + key + ": the config's top level is not a mapping");
+  YAML::Node current = root;
+  for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+    if (path[i].empty()) throw ConfigError("--set '" + assignment + "': empty key component");
+    YAML::Node next = current[path[i]];
+    if (!next.IsDefined() || next.IsNull()) {
+      current[path[i]] = YAML::Node(YAML::NodeType::Map);
+      next = current[path[i]];
+    }
+    if (!next.IsMap()) {
+      throw ConfigError("--set " + key + ": '" + path[i] + "' is not a mapping in the config");
+    }
+    current.reset(next);  // (operator= would assign into the node)
+  }
+  current[path.back()] = value;
+}
+
+}  // namespace
+
+RunConfig parse_run_config_text(const std::string& text, const std::string& source,
+                                const std::vector<std::string>& overrides) {
+  RunConfig c;
+  c.source = source;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(source + ": invalid YAML: " + e.what());
+  }
+  c.text = text;
+  if (!overrides.empty()) {
+    for (const auto& o : overrides) apply_override(root, o);
+    YAML::Emitter out;
+    out << root;
+    c.text = std::string(out.c_str()) + "\n";
+    c.source = source + " (with --set overrides)";
+    root = YAML::Load(c.text);
+  }
+  Parser p(c.source);
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) throw ConfigError(c.source + ": the top level must be a mapping");
+
+  // The parallelism block (bare or under trainer:) is parsed by the library's own parser,
+  // which rejects its unknown keys and bad values with the same messages as mesh_info.
+  c.parallelism = ParallelismConfig::from_yaml_string(c.text, c.source);
+
+  using H = Parser::Handler;
+  auto& m = c.model;
+  auto& d = c.data;
+  auto& o = c.optimizer;
+  auto& s = c.schedule;
+  auto& k = c.checkpoint;
+  std::vector<std::pair<std::string, H>> top = {
+      {"parallelism", [](const YAML::Node&, const std::string&) {}},
+      {"trainer", [&](const YAML::Node& v, const std::string& key) {
+         p.section(v, key, {{"parallelism", [](const YAML::Node&, const std::string&) {}}});
+       }},
+      {"model", [&](const YAML::Node& v, const std::string& key) {
+         p.section(v, key, {
+           {"type", [&](const YAML::Node& x, const std::string& kk) {
+              c.model_type = p.choice(x, kk, {"field_emulator"});
+            }},
+           {"width", [&](const YAML::Node& x, const std::string& kk) { m.width = p.integer(x, kk, 1); }},
+           {"mlp_hidden", [&](const YAML::Node& x, const std::string& kk) { m.mlp_hidden = p.integer(x, kk, 1); }},
+           {"blocks", [&](const YAML::Node& x, const std::string& kk) { m.n_blocks = p.integer(x, kk, 0); }},
+           {"kernel", [&](const YAML::Node& x, const std::string& kk) {
+              m.kernel = static_cast<int>(p.integer(x, kk, 1));
+              if (m.kernel > 15) throw ConfigError(p.where(x, kk) + " must be <= 15, got " + x.Scalar());
+            }},
+           {"residual", [&](const YAML::Node& x, const std::string& kk) { m.residual = p.boolean(x, kk); }},
+           {"pole", [&](const YAML::Node& x, const std::string& kk) {
+              m.pole = models::parse_pole_policy(p.string(x, kk), p.where(x, kk));
+            }},
+         });
+       }},
+      {"data", [&](const YAML::Node& v, const std::string& key) {
+         p.section(v, key, {
+           {"path", [&](const YAML::Node& x, const std::string& kk) { d.path = p.string(x, kk); }},
+           {"dataset", [&](const YAML::Node& x, const std::string& kk) { d.dataset = p.string(x, kk); }},
+           {"variables", [&](const YAML::Node& x, const std::string& kk) { d.variables = p.strings(x, kk); }},
+           {"batch_size", [&](const YAML::Node& x, const std::string& kk) { d.batch_size = p.integer(x, kk, 1); }},
+           {"lead", [&](const YAML::Node& x, const std::string& kk) { d.lead = p.integer(x, kk, 1); }},
+           {"normalize", [&](const YAML::Node& x, const std::string& kk) { d.normalize = p.boolean(x, kk); }},
+           {"shuffle", [&](const YAML::Node& x, const std::string& kk) { d.shuffle = p.boolean(x, kk); }},
+         });
+       }},
+      {"optimizer", [&](const YAML::Node& v, const std::string& key) {
+         p.section(v, key, {
+           {"type", [&](const YAML::Node& x, const std::string& kk) { o.type = p.choice(x, kk, {"adamw", "sgd"}); }},
+           {"lr", [&](const YAML::Node& x, const std::string& kk) { o.lr = p.number(x, kk, 0.0, false); }},
+           {"weight_decay", [&](const YAML::Node& x, const std::string& kk) { o.weight_decay = p.number(x, kk, 0.0); }},
+           {"beta1", [&](const YAML::Node& x, const std::string& kk) { o.beta1 = p.number(x, kk, 0.0); }},
+           {"beta2", [&](const YAML::Node& x, const std::string& kk) { o.beta2 = p.number(x, kk, 0.0); }},
+           {"eps", [&](const YAML::Node& x, const std::string& kk) { o.eps = p.number(x, kk, 0.0); }},
+           {"momentum", [&](const YAML::Node& x, const std::string& kk) { o.momentum = p.number(x, kk, 0.0); }},
+           {"clip_grad_norm", [&](const YAML::Node& x, const std::string& kk) { o.clip_grad_norm = p.number(x, kk, 0.0); }},
+           {"warmup_steps", [&](const YAML::Node& x, const std::string& kk) { o.warmup_steps = p.integer(x, kk, 0); }},
+           {"lr_schedule", [&](const YAML::Node& x, const std::string& kk) {
+              o.lr_schedule = p.choice(x, kk, {"constant", "cosine"});
+            }},
+           {"min_lr", [&](const YAML::Node& x, const std::string& kk) { o.min_lr = p.number(x, kk, 0.0); }},
+         });
+         const auto check_beta = [&](double b, const char* name) {
+           if (b >= 1.0) throw ConfigError(p.where(v, key + "." + name) + " must be in [0, 1), got " + std::to_string(b));
+         };
+         check_beta(o.beta1, "beta1");
+         check_beta(o.beta2, "beta2");
+       }},
+      {"schedule", [&](const YAML::Node& v, const std::string& key) {
+         p.section(v, key, {
+           {"steps", [&](const YAML::Node& x, const std::string& kk) { s.steps = p.integer(x, kk, 1); }},
+           {"log_every", [&](const YAML::Node& x, const std::string& kk) { s.log_every = p.integer(x, kk, 1); }},
+           {"seed", [&](const YAML::Node& x, const std::string& kk) {
+              s.seed = static_cast<std::uint64_t>(p.integer(x, kk, 0));
+            }},
+         });
+       }},
+      {"checkpoint", [&](const YAML::Node& v, const std::string& key) {
+         p.section(v, key, {
+           {"dir", [&](const YAML::Node& x, const std::string& kk) { k.dir = x.IsNull() ? "" : p.string(x, kk); }},
+           {"layout", [&](const YAML::Node& x, const std::string& kk) {
+              k.layout = io::parse_checkpoint_layout(p.choice(x, kk, {"per_rank", "shared"}));
+            }},
+           {"interval", [&](const YAML::Node& x, const std::string& kk) { k.interval = p.integer(x, kk, 0); }},
+           {"keep_last", [&](const YAML::Node& x, const std::string& kk) {
+              k.keep_last = static_cast<int>(p.integer(x, kk, 0));
+            }},
+         });
+       }},
+      {"resume", [&](const YAML::Node& v, const std::string& key) {
+         c.resume = v.IsNull() ? "" : p.string(v, key);
+       }},
+      {"logging", [&](const YAML::Node& v, const std::string& key) {
+         p.section(v, key, {
+           {"level", [&](const YAML::Node& x, const std::string& kk) {
+              const std::string t = p.choice(x, kk, {"error", "warn", "info", "debug"});
+              for (auto l : {LogLevel::error, LogLevel::warn, LogLevel::info, LogLevel::debug}) {
+                if (t == log_level_name(l)) c.log_level = l;
+              }
+            }},
+         });
+       }},
+  };
+  for (const auto& item : root) {
+    const std::string key = item.first.IsScalar() ? item.first.Scalar() : "<non-scalar>";
+    bool found = false;
+    for (const auto& [name, handler] : top) {
+      if (name == key) {
+        handler(item.second, key);
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      throw ConfigError(p.where(item.first, key) +
+                        ": unknown key '" + key +
+                        "' (expected parallelism, trainer, model, data, optimizer, schedule, checkpoint, resume, "
+                        "logging)");
+    }
+  }
+
+  // Cross-key rules that need no data and no MPI.
+  if (c.model.mlp_hidden % c.parallelism.tensor != 0) {
+    throw ConfigError(c.source + ": model.mlp_hidden (" + std::to_string(c.model.mlp_hidden) +
+                      ") must be divisible by parallelism.tensor (" + std::to_string(c.parallelism.tensor) + ")");
+  }
+  if (c.optimizer.min_lr > c.optimizer.lr) {
+    throw ConfigError(c.source + ": optimizer.min_lr (" + std::to_string(c.optimizer.min_lr) +
+                      ") must not exceed optimizer.lr (" + std::to_string(c.optimizer.lr) + ")");
+  }
+  if (c.resume == "latest" && c.checkpoint.dir.empty()) {
+    throw ConfigError(c.source + ": resume: latest needs checkpoint.dir (the directory whose latest step to load)");
+  }
+  return c;
+}
+
+RunConfig parse_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot read config file '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_run_config_text(text.str(), path, overrides);
+}
+
+double learning_rate_at(const OptimizerConfig& c, std::int64_t step, std::int64_t total) {
+  if (c.warmup_steps > 0 && step <= c.warmup_steps) {
+    return c.lr * static_cast<double>(step) / static_cast<double>(c.warmup_steps);
+  }
+  if (c.lr_schedule == "cosine") {
+    const double span = static_cast<double>(std::max<std::int64_t>(1, total - c.warmup_steps));
+    const double progress = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
+    return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+  }
+  return c.lr;
+}
+
+}  // namespace tessera::run

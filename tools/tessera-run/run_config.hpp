@@ -1,0 +1,81 @@
+#pragma once
+// tessera-run's configuration: the YAML file documented in docs/driver.md.
+//
+// Parsing is pure (no MPI): every rank parses the same file before MPI_Init, so a bad
+// config fails every rank alike and no rank waits in a collective for one that gave up.
+// Every section and key is checked; an unknown key is a ConfigError naming it, with the
+// file and line.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/models/field_emulator.hpp"
+#include "tessera/parallelism.hpp"
+
+namespace tessera::run {
+
+enum class LogLevel { error, warn, info, debug };
+std::string_view log_level_name(LogLevel level) noexcept;
+
+struct DataConfig {
+  std::string path = "data/rossby_haurwitz.h5";  // relative to the working directory
+  std::string dataset = "fields";                // f32 [time, channel, lat, lon]
+  std::vector<std::string> variables;            // channel names to use; empty: all
+  std::int64_t batch_size = 8;                   // global (over all dp replicas)
+  std::int64_t lead = 1;                         // predict time t + lead from time t
+  bool normalize = true;                         // (x - mean) / std per channel (file attributes)
+  bool shuffle = true;                           // per-epoch permutation from schedule.seed
+};
+
+struct OptimizerConfig {
+  std::string type = "adamw";  // adamw | sgd
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
+  double momentum = 0.0;                          // sgd
+  double clip_grad_norm = 1.0;                    // 0: no clipping
+  std::int64_t warmup_steps = 0;                  // linear warm-up from 0
+  std::string lr_schedule = "constant";           // constant | cosine (to min_lr at schedule.steps)
+  double min_lr = 0.0;
+};
+
+struct ScheduleConfig {
+  std::int64_t steps = 100;   // total optimizer steps (a resumed run continues to this step)
+  std::int64_t log_every = 10;
+  std::uint64_t seed = 42;    // initialisation and data order
+};
+
+struct CheckpointConfig {
+  std::string dir;  // empty: no checkpoints
+  io::CheckpointLayout layout = io::CheckpointLayout::shared;
+  std::int64_t interval = 0;  // save every N steps (0: only at the end); always at the end
+  int keep_last = 0;          // > 0: keep only the newest N step directories
+};
+
+struct RunConfig {
+  std::string source;  // the file name (plus " (with --set ...)")
+  std::string text;    // the effective YAML (after --set overrides)
+  ParallelismConfig parallelism;
+  std::string model_type = "field_emulator";
+  models::FieldEmulatorConfig model;  // architecture keys; grid and data facts come from the data
+  DataConfig data;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  CheckpointConfig checkpoint;
+  std::string resume;  // "" (start fresh), "latest" (checkpoint.dir's latest, if any), or a path
+  LogLevel log_level = LogLevel::info;
+};
+
+// Parses `path` with `overrides` ("key.sub=value", value as YAML) applied first.
+// Throws ConfigError (naming the key) or IoError (naming the file).
+RunConfig parse_run_config(const std::string& path, const std::vector<std::string>& overrides);
+RunConfig parse_run_config_text(const std::string& text, const std::string& source,
+                                const std::vector<std::string>& overrides);
+
+// The learning rate at (1-based) step `step` of `total`.
+double learning_rate_at(const OptimizerConfig& config, std::int64_t step, std::int64_t total);
+
+}  // namespace tessera::run
