@@ -2,7 +2,10 @@
 // The compute interface every backend implements (host: OpenBLAS + loops; cuda: cuBLAS +
 // kernels). Layers and tensors call this interface, never a vendor API. At this floor
 // it covers memory and copies; GEMM and element-wise operations join it as layers need
-// them.
+// them. The device compute entries (GEMM, element-wise kernels, reductions, packing)
+// sit behind device_compute(), a private interface (src/backend/cuda/device_compute.hpp)
+// that the layer code dispatches CUDA tensors to; the host backend has none, its
+// compute lives in the host loops of ops/functional.
 
 #include <cstddef>
 #include <string>
@@ -11,6 +14,10 @@
 #include "tessera/device.hpp"
 
 namespace tessera {
+
+namespace detail {
+class DeviceCompute;
+}
 
 class Backend {
  public:
@@ -34,6 +41,8 @@ class Backend {
                             std::size_t element_size, int device_index) = 0;
   // Blocks until queued work on the device is done (a no-op on the host).
   virtual void synchronize(int device_index) = 0;
+  // The device compute entries of this backend; nullptr for the host backend.
+  virtual detail::DeviceCompute* device_compute() { return nullptr; }
 };
 
 // The backend serving `type`. Throws UnsupportedError when tessera was built without it.

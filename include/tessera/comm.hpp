@@ -2,9 +2,12 @@
 // Communicator: collectives on Tensors over one process group.
 //
 // Host tensors go through MPI, waiting under the communicator's WaitPolicy. CUDA
-// tensors are staged through host memory over MPI in this build (the NCCL path for the
-// tp and dp groups belongs to the CUDA backend). A group of size 1 short-circuits every
-// collective: no MPI call is made.
+// tensors go through NCCL: the group's NCCL communicator is created on its first CUDA
+// collective (the unique id is broadcast over this communicator's MPI group), and the
+// wait polls NCCL's asynchronous errors under the same WaitPolicy. With
+// TESSERA_NCCL=0 (or in a build without CUDA) CUDA tensors are staged through host
+// memory over MPI instead. A group of size 1 short-circuits every collective: no MPI
+// or NCCL call is made.
 //
 // All collectives operate in place or into a caller-provided output, require contiguous
 // tensors of the same dtype and device, and must be called by every rank of the group
@@ -21,6 +24,10 @@
 #include "tessera/wait_policy.hpp"
 
 namespace tessera {
+
+namespace detail {
+class NcclCommunicator;
+}
 
 enum class ReduceOp { sum, avg, max, min };
 std::string_view reduce_op_name(ReduceOp op) noexcept;
@@ -54,8 +61,17 @@ class CommRequest {
 struct CommStats {
   std::int64_t collectives = 0;  // collective calls requested
   std::int64_t mpi_calls = 0;    // MPI communication calls issued
-  std::int64_t bytes = 0;        // payload bytes handed to MPI
+  std::int64_t bytes = 0;        // payload bytes handed to MPI or NCCL
+  std::int64_t nccl_calls = 0;   // NCCL collectives issued (CUDA tensors)
 };
+
+// Whether the MPI library can send from and receive into CUDA device memory (CUDA-aware
+// MPI), for the halo exchange of device fields. The environment variable
+// TESSERA_MPI_CUDA_AWARE=1 or 0 overrides; otherwise MPICH's
+// MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA) or Open MPI's MPIX_Query_cuda_support()
+// answers where the MPI headers provide them, and the answer is false (stage through
+// pinned host buffers) where they do not. Call after MPI_Init.
+bool mpi_cuda_aware();
 
 class Communicator {
  public:
@@ -113,12 +129,19 @@ class Communicator {
   CommRequest all_gather_impl(const Tensor& input, Tensor& output, bool blocking);
   CommRequest reduce_scatter_impl(const Tensor& input, Tensor& output, ReduceOp op, bool blocking);
   CommRequest broadcast_impl(Tensor& tensor, int root, bool blocking);
+  // The NCCL path for CUDA tensors: whether `t` takes it, the group's NCCL
+  // communicator (created on first use), and the blocking/async wrapper of a waiter.
+  bool uses_nccl(const Tensor& t) const;
+  detail::NcclCommunicator& nccl_for(const Tensor& t, const char* op);
+  CommRequest nccl_launch(std::int64_t bytes, bool blocking, std::function<void()> waiter,
+                          std::vector<Tensor> keep_alive);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   WaitOptions wait_;
   CommStats stats_;
+  std::shared_ptr<detail::NcclCommunicator> nccl_;
 };
 
 }  // namespace tessera

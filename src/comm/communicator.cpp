@@ -1,9 +1,16 @@
 // Communicator: MPI collectives on Tensors under a wait policy.
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's MPIX_Query_cuda_support
+#endif
+
 #include "comm/mpi_types.hpp"
+#include "comm/nccl_communicator.hpp"
 #include "comm/request_state.hpp"
 #include "tessera/check.hpp"
 #include "tessera/comm.hpp"
@@ -126,7 +133,8 @@ Communicator::Communicator(Communicator&& other) noexcept
       rank_(other.rank_),
       size_(other.size_),
       wait_(other.wait_),
-      stats_(other.stats_) {}
+      stats_(other.stats_),
+      nccl_(std::move(other.nccl_)) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
   if (this != &other) {
@@ -136,6 +144,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     size_ = other.size_;
     wait_ = other.wait_;
     stats_ = other.stats_;
+    nccl_ = std::move(other.nccl_);
   }
   return *this;
 }
@@ -143,6 +152,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
 Communicator::~Communicator() { release(); }
 
 void Communicator::release() noexcept {
+  nccl_.reset();  // before the MPI communicator its id travelled over
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
@@ -175,11 +185,65 @@ CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool bloc
   return req;
 }
 
+// ---------------------------------------------------------------------------
+// NCCL path for CUDA tensors
+// ---------------------------------------------------------------------------
+
+bool Communicator::uses_nccl(const Tensor& t) const { return t.device().is_cuda() && detail::nccl_enabled(); }
+
+detail::NcclCommunicator& Communicator::nccl_for(const Tensor& t, const char* op) {
+  if (!nccl_) nccl_ = detail::NcclCommunicator::create(comm_, rank_, size_, t.device().index);
+  if (nccl_->device() != t.device().index) {
+    throw InvalidArgument(collective_name(op) + ": tensor " + t.str() + " is not on cuda:" +
+                          std::to_string(nccl_->device()) +
+                          ", the device this group's NCCL communicator was created for");
+  }
+  return *nccl_;
+}
+
+CommRequest Communicator::nccl_launch(std::int64_t bytes, bool blocking, std::function<void()> waiter,
+                                      std::vector<Tensor> keep_alive) {
+  ++stats_.nccl_calls;
+  stats_.bytes += bytes;
+  if (blocking) {
+    waiter();
+    return {};
+  }
+  // No MPI request: CommRequest::wait() finds MPI_REQUEST_NULL complete at once and
+  // runs `finish`, which is the NCCL waiter (event + async-error polling).
+  auto state = std::make_unique<CommRequest::State>();
+  state->wait = wait_;
+  state->finish = std::move(waiter);
+  state->keep_alive = std::move(keep_alive);
+  return CommRequest(std::move(state));
+}
+
+bool mpi_cuda_aware() {
+  if (const char* value = std::getenv("TESSERA_MPI_CUDA_AWARE")) {
+    if (std::strcmp(value, "1") == 0) return true;
+    if (std::strcmp(value, "0") == 0) return false;
+    throw ConfigError(std::string("TESSERA_MPI_CUDA_AWARE=\"") + value + "\": expected 0 or 1");
+  }
+#if defined(MPIX_GPU_SUPPORT_CUDA)
+  int supported = 0;
+  if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &supported) == MPI_SUCCESS) return supported != 0;
+  return false;
+#elif defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() != 0;
+#else
+  return false;
+#endif
+}
+
 CommRequest Communicator::all_reduce_impl(Tensor& tensor, ReduceOp op, bool blocking) {
   check_buffer(tensor, "all_reduce", "the");
   check_reduce_op(tensor, op, "all_reduce");
   ++stats_.collectives;
   if (size_ == 1 || tensor.numel() == 0) return {};  // sum/avg/max/min over one rank: identity
+  if (uses_nccl(tensor)) {
+    auto waiter = nccl_for(tensor, "all_reduce").all_reduce(tensor, op, wait_);
+    return nccl_launch(static_cast<std::int64_t>(tensor.nbytes()), blocking, std::move(waiter), {tensor});
+  }
   Tensor host = host_readable(tensor);
   const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());
   const MPI_Op mpi_op = detail::mpi_reduce_op(op, tensor.dtype());
@@ -209,6 +273,10 @@ CommRequest Communicator::all_gather_impl(const Tensor& input, Tensor& output, b
   if (size_ == 1 || input.numel() == 0) {
     output.reshape(input.shape()).copy_from(input);
     return {};
+  }
+  if (uses_nccl(input)) {
+    auto waiter = nccl_for(input, "all_gather").all_gather(input, output, wait_);
+    return nccl_launch(static_cast<std::int64_t>(output.nbytes()), blocking, std::move(waiter), {input, output});
   }
   Tensor in = host_readable(input);
   Tensor out = host_writable(output);
@@ -240,6 +308,10 @@ CommRequest Communicator::reduce_scatter_impl(const Tensor& input, Tensor& outpu
     output.copy_from(input.reshape(output.shape()));
     return {};
   }
+  if (uses_nccl(input)) {
+    auto waiter = nccl_for(input, "reduce_scatter").reduce_scatter(input, output, op, wait_);
+    return nccl_launch(static_cast<std::int64_t>(input.nbytes()), blocking, std::move(waiter), {input, output});
+  }
   Tensor in = host_readable(input);
   Tensor out = host_writable(output);
   const MPI_Datatype type = detail::mpi_datatype(input.dtype());
@@ -267,6 +339,10 @@ CommRequest Communicator::broadcast_impl(Tensor& tensor, int root, bool blocking
   }
   ++stats_.collectives;
   if (size_ == 1 || tensor.numel() == 0) return {};
+  if (uses_nccl(tensor)) {
+    auto waiter = nccl_for(tensor, "broadcast").broadcast(tensor, root, wait_);
+    return nccl_launch(static_cast<std::int64_t>(tensor.nbytes()), blocking, std::move(waiter), {tensor});
+  }
   const bool is_root = rank_ == root;
   Tensor host = is_root ? host_readable(tensor) : host_writable(tensor);
   const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());

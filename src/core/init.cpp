@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/device_compute.hpp"
+#include "backend/cuda/kernel_math.hpp"
 #include "tessera/bfloat16.hpp"
 #include "tessera/detail/normal_quantile.hpp"
 #include "tessera/detail/philox.hpp"
@@ -65,7 +67,8 @@ struct Sampler {
   double operator()(const detail::Philox4x32& r) const {
     switch (kind) {
       case InitType::uniform:
-        return a + (b - a) * detail::uniform53(r.v[0], r.v[1]);
+        // uniform_in is a + (b - a) u, shared with the CUDA kernel (kernel_math.hpp).
+        return detail::uniform_in(a, b, detail::uniform53(r.v[0], r.v[1]));
       case InitType::normal: {
         const double u1 = detail::uniform53_open(r.v[0], r.v[1]);
         const double u2 = detail::uniform53(r.v[2], r.v[3]);
@@ -308,6 +311,33 @@ void initialize(Tensor& local, const Shape& global_shape, const Shape& local_off
   const Sampler sampler = make_sampler(spec, global_shape, name);
   const std::uint64_t key = detail::philox_stream_key(seed, name_key(name));
 
+  // On a CUDA device, constants and uniforms (including the xavier/kaiming uniform
+  // variants) are drawn by a kernel running the same Philox and the same FMA-free
+  // a + (b - a) u, so they are bit-identical to the host's. Normals and truncated normals
+  // need log/cos/erfc, whose CUDA versions may differ from glibc's in the last bit:
+  // those are filled on the host and copied over (initialisation runs once), which
+  // keeps the master weights bit-identical on every backend.
+  if (local.device().is_cuda() && (sampler.kind == InitType::constant || sampler.kind == InitType::uniform)) {
+    detail::require_usable_cuda_tensor(local, who + ": local tensor");
+    const int nd = local.dim();
+    detail::StridedLayout layout;
+    layout.ndim = nd;
+    std::int64_t offsets[detail::kMaxDims] = {};
+    std::int64_t global_strides[detail::kMaxDims] = {};
+    std::int64_t stride = 1;
+    for (int d = nd - 1; d >= 0; --d) {
+      layout.shape[d] = local.size(d);
+      layout.strides[d] = local.strides()[d];
+      offsets[d] = local_offset[d];
+      global_strides[d] = stride;
+      stride *= global_shape[d];
+    }
+    const bool constant = sampler.kind == InitType::constant;
+    detail::device_compute(local.device(), who)
+        .init_uniform(local.dtype(), local.data(), layout, offsets, global_strides, key, sampler.a, sampler.b,
+                      constant, local.device().index);
+    return;
+  }
   // Device tensors are filled on the host and copied over: initialisation runs once.
   Tensor target = local.device().is_host() ? local : Tensor::empty(local.shape(), local.dtype());
   switch (local.dtype()) {

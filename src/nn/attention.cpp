@@ -17,9 +17,9 @@ namespace {
 
 // Checks q, k, v [B, S, heads * head_dim] and returns head_dim.
 std::int64_t check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads, const char* fn) {
-  detail::require_host_float(q, fn, "q");
-  detail::require_host_float(k, fn, "k");
-  detail::require_host_float(v, fn, "v");
+  detail::require_float(q, fn, "q");
+  detail::require_float(k, fn, "k");
+  detail::require_float(v, fn, "v");
   detail::require_same_dtype(q, "q", k, "k", fn);
   detail::require_same_dtype(q, "q", v, "v", fn);
   if (q.dim() != 3) throw ShapeError(detail::fn_name(fn) + ": q " + q.str() + " must be [B, S, heads * head_dim]");
@@ -33,6 +33,84 @@ std::int64_t check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, std::i
   return q.size(2) / heads;
 }
 
+// ---- CUDA path: per (batch, head), GEMMs on the head's column block (row stride W)
+// and row kernels for the softmax and its backward.
+
+using tessera::detail::DeviceGemm;
+
+// Byte address of element (row, col) of a row-major matrix starting at `base`.
+const void* elem(const Tensor& t, std::int64_t element) {
+  return static_cast<const unsigned char*>(t.data()) + element * static_cast<std::int64_t>(t.element_size());
+}
+void* elem_mut(const Tensor& t, std::int64_t element) { return const_cast<void*>(elem(t, element)); }
+
+void device_gemm(const Tensor& like, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const void* a, std::int64_t lda, const void* b, std::int64_t ldb, void* c, std::int64_t ldc,
+                 double alpha, double beta, const char* fn) {
+  DeviceGemm g;
+  g.ab = g.c = like.dtype();
+  g.transpose_a = ta;
+  g.transpose_b = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.lda = lda;
+  g.b = b;
+  g.ldb = ldb;
+  g.out = c;
+  g.ldc = ldc;
+  g.alpha = alpha;
+  g.beta = beta;
+  detail::compute_for(like, fn).gemm(g, like.device().index);
+}
+
+void device_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads, bool causal,
+                      Tensor& out, Tensor& probs, const char* fn) {
+  const std::int64_t B = q.size(0), S = q.size(1), W = q.size(2), hd = W / heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t base = b * S * W + h * hd;
+      // scores = Q K^T (scaled inside the softmax kernel)
+      device_gemm(q, false, true, S, S, hd, elem(q, base), W, elem(k, base), W, elem_mut(probs, (b * heads + h) * S * S), S,
+                  1.0, 0.0, fn);
+    }
+  detail::compute_for(q, fn).softmax_rows(q.dtype(), probs.data(), B * heads, S, scale, causal, q.device().index);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t base = b * S * W + h * hd;
+      device_gemm(q, false, false, S, hd, S, elem(probs, (b * heads + h) * S * S), S, elem(v, base), W, elem_mut(out, base),
+                  W, 1.0, 0.0, fn);
+    }
+}
+
+void device_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& probs, std::int64_t heads, AttentionGrads& grads, const char* fn) {
+  const std::int64_t B = q.size(0), S = q.size(1), W = q.size(2), hd = W / heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  Tensor dp = Tensor::empty(probs.shape(), q.dtype(), q.device());
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t base = b * S * W + h * hd;
+      // dP = dO V^T
+      device_gemm(q, false, true, S, S, hd, elem(dout, base), W, elem(v, base), W, elem_mut(dp, (b * heads + h) * S * S), S,
+                  1.0, 0.0, fn);
+    }
+  // dS = P (dP - rowsum(P dP)) scale, in place
+  detail::compute_for(q, fn).softmax_backward_rows(q.dtype(), probs.data(), dp.data(), B * heads, S, scale,
+                                                   q.device().index);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t base = b * S * W + h * hd;
+      const void* ds = elem(dp, (b * heads + h) * S * S);
+      const void* p = elem(probs, (b * heads + h) * S * S);
+      device_gemm(q, false, false, S, hd, S, ds, S, elem(k, base), W, elem_mut(grads.q, base), W, 1.0, 0.0, fn);  // dQ = dS K
+      device_gemm(q, true, false, S, hd, S, ds, S, elem(q, base), W, elem_mut(grads.k, base), W, 1.0, 0.0, fn);   // dK = dS^T Q
+      device_gemm(q, true, false, S, hd, S, p, S, elem(dout, base), W, elem_mut(grads.v, base), W, 1.0, 0.0, fn); // dV = P^T dO
+    }
+}
+
 }  // namespace
 
 Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads, bool causal,
@@ -42,6 +120,10 @@ Tensor attention_core(const Tensor& q, const Tensor& k, const Tensor& v, std::in
   const std::int64_t B = q.size(0), S = q.size(1), W = q.size(2);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   probs = Tensor::empty({B, heads, S, S}, q.dtype(), q.device());
+  if (detail::on_cuda(q)) {
+    device_attention(q, k, v, heads, causal, out, probs, fn);
+    return out;
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   detail::dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -98,10 +180,10 @@ AttentionGrads attention_core_backward(const Tensor& grad_context, const Tensor&
                                        const Tensor& v, const Tensor& probs, std::int64_t heads) {
   const char* fn = "attention_core_backward";
   const std::int64_t hd = check_qkv(q, k, v, heads, fn);
-  detail::require_host_float(grad_context, fn, "grad_context");
+  detail::require_float(grad_context, fn, "grad_context");
   detail::require_same_dtype(q, "q", grad_context, "grad_context", fn);
   detail::require_same_shape(q, "q", grad_context, "grad_context", fn);
-  detail::require_host_float(probs, fn, "probs");
+  detail::require_float(probs, fn, "probs");
   detail::require_same_dtype(q, "q", probs, "probs", fn);
   const std::int64_t B = q.size(0), S = q.size(1), W = q.size(2);
   if (probs.shape() != Shape{B, heads, S, S}) {
@@ -112,6 +194,10 @@ AttentionGrads attention_core_backward(const Tensor& grad_context, const Tensor&
   AttentionGrads grads{Tensor::empty(q.shape(), q.dtype(), q.device()),
                        Tensor::empty(q.shape(), q.dtype(), q.device()),
                        Tensor::empty(q.shape(), q.dtype(), q.device())};
+  if (detail::on_cuda(q)) {
+    device_attention_backward(grad_context, q, k, v, probs, heads, grads, fn);
+    return grads;
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   detail::dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);

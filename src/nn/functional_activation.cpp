@@ -34,9 +34,13 @@ double silu_derivative(double x) {
 }
 
 template <double (*F)(double)>
-Tensor map_forward(const Tensor& x, const char* fn) {
-  detail::require_host_float(x, fn, "input");
+Tensor map_forward(const Tensor& x, const char* fn, tessera::detail::DeviceActivation kind) {
+  detail::require_float(x, fn, "input");
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (detail::on_cuda(x)) {
+    detail::compute_for(x, fn).activation(kind, x.dtype(), x.data(), y.data(), x.numel(), x.device().index);
+    return y;
+  }
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data<T>();
@@ -48,12 +52,17 @@ Tensor map_forward(const Tensor& x, const char* fn) {
 }
 
 template <double (*DF)(double)>
-Tensor map_backward(const Tensor& grad_y, const Tensor& x, const char* fn) {
-  detail::require_host_float(x, fn, "input");
-  detail::require_host_float(grad_y, fn, "grad_y");
+Tensor map_backward(const Tensor& grad_y, const Tensor& x, const char* fn, tessera::detail::DeviceActivation kind) {
+  detail::require_float(x, fn, "input");
+  detail::require_float(grad_y, fn, "grad_y");
   detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
   detail::require_same_shape(x, "input", grad_y, "grad_y", fn);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (detail::on_cuda(x)) {
+    detail::compute_for(x, fn).activation_backward(kind, x.dtype(), grad_y.data(), x.data(), dx.data(), x.numel(),
+                                                   x.device().index);
+    return dx;
+  }
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data<T>();
@@ -69,13 +78,15 @@ Tensor map_backward(const Tensor& grad_y, const Tensor& x, const char* fn) {
 
 }  // namespace
 
-Tensor gelu(const Tensor& x) { return map_forward<gelu_value>(x, "gelu"); }
+using tessera::detail::DeviceActivation;
+
+Tensor gelu(const Tensor& x) { return map_forward<gelu_value>(x, "gelu", DeviceActivation::gelu); }
 Tensor gelu_backward(const Tensor& grad_y, const Tensor& x) {
-  return map_backward<gelu_derivative>(grad_y, x, "gelu_backward");
+  return map_backward<gelu_derivative>(grad_y, x, "gelu_backward", DeviceActivation::gelu);
 }
-Tensor silu(const Tensor& x) { return map_forward<silu_value>(x, "silu"); }
+Tensor silu(const Tensor& x) { return map_forward<silu_value>(x, "silu", DeviceActivation::silu); }
 Tensor silu_backward(const Tensor& grad_y, const Tensor& x) {
-  return map_backward<silu_derivative>(grad_y, x, "silu_backward");
+  return map_backward<silu_derivative>(grad_y, x, "silu_backward", DeviceActivation::silu);
 }
 
 }  // namespace tessera::nn::functional

@@ -40,8 +40,8 @@ struct ConvGeometry {
 };
 
 ConvGeometry check_conv_args(const Tensor& x, const Tensor& weight, const Conv2dOptions& o, const char* fn) {
-  detail::require_host_float(x, fn, "input");
-  detail::require_host_float(weight, fn, "weight");
+  detail::require_float(x, fn, "input");
+  detail::require_float(weight, fn, "weight");
   detail::require_same_dtype(x, "input", weight, "weight", fn);
   if (weight.dim() != 4) {
     throw ShapeError(fn_name(fn) + ": weight " + weight.str() + " must be 4-D [C_out, C_in, kh, kw]");
@@ -124,6 +124,24 @@ void col2im(const T* cols, T* dx, const ConvGeometry& g, const Conv2dOptions& o)
       }
 }
 
+tessera::detail::Im2colGeometry device_geometry(const ConvGeometry& g, const Conv2dOptions& o) {
+  tessera::detail::Im2colGeometry d;
+  d.c_in = g.c_in;
+  d.h = g.h;
+  d.w = g.w;
+  d.kh = g.kh;
+  d.kw = g.kw;
+  d.oh = g.oh;
+  d.ow = g.ow;
+  d.stride_h = o.stride_h;
+  d.stride_w = o.stride_w;
+  d.pad_h = o.padding_h;
+  d.pad_w = o.padding_w;
+  d.dil_h = o.dilation_h;
+  d.dil_w = o.dilation_w;
+  return d;
+}
+
 // Sample n of a contiguous NCHW tensor as a 2-D [channels, pixels] view.
 Tensor sample_matrix(const Tensor& t, std::int64_t n) {
   return t.narrow(0, n, 1).reshape({t.size(1), t.size(2) * t.size(3)});
@@ -135,7 +153,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const char* fn = "conv2d";
   const ConvGeometry g = check_conv_args(x, weight, options, fn);
   if (bias.defined()) {
-    detail::require_host_float(bias, fn, "bias");
+    detail::require_float(bias, fn, "bias");
     detail::require_same_dtype(weight, "weight", bias, "bias", fn);
     if (bias.dim() != 1 || bias.size(0) != g.c_out) {
       throw ShapeError(fn_name(fn) + ": bias " + bias.str() + " must be [" + std::to_string(g.c_out) +
@@ -153,10 +171,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
       ops::gemm(w2, false, sample_matrix(x, n), false, y_n, 1.0, 0.0);
       continue;
     }
-    detail::dispatch_float(x.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      im2col(x.data<T>() + n * g.c_in * g.h * g.w, cols.data<T>(), g, options);
-    });
+    if (detail::on_cuda(x)) {
+      detail::compute_for(x, fn).im2col(x.dtype(), x.narrow(0, n, 1).data(), cols.data(),
+                                        device_geometry(g, options), x.device().index);
+    } else {
+      detail::dispatch_float(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        im2col(x.data<T>() + n * g.c_in * g.h * g.w, cols.data<T>(), g, options);
+      });
+    }
     ops::gemm(w2, false, cols, false, y_n, 1.0, 0.0);
   }
   if (bias.defined()) ops::add_bias(y, bias, 1);
@@ -167,19 +190,19 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
                        Tensor& grad_bias, const Conv2dOptions& options) {
   const char* fn = "conv2d_backward";
   const ConvGeometry g = check_conv_args(x, weight, options, fn);
-  detail::require_host_float(grad_y, fn, "grad_y");
+  detail::require_float(grad_y, fn, "grad_y");
   detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
   if (grad_y.shape() != Shape{g.n, g.c_out, g.oh, g.ow}) {
     throw ShapeError(fn_name(fn) + ": grad_y " + grad_y.str() + " does not match the output " +
                      shape_str({g.n, g.c_out, g.oh, g.ow}) + " of input " + x.str() + " and weight " + weight.str());
   }
   if (grad_weight.defined()) {
-    detail::require_host_float(grad_weight, fn, "grad_weight");
+    detail::require_float(grad_weight, fn, "grad_weight");
     detail::require_same_dtype(weight, "weight", grad_weight, "grad_weight", fn);
     detail::require_same_shape(weight, "weight", grad_weight, "grad_weight", fn);
   }
   if (grad_bias.defined()) {
-    detail::require_host_float(grad_bias, fn, "grad_bias");
+    detail::require_float(grad_bias, fn, "grad_bias");
     detail::require_same_dtype(weight, "weight", grad_bias, "grad_bias", fn);
     if (grad_bias.dim() != 1 || grad_bias.size(0) != g.c_out) {
       throw ShapeError(fn_name(fn) + ": grad_bias " + grad_bias.str() + " must be [" + std::to_string(g.c_out) +
@@ -206,11 +229,18 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
       continue;
     }
     ops::gemm(w2, true, dy_n, false, dcols, 1.0, 0.0);
-    detail::dispatch_float(x.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      col2im(dcols.data<T>(), dx.data<T>() + n * g.c_in * g.h * g.w, g, options);
-      if (gw2.defined()) im2col(x.data<T>() + n * g.c_in * g.h * g.w, cols.data<T>(), g, options);
-    });
+    if (detail::on_cuda(x)) {
+      auto& compute = detail::compute_for(x, fn);
+      const auto geometry = device_geometry(g, options);
+      compute.col2im_add(x.dtype(), dcols.data(), dx.narrow(0, n, 1).data(), geometry, x.device().index);
+      if (gw2.defined()) compute.im2col(x.dtype(), x.narrow(0, n, 1).data(), cols.data(), geometry, x.device().index);
+    } else {
+      detail::dispatch_float(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        col2im(dcols.data<T>(), dx.data<T>() + n * g.c_in * g.h * g.w, g, options);
+        if (gw2.defined()) im2col(x.data<T>() + n * g.c_in * g.h * g.w, cols.data<T>(), g, options);
+      });
+    }
     // dW += dy_n cols^T  (beta = 1 accumulates over samples and calls)
     if (gw2.defined()) ops::gemm(dy_n, false, cols, true, gw2, 1.0, 1.0);
   }

@@ -14,12 +14,12 @@ using detail::fn_name;
 namespace {
 
 void check_ids(const Tensor& ids, const char* fn) {
-  detail::require_host(ids, fn, "ids");
+  detail::require_tensor(ids, fn, "ids");
   if (ids.dtype() != DType::i64) throw ShapeError(fn_name(fn) + ": ids " + ids.str() + " must be i64");
 }
 
 void check_table(const Tensor& weight, const char* role, const char* fn) {
-  detail::require_host_float(weight, fn, role);
+  detail::require_float(weight, fn, role);
   if (weight.dim() != 2) throw ShapeError(fn_name(fn) + ": " + role + " " + weight.str() + " must be 2-D [rows, dim]");
 }
 
@@ -39,8 +39,11 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, std::int64_t row_offse
     throw InvalidArgument(fn_name(fn) + ": row_offset " + std::to_string(row_offset) + " is negative (weight " +
                           weight.str() + ")");
   }
+  detail::require_same_device(weight, "weight", ids, "ids", fn);
   const std::int64_t rows = weight.size(0), dim = weight.size(1), count = ids.numel();
-  const std::int64_t* id = ids.data<std::int64_t>();
+  // Device ids are validated on a host copy (ids are small next to the table).
+  const Tensor host_ids = detail::on_cuda(ids) && !mask_out_of_range ? ids.to(Device::host()) : ids;
+  const std::int64_t* id = host_ids.data<std::int64_t>();
   // Validate every id before writing anything, so a bad batch fails without side effects.
   if (!mask_out_of_range) {
     for (std::int64_t k = 0; k < count; ++k) {
@@ -56,6 +59,11 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, std::int64_t row_offse
     }
   }
   Tensor y = Tensor::empty(with_dim(ids.shape(), dim), weight.dtype(), weight.device());
+  if (detail::on_cuda(weight)) {
+    detail::compute_for(weight, fn).embedding_gather(weight.dtype(), ids.data<std::int64_t>(), count, weight.data(),
+                                                     rows, dim, row_offset, y.data(), weight.device().index);
+    return y;
+  }
   const std::size_t row_bytes = static_cast<std::size_t>(dim) * weight.element_size();
   const auto* table = static_cast<const unsigned char*>(weight.data());
   auto* out = static_cast<unsigned char*>(y.data());
@@ -72,13 +80,20 @@ void embedding_backward(const Tensor& grad_y, const Tensor& ids, Tensor& grad_we
   const char* fn = "embedding_backward";
   check_ids(ids, fn);
   check_table(grad_weight, "grad_weight", fn);
-  detail::require_host_float(grad_y, fn, "grad_y");
+  detail::require_float(grad_y, fn, "grad_y");
   detail::require_same_dtype(grad_weight, "grad_weight", grad_y, "grad_y", fn);
   const std::int64_t rows = grad_weight.size(0), dim = grad_weight.size(1), count = ids.numel();
   if (grad_y.shape() != with_dim(ids.shape(), dim)) {
     throw ShapeError(fn_name(fn) + ": grad_y " + grad_y.str() + " must be ids' shape plus the embedding dim, " +
                      shape_str(with_dim(ids.shape(), dim)) + " (ids " + ids.str() + ", grad_weight " +
                      grad_weight.str() + ")");
+  }
+  detail::require_same_device(grad_weight, "grad_weight", ids, "ids", fn);
+  if (detail::on_cuda(grad_weight)) {
+    detail::compute_for(grad_weight, fn).embedding_scatter_add(grad_y.dtype(), grad_y.data(),
+                                                               ids.data<std::int64_t>(), count, grad_weight.data(),
+                                                               rows, dim, row_offset, grad_weight.device().index);
+    return;
   }
   const std::int64_t* id = ids.data<std::int64_t>();
   detail::dispatch_float(grad_y.dtype(), [&](auto tag) {

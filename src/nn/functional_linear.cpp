@@ -12,8 +12,8 @@ namespace {
 
 // Checks x [..., in] against weight [out, in].
 void check_linear_args(const Tensor& x, const Tensor& weight, const char* fn) {
-  detail::require_host_float(x, fn, "input");
-  detail::require_host_float(weight, fn, "weight");
+  detail::require_float(x, fn, "input");
+  detail::require_float(weight, fn, "weight");
   detail::require_same_dtype(x, "input", weight, "weight", fn);
   if (weight.dim() != 2) throw ShapeError(fn_name(fn) + ": weight " + weight.str() + " must be 2-D [out, in]");
   if (x.dim() < 1 || x.size(x.dim() - 1) != weight.size(1)) {
@@ -23,7 +23,7 @@ void check_linear_args(const Tensor& x, const Tensor& weight, const char* fn) {
 }
 
 void check_bias_like(const Tensor& b, const char* role, const Tensor& weight, const char* fn) {
-  detail::require_host_float(b, fn, role);
+  detail::require_float(b, fn, role);
   detail::require_same_dtype(weight, "weight", b, role, fn);
   if (b.dim() != 1 || b.size(0) != weight.size(0)) {
     throw ShapeError(fn_name(fn) + ": " + role + " " + b.str() + " must be [" + std::to_string(weight.size(0)) +
@@ -62,7 +62,7 @@ Tensor linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
                        Tensor& grad_bias) {
   const char* fn = "linear_backward";
   check_linear_args(x, weight, fn);
-  detail::require_host_float(grad_y, fn, "grad_y");
+  detail::require_float(grad_y, fn, "grad_y");
   detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
   const std::int64_t in = weight.size(1), out = weight.size(0);
   if (grad_y.shape() != with_last(x.shape(), out)) {
@@ -70,7 +70,7 @@ Tensor linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
                      " and weight " + weight.str());
   }
   if (grad_weight.defined()) {
-    detail::require_host_float(grad_weight, fn, "grad_weight");
+    detail::require_float(grad_weight, fn, "grad_weight");
     detail::require_same_dtype(weight, "weight", grad_weight, "grad_weight", fn);
     detail::require_same_shape(weight, "weight", grad_weight, "grad_weight", fn);
   }

@@ -17,7 +17,7 @@ namespace {
 
 // Checks x [..., n] (n >= 1); returns n.
 std::int64_t check_norm_input(const Tensor& x, const char* fn) {
-  detail::require_host_float(x, fn, "input");
+  detail::require_float(x, fn, "input");
   if (x.dim() < 1 || x.size(x.dim() - 1) < 1) {
     throw ShapeError(fn_name(fn) + ": input " + x.str() + " needs a non-empty last dim to normalise over");
   }
@@ -26,7 +26,7 @@ std::int64_t check_norm_input(const Tensor& x, const char* fn) {
 
 void check_vector(const Tensor& v, const char* role, const Tensor& x, std::int64_t n, const char* fn) {
   if (!v.defined()) return;
-  detail::require_host_float(v, fn, role);
+  detail::require_float(v, fn, role);
   detail::require_same_dtype(x, "input", v, role, fn);
   if (v.dim() != 1 || v.size(0) != n) {
     throw ShapeError(fn_name(fn) + ": " + role + " " + v.str() + " must be [" + std::to_string(n) +
@@ -38,7 +38,7 @@ void check_stat(const Tensor& s, const char* role, const Tensor& x, std::int64_t
   if (!s.defined()) {
     throw InvalidArgument(fn_name(fn) + ": saved statistic " + role + " is undefined (run the forward first)");
   }
-  detail::require_host_float(s, fn, role);
+  detail::require_float(s, fn, role);
   detail::require_same_dtype(x, "input", s, role, fn);
   if (s.dim() != 1 || s.size(0) != rows) {
     throw ShapeError(fn_name(fn) + ": saved statistic " + role + " " + s.str() + " must be [" +
@@ -56,6 +56,8 @@ template <class T>
 const T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
+// Untyped, for the device entries (dtypes are checked by then).
+void* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
 }  // namespace
 
@@ -69,6 +71,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   mean = Tensor::empty({rows}, x.dtype(), x.device());
   rstd = Tensor::empty({rows}, x.dtype(), x.device());
+  if (detail::on_cuda(x)) {
+    detail::compute_for(x, fn).layer_norm(x.dtype(), x.data(), data_or_null(gamma), data_or_null(beta), eps,
+                                          y.data(), mean.data(), rstd.data(), rows, n, x.device().index);
+    return y;
+  }
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* g = data_or_null<T>(gamma);
@@ -101,7 +108,7 @@ Tensor layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& 
                            const Tensor& rstd, Tensor& grad_gamma, Tensor& grad_beta) {
   const char* fn = "layer_norm_backward";
   const std::int64_t n = check_norm_input(x, fn);
-  detail::require_host_float(grad_y, fn, "grad_y");
+  detail::require_float(grad_y, fn, "grad_y");
   detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
   detail::require_same_shape(x, "input", grad_y, "grad_y", fn);
   check_vector(gamma, "gamma", x, n, fn);
@@ -111,6 +118,12 @@ Tensor layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& 
   check_stat(mean, "mean", x, rows, fn);
   check_stat(rstd, "rstd", x, rows, fn);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (detail::on_cuda(x)) {
+    detail::compute_for(x, fn).layer_norm_backward(x.dtype(), grad_y.data(), x.data(), data_or_null(gamma),
+                                                   mean.data(), rstd.data(), dx.data(), data_or_null(grad_gamma),
+                                                   data_or_null(grad_beta), rows, n, x.device().index);
+    return dx;
+  }
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* gm = data_or_null<T>(gamma);
@@ -151,6 +164,11 @@ Tensor rms_norm(const Tensor& x, const Tensor& gamma, double eps, Tensor& rstd) 
   const std::int64_t rows = x.numel() / n;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   rstd = Tensor::empty({rows}, x.dtype(), x.device());
+  if (detail::on_cuda(x)) {
+    detail::compute_for(x, fn).rms_norm(x.dtype(), x.data(), data_or_null(gamma), eps, y.data(), rstd.data(), rows,
+                                        n, x.device().index);
+    return y;
+  }
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* g = data_or_null<T>(gamma);
@@ -172,7 +190,7 @@ Tensor rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& ga
                          Tensor& grad_gamma) {
   const char* fn = "rms_norm_backward";
   const std::int64_t n = check_norm_input(x, fn);
-  detail::require_host_float(grad_y, fn, "grad_y");
+  detail::require_float(grad_y, fn, "grad_y");
   detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
   detail::require_same_shape(x, "input", grad_y, "grad_y", fn);
   check_vector(gamma, "gamma", x, n, fn);
@@ -180,6 +198,12 @@ Tensor rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& ga
   const std::int64_t rows = x.numel() / n;
   check_stat(rstd, "rstd", x, rows, fn);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (detail::on_cuda(x)) {
+    detail::compute_for(x, fn).rms_norm_backward(x.dtype(), grad_y.data(), x.data(), data_or_null(gamma),
+                                                 rstd.data(), dx.data(), data_or_null(grad_gamma), rows, n,
+                                                 x.device().index);
+    return dx;
+  }
   detail::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* gm = data_or_null<T>(gamma);

@@ -6,34 +6,52 @@
 #include <string>
 #include <utility>
 
+#include "backend/cuda/device_compute.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::nn::functional::detail {
 
 inline std::string fn_name(const char* fn) { return std::string("nn::functional::") + fn; }
 
-// Defined, on the host (device tensors: UnsupportedError until the CUDA compute backend
-// brings kernels), contiguous, and (for floating roles) f32 or f64.
-inline void require_host(const Tensor& t, const char* fn, const char* role) {
+// Defined, contiguous, and on the host or on a CUDA device the CUDA compute backend can
+// run (a CUDA tensor without a visible device, or a view of non-device memory, is an
+// UnsupportedError); for floating roles also f32 or f64. A function called with CUDA
+// tensors runs its device kernels (backend/cuda/device_compute.hpp).
+inline void require_tensor(const Tensor& t, const char* fn, const char* role) {
   if (!t.defined()) throw InvalidArgument(fn_name(fn) + ": " + role + " is undefined");
-  if (!t.device().is_host()) {
-    throw UnsupportedError(fn_name(fn) + ": " + role + " " + t.str() +
-                           " is a device tensor; CUDA kernels for " + fn +
-                           " come with the CUDA compute backend");
-  }
+  if (t.device().is_cuda()) tessera::detail::require_usable_cuda_tensor(t, fn_name(fn) + ": " + role);
   if (!t.is_contiguous()) throw ShapeError(fn_name(fn) + ": " + role + " " + t.str() + " must be contiguous");
 }
 
-inline void require_host_float(const Tensor& t, const char* fn, const char* role) {
-  require_host(t, fn, role);
+inline void require_float(const Tensor& t, const char* fn, const char* role) {
+  require_tensor(t, fn, role);
   if (t.dtype() != DType::f32 && t.dtype() != DType::f64) {
     throw ShapeError(fn_name(fn) + ": " + role + " " + t.str() + " must be f32 or f64");
   }
 }
 
-// `b` must share `a`'s dtype (one dtype per call: no silent mixed precision).
+// Every tensor of one call lives on one device.
+inline void require_same_device(const Tensor& a, const char* role_a, const Tensor& b, const char* role_b,
+                                const char* fn) {
+  if (!(a.device() == b.device())) {
+    throw InvalidArgument(fn_name(fn) + ": " + role_b + " " + b.str() + " and " + role_a + " " + a.str() +
+                          " are on different devices; move them to one device first");
+  }
+}
+
+// Whether a call runs on the CUDA device (its first tensor decides; the checks above
+// hold every other tensor to the same device).
+inline bool on_cuda(const Tensor& t) { return t.device().is_cuda(); }
+
+// The device compute entries for a call on t's device.
+inline tessera::detail::DeviceCompute& compute_for(const Tensor& t, const char* fn) {
+  return tessera::detail::device_compute(t.device(), fn_name(fn));
+}
+
+// `b` must share `a`'s dtype (one dtype per call: no silent mixed precision) and device.
 inline void require_same_dtype(const Tensor& a, const char* role_a, const Tensor& b, const char* role_b,
                                const char* fn) {
+  require_same_device(a, role_a, b, role_b, fn);
   if (a.dtype() != b.dtype()) {
     throw ShapeError(fn_name(fn) + ": " + role_b + " " + b.str() + " and " + role_a + " " + a.str() +
                      " differ in dtype");

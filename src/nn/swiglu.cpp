@@ -20,8 +20,8 @@ double sigmoid(double x) {
 }
 
 void check_pair(const Tensor& gate, const Tensor& up, const char* fn) {
-  detail::require_host_float(gate, fn, "gate");
-  detail::require_host_float(up, fn, "up");
+  detail::require_float(gate, fn, "gate");
+  detail::require_float(up, fn, "up");
   detail::require_same_dtype(gate, "gate", up, "up", fn);
   detail::require_same_shape(gate, "gate", up, "up", fn);
 }
@@ -31,6 +31,11 @@ void check_pair(const Tensor& gate, const Tensor& up, const char* fn) {
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
   check_pair(gate, up, "swiglu");
   Tensor y = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+  if (detail::on_cuda(gate)) {
+    detail::compute_for(gate, "swiglu").swiglu(gate.dtype(), gate.data(), up.data(), y.data(), gate.numel(),
+                                               gate.device().index);
+    return y;
+  }
   detail::dispatch_float(gate.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* g = gate.data<T>();
@@ -48,11 +53,17 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
 SwiGluGrads swiglu_backward(const Tensor& grad_y, const Tensor& gate, const Tensor& up) {
   const char* fn = "swiglu_backward";
   check_pair(gate, up, fn);
-  detail::require_host_float(grad_y, fn, "grad_y");
+  detail::require_float(grad_y, fn, "grad_y");
   detail::require_same_dtype(gate, "gate", grad_y, "grad_y", fn);
   detail::require_same_shape(gate, "gate", grad_y, "grad_y", fn);
   SwiGluGrads grads{Tensor::empty(gate.shape(), gate.dtype(), gate.device()),
                     Tensor::empty(gate.shape(), gate.dtype(), gate.device())};
+  if (detail::on_cuda(gate)) {
+    detail::compute_for(gate, fn).swiglu_backward(gate.dtype(), grad_y.data(), gate.data(), up.data(),
+                                                  grads.gate.data(), grads.up.data(), gate.numel(),
+                                                  gate.device().index);
+    return grads;
+  }
   detail::dispatch_float(gate.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* g = gate.data<T>();

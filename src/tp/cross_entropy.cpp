@@ -4,9 +4,74 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cuda/device_compute.hpp"
+
 namespace tessera::tp {
 
 namespace {
+
+void check_targets(const std::int64_t* t, std::int64_t n, std::int64_t v_global, std::int64_t ignore_index) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= v_global)) {
+      throw InvalidArgument("vocab_parallel_cross_entropy: target " + std::to_string(t[i]) + " of row " +
+                            std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(v_global) +
+                            ") and is not ignore_index " + std::to_string(ignore_index));
+    }
+  }
+}
+
+// The CUDA path: the same three steps and two all-reduces (over NCCL for CUDA
+// tensors), with the per-row pieces computed by device kernels. Targets are checked on
+// a host copy; the loss itself (n scalars) is summed on the host from the reduced rows.
+CrossEntropyResult cross_entropy_device(const Tensor& logits, const Tensor& targets, Communicator& tp,
+                                        std::int64_t ignore_index) {
+  const char* fn = "vocab_parallel_cross_entropy";
+  const std::int64_t n = logits.size(0);
+  const std::int64_t v_local = logits.size(1);
+  const std::int64_t v_global = v_local * tp.size();
+  const std::int64_t first = v_local * tp.rank();
+  const Device device = logits.device();
+  auto& compute = detail::device_compute(device, fn);
+  const Tensor ids_host = targets.to(Device::host());
+  const std::int64_t* t = ids_host.data<std::int64_t>();
+  check_targets(t, n, v_global, ignore_index);
+  const Tensor ids = targets.to(device);
+
+  Tensor row_max = Tensor::empty({n + 2}, DType::f64, device);
+  compute.row_max(logits.dtype(), logits.data(), n, v_local, row_max.data<double>(), device.index);
+  row_max.narrow(0, n, 2).copy_from(
+      Tensor::from_vector<double>({static_cast<double>(v_local), -static_cast<double>(v_local)}, {2}));
+  tp.all_reduce(row_max, ReduceOp::max);
+  const std::vector<double> mx = row_max.to_vector<double>();
+  if (mx[n] != -mx[n + 1]) {
+    throw ShapeError("vocab_parallel_cross_entropy: the tp ranks hold vocabulary shards of different widths (" +
+                     std::to_string(static_cast<std::int64_t>(-mx[n + 1])) + " to " +
+                     std::to_string(static_cast<std::int64_t>(mx[n])) + " columns); shard the vocabulary evenly");
+  }
+
+  Tensor sums = Tensor::zeros({2, n}, DType::f64, device);
+  compute.sum_exp_and_target(logits.dtype(), logits.data(), ids.data<std::int64_t>(), n, v_local, first,
+                             ignore_index, row_max.data<double>(), sums.data<double>(), sums.data<double>() + n,
+                             device.index);
+  tp.all_reduce(sums, ReduceOp::sum);
+  const std::vector<double> reduced = sums.to_vector<double>();
+  const double* sum_exp = reduced.data();
+  const double* target_logit = sum_exp + n;
+
+  CrossEntropyResult result;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (t[i] == ignore_index) continue;
+    ++result.counted;
+    result.loss += std::log(sum_exp[i]) + mx[i] - target_logit[i];
+  }
+  const double denom = result.counted > 0 ? static_cast<double>(result.counted) : 1.0;
+  result.loss /= denom;
+  result.grad_logits = Tensor::empty(logits.shape(), logits.dtype(), device);
+  compute.cross_entropy_grad(logits.dtype(), logits.data(), ids.data<std::int64_t>(), n, v_local, first,
+                             ignore_index, row_max.data<double>(), sums.data<double>(), denom,
+                             result.grad_logits.data(), device.index);
+  return result;
+}
 
 template <class T>
 CrossEntropyResult cross_entropy_typed(const Tensor& logits, const Tensor& targets, Communicator& tp,
@@ -92,8 +157,16 @@ CrossEntropyResult vocab_parallel_cross_entropy(const Tensor& logits_local, cons
                      targets.str() + " [N]");
   }
   targets.check_dtype(DType::i64, "vocab_parallel_cross_entropy targets");
-  if (!logits_local.device().is_host() || !targets.device().is_host()) {
-    throw UnsupportedError("vocab_parallel_cross_entropy: CUDA tensors need the CUDA compute kernels, not built yet");
+  if (logits_local.device().is_cuda()) {
+    detail::require_usable_cuda_tensor(logits_local, "vocab_parallel_cross_entropy: logits");
+    if (logits_local.dtype() != DType::f32 && logits_local.dtype() != DType::f64) {
+      throw ShapeError("vocab_parallel_cross_entropy: logits " + logits_local.str() + " must be f32 or f64");
+    }
+    return cross_entropy_device(logits_local.contiguous(), targets.contiguous(), tp, ignore_index);
+  }
+  if (!targets.device().is_host()) {
+    throw InvalidArgument("vocab_parallel_cross_entropy: targets " + targets.str() + " must be on the device of logits " +
+                          logits_local.str());
   }
   const Tensor logits = logits_local.contiguous();
   const Tensor ids = targets.contiguous();

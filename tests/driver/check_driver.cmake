@@ -1,10 +1,13 @@
 # Driver checks, run with cmake -P (CTest label `driver`). Arguments (-D):
-#   MODE      demo | resume | layouts | bad_config | dry_run
+#   MODE      demo | resume | layouts | bad_config | dry_run (the field emulator)
+#             decoder_train | decoder_layouts | decoder_resume | decoder_bad_config |
+#             decoder_dry_run (model.type: decoder)
 #   MPIEXEC, NUMPROC_FLAG, RUN (tessera-run), CKPT (tessera-ckpt), SOURCE_DIR, WORK_DIR
 # Every tessera-run call runs in SOURCE_DIR (the configs name data/rossby_haurwitz.h5
 # relative to it) and writes checkpoints under WORK_DIR only.
 
 set(tiny "${SOURCE_DIR}/tests/driver/tiny.yaml")
+set(dtiny "${SOURCE_DIR}/tests/driver/decoder_tiny.yaml")
 set(data "--set=data.path=${SOURCE_DIR}/data/rossby_haurwitz.h5")
 
 # run_driver(<out-var> <rc-var> NP <n> ARGS ...): stdout+stderr into <out-var>.
@@ -142,6 +145,134 @@ elseif(MODE STREQUAL "dry_run")
   if(last_output MATCHES "\nstep " OR EXISTS "${WORK_DIR}/none")
     message(FATAL_ERROR "--dry-run trained or wrote a checkpoint:\n${last_output}")
   endif()
+elseif(MODE STREQUAL "decoder_train")
+  # data/configs/decoder_2rank.yaml (tp 2, sequence parallel) trains below the unigram
+  # baseline it prints.
+  expect_success(2 "${SOURCE_DIR}/data/configs/decoder_2rank.yaml" "--set=checkpoint.dir=${WORK_DIR}/dec")
+  if(NOT last_output MATCHES "sequence parallel on" OR NOT last_output MATCHES "baselines \\(nats/token\\): uniform")
+    message(FATAL_ERROR "expected sequence parallelism and the baselines line:\n${last_output}")
+  endif()
+  if(NOT last_output MATCHES "final loss ([0-9.e+-]+) unigram ([0-9.e+-]+) ratio ([0-9.]+) \\(below")
+    message(FATAL_ERROR "the decoder did not end below the unigram baseline:\n${last_output}")
+  endif()
+  set(ratio "${CMAKE_MATCH_3}")
+  if(NOT ratio LESS 0.8)
+    message(FATAL_ERROR "the decoder's loss is only ${ratio} x the unigram baseline (expected < 0.8):\n${last_output}")
+  endif()
+  string(REGEX MATCHALL "\nstep +[0-9]+/[^\n]*tokens/s" lines "${last_output}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL 6)
+    message(FATAL_ERROR "expected 6 progress lines with tokens/s:\n${last_output}")
+  endif()
+  if(NOT EXISTS "${WORK_DIR}/dec/step_00000060/checkpoint.h5")
+    message(FATAL_ERROR "no final checkpoint under ${WORK_DIR}/dec")
+  endif()
+  message(STATUS "decoder: loss ${ratio} x the unigram baseline")
+
+elseif(MODE STREQUAL "decoder_layouts")
+  # The same training at tp 1 (serial), tp 2 with sequence parallelism, ddp 2 x tp 2 and
+  # fsdp2 2 x tp 2.
+  set(common ${dtiny} --set=checkpoint.interval=0)
+  expect_success(1 ${common} "--set=checkpoint.dir=${WORK_DIR}/tp1" --set=parallelism.tensor=1)
+  expect_success(2 ${common} "--set=checkpoint.dir=${WORK_DIR}/tp2")
+  if(NOT last_output MATCHES "sequence parallel on")
+    message(FATAL_ERROR "tp 2 did not run with sequence parallelism:\n${last_output}")
+  endif()
+  expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/ddp2tp2" --set=parallelism.data=ddp)
+  expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/fsdp2tp2" --set=parallelism.data=fsdp2)
+  # Tied embeddings: replicated logits (the loss on a size-1 group), no sequence
+  # parallelism, ddp without overlap.
+  set(tied --set=model.tie_embeddings=true)
+  expect_success(1 ${common} ${tied} "--set=checkpoint.dir=${WORK_DIR}/tied_tp1" --set=parallelism.tensor=1)
+  expect_success(4 ${common} ${tied} "--set=checkpoint.dir=${WORK_DIR}/tied_ddp2tp2" --set=parallelism.data=ddp)
+  foreach(pair "tp1|tp2" "tp1|ddp2tp2" "tp1|fsdp2tp2" "tied_tp1|tied_ddp2tp2")
+    string(REPLACE "|" ";" pair "${pair}")
+    list(GET pair 0 ref)
+    list(GET pair 1 other)
+    max_difference("${WORK_DIR}/${ref}" "${WORK_DIR}/${other}" max)
+    # fp32 tolerance: 8 AdamW steps of lr <= 1e-2 on O(1) weights.
+    if(max GREATER 1e-5)
+      message(FATAL_ERROR "${ref} and ${other} differ by up to ${max} (tolerance 1e-5):\n${diff_output}")
+    endif()
+    message(STATUS "decoder ${ref} vs ${other}: max abs difference ${max}")
+  endforeach()
+
+elseif(MODE STREQUAL "decoder_resume")
+  # tp 2 with sequence parallelism: uninterrupted (checkpoints at 3, 6, 8), killed after
+  # step 5, resumed from step 3: bit-identical weights and optimizer state.
+  expect_success(2 ${dtiny} "--set=checkpoint.dir=${WORK_DIR}/full")
+  run_driver(out rc 2 ${dtiny} "--set=checkpoint.dir=${WORK_DIR}/killed" --kill-after-step 5)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "the killed run exited 0:\n${out}")
+  endif()
+  file(READ "${WORK_DIR}/killed/latest" latest)
+  string(STRIP "${latest}" latest)
+  if(NOT latest STREQUAL "step_00000003")
+    message(FATAL_ERROR "after the kill, latest is '${latest}' (expected step_00000003)")
+  endif()
+  expect_success(2 ${dtiny} "--set=checkpoint.dir=${WORK_DIR}/killed" --set=resume=latest)
+  if(NOT last_output MATCHES "resumed from [^\n]*step_00000003[^\n]* at step 3")
+    message(FATAL_ERROR "the resumed run did not report resuming at step 3:\n${last_output}")
+  endif()
+  execute_process(COMMAND ${CKPT} diff "${WORK_DIR}/full" "${WORK_DIR}/killed" OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "diff: identical")
+    message(FATAL_ERROR "the resumed decoder run differs from the uninterrupted run:\n${out}")
+  endif()
+  # A checkpoint of another architecture is refused, naming the differing key.
+  run_driver(out rc 2 ${dtiny} "--set=checkpoint.dir=${WORK_DIR}/killed" --set=resume=latest
+             --set=schedule.steps=9 --set=model.n_layers=1)
+  if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: resume: [^\n]*n_layers")
+    message(FATAL_ERROR "resuming with another n_layers: expected an error naming n_layers; got ${rc}:\n${out}")
+  endif()
+  message(STATUS "decoder resume: bit-identical after kill at step 5 and resume from step 3")
+
+elseif(MODE STREQUAL "decoder_bad_config")
+  # Rejected before any training, naming the key, once (rank 0), non-zero on every rank.
+  set(m "model: {type: decoder, vocab: 32, d_model: 16, n_heads: 2, hidden: 32")
+  file(WRITE "${WORK_DIR}/width.yaml" "${m}, width: 8}\n")
+  file(WRITE "${WORK_DIR}/seqlen.yaml" "${m}, seqlen: 8}\n")
+  file(WRITE "${WORK_DIR}/variables.yaml" "data: {variables: [h]}\n${m}}\n")
+  file(WRITE "${WORK_DIR}/heads.yaml" "parallelism: {tensor: 2}\nmodel: {type: decoder, n_heads: 3, d_model: 12}\n")
+  file(WRITE "${WORK_DIR}/type.yaml" "model: {type: decodr}\n")
+  file(WRITE "${WORK_DIR}/tied_fsdp2.yaml" "parallelism: {data: fsdp2}\nmodel: {type: decoder, tie_embeddings: true}\n")
+  foreach(case "width.yaml|model.width: unknown key 'width'" "seqlen.yaml|model.seqlen: unknown key"
+               "variables.yaml|data.variables: unknown key" "heads.yaml|model.n_heads \\(3\\) must be divisible"
+               "type.yaml|model.type: unknown value 'decodr'" "tied_fsdp2.yaml|model.tie_embeddings[^\n]*fsdp2")
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 file)
+    list(GET case 1 key)
+    run_driver(out rc 2 "${WORK_DIR}/${file}")
+    if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: [^\n]*${key}")
+      message(FATAL_ERROR "${file}: expected a non-zero exit and an error matching '${key}'; got ${rc}:\n${out}")
+    endif()
+    string(REGEX MATCHALL "tessera-run: error:" errors "${out}")
+    list(LENGTH errors n)
+    if(NOT n EQUAL 1)
+      message(FATAL_ERROR "${file}: expected the error once (rank 0 only), got ${n} times:\n${out}")
+    endif()
+  endforeach()
+  run_driver(out rc 2 ${dtiny} --set=model.dmodel=8)
+  if(rc EQUAL 0 OR NOT out MATCHES "model.dmodel")
+    message(FATAL_ERROR "--set model.dmodel: expected an error naming the key; got ${rc}:\n${out}")
+  endif()
+
+elseif(MODE STREQUAL "decoder_dry_run")
+  expect_success(2 ${dtiny} --dry-run "--set=checkpoint.dir=${WORK_DIR}/none")
+  if(NOT last_output MATCHES "mesh: 2 ranks = dp 1 x tp 2 x domain 1" OR
+     NOT last_output MATCHES "per-rank memory plan" OR NOT last_output MATCHES "\n +1 +0 +1 +0 +\\[8, 16\\)")
+    message(FATAL_ERROR "unexpected --dry-run output:\n${last_output}")
+  endif()
+  if(last_output MATCHES "\nstep " OR EXISTS "${WORK_DIR}/none")
+    message(FATAL_ERROR "--dry-run trained or wrote a checkpoint:\n${last_output}")
+  endif()
+  # Tied embeddings switch sequence parallelism off; rank 0 says why, once.
+  expect_success(2 ${dtiny} --dry-run --set=model.tie_embeddings=true)
+  string(REGEX MATCHALL "note: sequence parallelism is off: the embeddings are tied" notes "${last_output}")
+  list(LENGTH notes n)
+  if(NOT n EQUAL 1 OR NOT last_output MATCHES "sequence parallel off" OR NOT last_output MATCHES "\\[0, 16\\)")
+    message(FATAL_ERROR "tied embeddings: expected one note with the reason and no sequence parallelism:\n${last_output}")
+  endif()
+
 else()
   message(FATAL_ERROR "unknown MODE '${MODE}'")
 endif()

@@ -3,7 +3,9 @@
 //   tessera-run CONFIG.yaml [--dry-run] [--set KEY=VALUE ...] [--kill-after-step N]
 //
 // Trains the field emulator (models/field_emulator.hpp) to predict the next state of a
-// gridded dataset on a (dp, tp, domain) mesh, with checkpoints and resume. The config
+// gridded dataset on a (dp, tp, domain) mesh, or (model.type: decoder, train_decoder.cpp)
+// the decoder-only transformer (models/decoder.hpp) on a token stream on a (dp, tp)
+// mesh, with checkpoints and resume. The config
 // is parsed on every rank before MPI_Init: a bad config fails every rank alike, rank 0
 // reports it once, and every rank exits with status 1 (2 for a usage error).
 
@@ -23,7 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "driver_common.hpp"
 #include "field_data.hpp"
+#include "train_decoder.hpp"
 #include "run_config.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/clip.hpp"
@@ -59,14 +63,6 @@ const char* kUsage =
     "                       crashed or preempted job would\n"
     "  --help               this text\n"
     "Launch with mpiexec -n N or srun; see docs/driver.md for the config keys.\n";
-
-struct Options {
-  std::string config;
-  std::vector<std::string> overrides;
-  bool dry_run = false;
-  bool help = false;
-  std::int64_t kill_after_step = -1;
-};
 
 // Throws InvalidArgument (a usage error) for anything it does not understand.
 Options parse_args(int argc, char** argv) {
@@ -104,32 +100,6 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-// Rank 0 prints; the level filters. Lines are flushed so that a killed job keeps them.
-class Log {
- public:
-  Log(bool root, LogLevel level) : root_(root), level_(level) {}
-  bool on(LogLevel l) const { return root_ && l <= level_; }
-  void line(LogLevel l, const std::string& text) const {
-    if (!on(l)) return;
-    std::FILE* out = l <= LogLevel::warn ? stderr : stdout;
-    std::fprintf(out, "%s%s\n", l == LogLevel::warn ? "tessera-run: warning: " : "", text.c_str());
-    std::fflush(out);
-  }
-  void info(const std::string& t) const { line(LogLevel::info, t); }
-  void debug(const std::string& t) const { line(LogLevel::debug, t); }
-  void warn(const std::string& t) const { line(LogLevel::warn, t); }
-
- private:
-  bool root_;
-  LogLevel level_;
-};
-
-std::string fmt(const char* format, double a) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, a);
-  return buffer;
-}
-
 // The model as trained: the config's architecture on the data's grid and channels.
 models::FieldEmulatorConfig model_config(const RunConfig& cfg, const FieldDataInfo& info) {
   models::FieldEmulatorConfig m = cfg.model;
@@ -143,23 +113,6 @@ models::FieldEmulatorConfig model_config(const RunConfig& cfg, const FieldDataIn
   m.dt_seconds = info.dt_seconds * static_cast<double>(cfg.data.lead);
   m.validate();
   return m;
-}
-
-dp::OptimizerKind optimizer_kind(const OptimizerConfig& o) {
-  if (o.type == "adamw") return dp::OptimizerKind::adamw;
-  return o.momentum > 0 ? dp::OptimizerKind::sgd_momentum : dp::OptimizerKind::sgd;
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, NamedParameters params) {
-  if (o.type == "adamw") {
-    return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr,
-                                                                   .beta1 = o.beta1,
-                                                                   .beta2 = o.beta2,
-                                                                   .eps = o.eps,
-                                                                   .weight_decay = o.weight_decay});
-  }
-  return std::make_unique<Sgd>(std::move(params),
-                               SgdOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
 }
 
 // Bytes of the activations one local sample keeps between forward and backward (the
@@ -176,74 +129,11 @@ std::int64_t activation_bytes_per_sample(const models::FieldEmulatorConfig& m, s
   return floats * static_cast<std::int64_t>(sizeof(float));
 }
 
-void print_mesh(const Log& log, const Mesh& mesh, int blas_threads) {
-  const auto& c = mesh.config();
-  log.info("mesh: " + std::to_string(mesh.world_size()) + " ranks = dp " + std::to_string(mesh.dp_size()) + " x tp " +
-           std::to_string(mesh.tp_size()) + " x domain " + std::to_string(mesh.domain_size()) + " (data " +
-           std::string(data_parallel_mode_name(c.data)) + "), " + std::to_string(mesh.local_size()) +
-           " ranks on rank 0's node, wait policy " + std::string(wait_policy_name(mesh.wait_policy())) +
-           ", BLAS threads per rank " + std::to_string(blas_threads));
-}
-
-// Rank 0 gathers one row of numbers per rank and prints the plan table.
-void print_memory_plan(const Log& log, const Mesh& mesh, const domain::Decomposition& decomposition,
-                       const dp::MemoryReport& report, std::int64_t activations, std::int64_t data_bytes) {
-  const auto box = decomposition.box();
-  const std::array<std::int64_t, 10> mine = {mesh.coords().dp,      mesh.coords().tp,       mesh.coords().domain,
-                                             box.lat.start,          box.lat.start + box.lat.length,
-                                             report.parameter_bytes, report.gradient_bytes, report.optimizer_bytes,
-                                             activations + report.transient_bytes, data_bytes};
-  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(mesh.world_size()));
-  MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
-             MPI_INT64_T, 0, mesh.world().mpi_comm());
-  if (!log.on(LogLevel::error)) return;
-  char line[256];
-  std::snprintf(line, sizeof line, "%5s %3s %3s %4s %12s %11s %11s %11s %11s %11s %11s", "rank", "dp", "tp", "dom",
-                "lat band", "params", "grads", "optimizer", "activations", "data", "total");
-  std::string table = std::string("per-rank memory plan (activations are an estimate; fsdp2 adds its largest "
-                                   "gathered unit):\n") + line;
-  for (int r = 0; r < mesh.world_size(); ++r) {
-    const std::int64_t* v = all.data() + static_cast<std::size_t>(r) * mine.size();
-    const std::string band = "[" + std::to_string(v[3]) + ", " + std::to_string(v[4]) + ")";
-    std::int64_t total = 0;
-    for (int i = 5; i < 10; ++i) total += v[i];
-    std::snprintf(line, sizeof line, "%5d %3lld %3lld %4lld %12s %11s %11s %11s %11s %11s %11s", r,
-                  static_cast<long long>(v[0]), static_cast<long long>(v[1]), static_cast<long long>(v[2]),
-                  band.c_str(), dp::format_bytes(v[5]).c_str(), dp::format_bytes(v[6]).c_str(),
-                  dp::format_bytes(v[7]).c_str(), dp::format_bytes(v[8]).c_str(), dp::format_bytes(v[9]).c_str(),
-                  dp::format_bytes(total).c_str());
-    table += "\n" + std::string(line);
-  }
-  std::printf("%s\n", table.c_str());
-  std::fflush(stdout);
-}
-
-// The first line where two YAML texts differ, for "the checkpoint's model differs" errors.
-std::string first_difference(const std::string& a, const std::string& b) {
-  std::istringstream ia(a), ib(b);
-  std::string la, lb;
-  while (true) {
-    const bool ga = static_cast<bool>(std::getline(ia, la)), gb = static_cast<bool>(std::getline(ib, lb));
-    if (!ga && !gb) return "";
-    if (!ga) la = "(nothing)";
-    if (!gb) lb = "(nothing)";
-    if (la != lb || !ga || !gb) return "checkpoint has '" + la + "', this run has '" + lb + "'";
-  }
-}
-
-int train(const RunConfig& cfg, const Options& opts) {
+int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   Mesh mesh(MPI_COMM_WORLD, cfg.parallelism);
   const MPI_Comm world = mesh.world().mpi_comm();
   const Log log(mesh.global_rank() == 0, cfg.log_level);
-
-  // OpenBLAS starts one thread per core in every process; with several ranks on a node
-  // that oversubscribes every GEMM. Each rank gets its share, unless the user said.
-  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
-    ops::set_host_threads(ops::host_thread_share(mesh.usable_cores(), mesh.local_size()));
-  }
-
-  log.info("tessera-run " + std::string(TESSERA_VERSION_STRING) + ": " + cfg.source);
-  print_mesh(log, mesh, ops::host_threads());
+  start_run(log, cfg, mesh);
 
   FieldDataInfo info;
   agree_on_success(world, [&] { info = read_field_data_info(cfg.data); });
@@ -281,7 +171,7 @@ int train(const RunConfig& cfg, const Options& opts) {
       info.times * info.channels * box.lat.length * info.nlon * static_cast<std::int64_t>(sizeof(float));
   if (opts.dry_run) {
     const dp::MemoryReport plan = dp::plan_memory(*model, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
-    print_memory_plan(log, mesh, decomposition, plan,
+    print_memory_plan(log, mesh, "lat band", box.lat.start, box.lat.start + box.lat.length, plan,
                       local_batch * activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size()), data_bytes);
     log.info("dry run: the config is valid; nothing was trained");
     return 0;
@@ -301,22 +191,18 @@ int train(const RunConfig& cfg, const Options& opts) {
 
   // ---- resume
   std::int64_t start_step = 0;
-  if (!cfg.resume.empty()) {
-    std::optional<std::string> path;
-    if (cfg.resume == "latest") {
-      path = io::latest_checkpoint(cfg.checkpoint.dir);
-      if (!path) log.info("resume: no checkpoint in '" + cfg.checkpoint.dir + "' yet; starting from step 0");
-    } else {
-      path = cfg.resume;
-    }
+  {
+    const std::optional<std::string> path = resume_path(cfg, log);
     if (path) {
-      const io::LoadResult loaded = io::load_checkpoint(*path, mesh, *model, optimizer.get());
-      // The architecture must match: the same FQNs could hold different shapes or meaning.
-      const auto saved = models::model_config_from_metadata(loaded.metadata, loaded.file);
+      // The architecture must match, checked before any weight is read: the same FQNs
+      // could hold different shapes or meaning.
+      const CheckpointMetadata header = read_checkpoint_metadata(*path, mesh);
+      const auto saved = models::model_config_from_metadata(header.metadata, header.file);
       if (!(saved == arch)) {
-        throw ConfigError("resume: the model in '" + loaded.file + "' differs from this config's: " +
+        throw ConfigError("resume: the model in '" + header.file + "' differs from this config's: " +
                           first_difference(saved.to_yaml(), arch.to_yaml()));
       }
+      const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, *model, optimizer.get());
       start_step = loaded.step;
       log.info("resumed from " + loaded.file + " at step " + std::to_string(loaded.step) + " (saved at " +
                loaded.saved_mesh.str() + " on " + std::to_string(loaded.saved_world_size) +
@@ -496,7 +382,7 @@ int main(int argc, char** argv) {
         if (error_status == kExitUsage) throw InvalidArgument(error);
         if (error_status != 0) throw ConfigError(error);
       });
-      status = train(*cfg, opts);
+      status = cfg->model_type == "decoder" ? train_decoder(*cfg, opts) : train_field_emulator(*cfg, opts);
     } catch (const std::exception& e) {
       status = error_status == kExitUsage ? kExitUsage : kExitError;
       if (rank == 0) {

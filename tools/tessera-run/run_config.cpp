@@ -164,6 +164,52 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   current[path.back()] = value;
 }
 
+const std::vector<std::string> kModelTypes = {"field_emulator", "decoder"};
+
+// The decoder's cross-key rules: what the tensor-parallel layers and the data need.
+void check_decoder(const RunConfig& c) {
+  const auto& a = c.decoder.arch;
+  const std::int64_t tp = c.parallelism.tensor;
+  const std::string& src = c.source;
+  auto fail = [&](const std::string& what) { throw ConfigError(src + ": " + what); };
+  auto n = [](std::int64_t v) { return std::to_string(v); };
+  if (c.parallelism.domain != 1) {
+    fail("parallelism.domain must be 1 for model.type decoder (a token sequence has no grid to split), got " +
+         n(c.parallelism.domain));
+  }
+  if (a.d_model % a.n_heads != 0) {
+    fail("model.d_model (" + n(a.d_model) + ") must be a multiple of model.n_heads (" + n(a.n_heads) + ")");
+  }
+  if (a.n_heads % tp != 0) {
+    fail("model.n_heads (" + n(a.n_heads) + ") must be divisible by parallelism.tensor (" + n(tp) +
+         "): attention heads are split over tp");
+  }
+  if (a.hidden % tp != 0) {
+    fail("model.hidden (" + n(a.hidden) + ") must be divisible by parallelism.tensor (" + n(tp) + ")");
+  }
+  if (!a.tie_embeddings && a.vocab % tp != 0) {
+    fail("model.vocab (" + n(a.vocab) + ") must be divisible by parallelism.tensor (" + n(tp) +
+         "): the output head is split over the vocabulary");
+  }
+  if (c.decoder.sequence_parallel && !a.tie_embeddings && c.decoder.seq_len % tp != 0) {
+    fail("model.seq_len (" + n(c.decoder.seq_len) + ") must be divisible by parallelism.tensor (" + n(tp) +
+         ") with model.sequence_parallel");
+  }
+  if (a.tie_embeddings && c.parallelism.data == DataParallelMode::fsdp2) {
+    fail("model.tie_embeddings does not work with parallelism.data fsdp2: the output head reads the embedding "
+         "table outside the embedding's forward, where fsdp2 holds only its shard (use ddp)");
+  }
+  if (c.data.source != "bytes" && !c.data.path.empty()) {
+    fail("data.path is read only with data.source bytes (data.source is " + c.data.source + ")");
+  }
+  if (c.data.source == "bytes") {
+    if (c.data.path.empty()) fail("data.path is needed with data.source bytes (the file whose bytes are the tokens)");
+    if (a.vocab < 256) fail("model.vocab must be >= 256 with data.source bytes, got " + n(a.vocab));
+  } else if (c.data.branching > a.vocab) {
+    fail("data.branching (" + n(c.data.branching) + ") must not exceed model.vocab (" + n(a.vocab) + ")");
+  }
+}
+
 }  // namespace
 
 RunConfig parse_run_config_text(const std::string& text, const std::string& source,
@@ -193,6 +239,18 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
   // which rejects its unknown keys and bad values with the same messages as mesh_info.
   c.parallelism = ParallelismConfig::from_yaml_string(c.text, c.source);
 
+  // model.type decides which keys the model and data sections take, so it is read
+  // first, wherever it stands in the file (const lookups insert nothing).
+  {
+    const YAML::Node croot = root;
+    const YAML::Node model = croot["model"];
+    if (model.IsDefined() && model.IsMap()) {
+      const YAML::Node type = model["type"];
+      if (type.IsDefined() && !type.IsNull()) c.model_type = p.choice(type, "model.type", kModelTypes);
+    }
+  }
+  if (c.model_type == "decoder") c.data.path.clear();  // the decoder's default source needs no file
+
   using H = Parser::Handler;
   auto& m = c.model;
   auto& d = c.data;
@@ -205,10 +263,27 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
          p.section(v, key, {{"parallelism", [](const YAML::Node&, const std::string&) {}}});
        }},
       {"model", [&](const YAML::Node& v, const std::string& key) {
+         if (c.model_type == "decoder") {
+           auto& dm = c.decoder;
+           p.section(v, key, {
+             {"type", [&](const YAML::Node& x, const std::string& kk) { p.choice(x, kk, kModelTypes); }},
+             {"vocab", [&](const YAML::Node& x, const std::string& kk) { dm.arch.vocab = p.integer(x, kk, 2); }},
+             {"d_model", [&](const YAML::Node& x, const std::string& kk) { dm.arch.d_model = p.integer(x, kk, 1); }},
+             {"n_heads", [&](const YAML::Node& x, const std::string& kk) { dm.arch.n_heads = p.integer(x, kk, 1); }},
+             {"hidden", [&](const YAML::Node& x, const std::string& kk) { dm.arch.hidden = p.integer(x, kk, 1); }},
+             {"n_layers", [&](const YAML::Node& x, const std::string& kk) { dm.arch.n_layers = p.integer(x, kk, 0); }},
+             {"tie_embeddings", [&](const YAML::Node& x, const std::string& kk) {
+                dm.arch.tie_embeddings = p.boolean(x, kk);
+              }},
+             {"sequence_parallel", [&](const YAML::Node& x, const std::string& kk) {
+                dm.sequence_parallel = p.boolean(x, kk);
+              }},
+             {"seq_len", [&](const YAML::Node& x, const std::string& kk) { dm.seq_len = p.integer(x, kk, 1); }},
+           });
+           return;
+         }
          p.section(v, key, {
-           {"type", [&](const YAML::Node& x, const std::string& kk) {
-              c.model_type = p.choice(x, kk, {"field_emulator"});
-            }},
+           {"type", [&](const YAML::Node& x, const std::string& kk) { p.choice(x, kk, kModelTypes); }},
            {"width", [&](const YAML::Node& x, const std::string& kk) { m.width = p.integer(x, kk, 1); }},
            {"mlp_hidden", [&](const YAML::Node& x, const std::string& kk) { m.mlp_hidden = p.integer(x, kk, 1); }},
            {"blocks", [&](const YAML::Node& x, const std::string& kk) { m.n_blocks = p.integer(x, kk, 0); }},
@@ -223,6 +298,22 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
          });
        }},
       {"data", [&](const YAML::Node& v, const std::string& key) {
+         if (c.model_type == "decoder") {
+           p.section(v, key, {
+             {"source", [&](const YAML::Node& x, const std::string& kk) {
+                d.source = p.choice(x, kk, {"synthetic", "bytes"});
+              }},
+             {"path", [&](const YAML::Node& x, const std::string& kk) { d.path = p.string(x, kk); }},
+             {"tokens", [&](const YAML::Node& x, const std::string& kk) { d.tokens = p.integer(x, kk, 2); }},
+             {"branching", [&](const YAML::Node& x, const std::string& kk) { d.branching = p.integer(x, kk, 1); }},
+             {"seed", [&](const YAML::Node& x, const std::string& kk) {
+                d.seed = static_cast<std::uint64_t>(p.integer(x, kk, 0));
+              }},
+             {"batch_size", [&](const YAML::Node& x, const std::string& kk) { d.batch_size = p.integer(x, kk, 1); }},
+             {"shuffle", [&](const YAML::Node& x, const std::string& kk) { d.shuffle = p.boolean(x, kk); }},
+           });
+           return;
+         }
          p.section(v, key, {
            {"path", [&](const YAML::Node& x, const std::string& kk) { d.path = p.string(x, kk); }},
            {"dataset", [&](const YAML::Node& x, const std::string& kk) { d.dataset = p.string(x, kk); }},
@@ -309,7 +400,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
   }
 
   // Cross-key rules that need no data and no MPI.
-  if (c.model.mlp_hidden % c.parallelism.tensor != 0) {
+  if (c.model_type == "decoder") {
+    check_decoder(c);
+  } else if (c.model.mlp_hidden % c.parallelism.tensor != 0) {
     throw ConfigError(c.source + ": model.mlp_hidden (" + std::to_string(c.model.mlp_hidden) +
                       ") must be divisible by parallelism.tensor (" + std::to_string(c.parallelism.tensor) + ")");
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessera/io/checkpoint.hpp"
+#include "tessera/models/decoder.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/parallelism.hpp"
 
@@ -20,6 +21,10 @@ namespace tessera::run {
 enum class LogLevel { error, warn, info, debug };
 std::string_view log_level_name(LogLevel level) noexcept;
 
+// The `data` section. Its keys depend on model.type: the field emulator reads gridded
+// fields from HDF5 (path, dataset, variables, lead, normalize); the decoder reads a
+// token stream (source, path, tokens, branching, seed). batch_size and shuffle are
+// common to both.
 struct DataConfig {
   std::string path = "data/rossby_haurwitz.h5";  // relative to the working directory
   std::string dataset = "fields";                // f32 [time, channel, lat, lon]
@@ -28,6 +33,29 @@ struct DataConfig {
   std::int64_t lead = 1;                         // predict time t + lead from time t
   bool normalize = true;                         // (x - mean) / std per channel (file attributes)
   bool shuffle = true;                           // per-epoch permutation from schedule.seed
+
+  // Decoder (token) data.
+  std::string source = "synthetic";  // synthetic (a seeded Markov language) | bytes (path's bytes)
+  std::int64_t tokens = 65536;       // synthetic: corpus length
+  std::int64_t branching = 4;        // synthetic: successors per token
+  std::uint64_t seed = 1234;         // synthetic: the language and its corpus
+};
+
+// model.type: decoder — the architecture (models::DecoderConfig) plus how it is trained.
+struct DecoderRunConfig {
+  models::DecoderConfig arch = default_arch();
+  std::int64_t seq_len = 64;       // tokens per sample (the model predicts each next token)
+  bool sequence_parallel = true;   // asked for; tied embeddings switch it off (decoder_tp_plan)
+
+  static models::DecoderConfig default_arch() {
+    models::DecoderConfig c;
+    c.vocab = 64;
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.hidden = 128;
+    c.n_layers = 2;
+    return c;
+  }
 };
 
 struct OptimizerConfig {
@@ -59,8 +87,9 @@ struct RunConfig {
   std::string source;  // the file name (plus " (with --set ...)")
   std::string text;    // the effective YAML (after --set overrides)
   ParallelismConfig parallelism;
-  std::string model_type = "field_emulator";
-  models::FieldEmulatorConfig model;  // architecture keys; grid and data facts come from the data
+  std::string model_type = "field_emulator";  // field_emulator | decoder
+  models::FieldEmulatorConfig model;  // field_emulator: architecture keys; grid and data facts come from the data
+  DecoderRunConfig decoder;           // decoder
   DataConfig data;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

@@ -1,29 +1,44 @@
-// ops.hpp on the host: OpenBLAS for GEMM, plain loops for the rest.
+// ops.hpp: OpenBLAS for GEMM and plain loops for the rest on the host; CUDA tensors go
+// to the CUDA backend's device compute entries (cuBLAS and kernels), with the same
+// argument checks first.
 
 #include <cblas.h>
 
+#include "backend/cuda/device_compute.hpp"
 #include "tessera/ops.hpp"
 
 namespace tessera::ops {
 
 namespace {
 
-void require_host_float(const Tensor& t, const char* op, const char* role) {
+// Defined, contiguous, f32 or f64 (bf16 too where `allow_bf16`: the CUDA GEMM), and on
+// the host or on a CUDA device the CUDA compute backend can run.
+void require_float(const Tensor& t, const char* op, const char* role, bool allow_bf16 = false) {
   if (!t.defined()) throw InvalidArgument(std::string("ops::") + op + ": " + role + " is undefined");
-  if (!t.device().is_host()) {
-    throw UnsupportedError(std::string("ops::") + op + ": " + role + " " + t.str() +
-                           " is a CUDA tensor; CUDA compute kernels are not built yet (the CUDA "
-                           "compute backend provides them)");
-  }
-  if (t.dtype() != DType::f32 && t.dtype() != DType::f64) {
-    throw ShapeError(std::string("ops::") + op + ": " + role + " " + t.str() + " must be f32 or f64");
+  if (t.device().is_cuda()) tessera::detail::require_usable_cuda_tensor(t, std::string("ops::") + op + ": " + role);
+  const bool bf16_ok = allow_bf16 && t.device().is_cuda() && t.dtype() == DType::bf16;
+  if (t.dtype() != DType::f32 && t.dtype() != DType::f64 && !bf16_ok) {
+    throw ShapeError(std::string("ops::") + op + ": " + role + " " + t.str() + " must be f32 or f64" +
+                     (allow_bf16 ? " (or bf16 on a CUDA device)" : ""));
   }
   if (!t.is_contiguous()) {
     throw ShapeError(std::string("ops::") + op + ": " + role + " " + t.str() + " must be contiguous");
   }
 }
 
+void require_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  if (!(a.device() == b.device())) {
+    throw InvalidArgument(std::string("ops::") + op + ": " + a.str() + " and " + b.str() +
+                          " are on different devices");
+  }
+}
+
+tessera::detail::DeviceCompute& compute_for(const Tensor& t, const char* op) {
+  return tessera::detail::device_compute(t.device(), std::string("ops::") + op);
+}
+
 void require_same(const Tensor& a, const Tensor& b, const char* op) {
+  require_same_device(a, b, op);
   if (a.dtype() != b.dtype()) {
     throw ShapeError(std::string("ops::") + op + ": dtypes differ: " + a.str() + " vs " + b.str());
   }
@@ -50,11 +65,13 @@ void split_around(const Tensor& y, int d, std::int64_t& outer, std::int64_t& cha
 }  // namespace
 
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
-  require_host_float(a, "gemm", "A");
-  require_host_float(b, "gemm", "B");
-  require_host_float(c, "gemm", "C");
+  require_float(a, "gemm", "A", /*allow_bf16=*/true);
+  require_float(b, "gemm", "B", /*allow_bf16=*/true);
+  require_float(c, "gemm", "C", /*allow_bf16=*/true);
   require_same(a, b, "gemm");
-  require_same(a, c, "gemm");
+  // bf16 inputs (CUDA only) may accumulate into an f32 C; otherwise one dtype.
+  if (!(a.dtype() == DType::bf16 && c.dtype() == DType::f32)) require_same(a, c, "gemm");
+  require_same_device(a, c, "gemm");
   if (a.dim() != 2 || b.dim() != 2 || c.dim() != 2) {
     throw ShapeError("ops::gemm: A " + a.str() + ", B " + b.str() + " and C " + c.str() + " must be 2-D");
   }
@@ -65,6 +82,26 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   if (k != kb || c.size(0) != m || c.size(1) != n) {
     throw ShapeError("ops::gemm: op(A) " + a.str() + (ta ? "^T" : "") + " times op(B) " + b.str() +
                      (tb ? "^T" : "") + " does not fit C " + c.str());
+  }
+  if (a.device().is_cuda()) {
+    tessera::detail::DeviceGemm args;
+    args.ab = a.dtype();
+    args.c = c.dtype();
+    args.transpose_a = ta;
+    args.transpose_b = tb;
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.a = a.data();
+    args.lda = a.size(1);
+    args.b = b.data();
+    args.ldb = b.size(1);
+    args.out = c.data();
+    args.ldc = n;
+    args.alpha = alpha;
+    args.beta = beta;
+    compute_for(a, "gemm").gemm(args, a.device().index);
+    return;
   }
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -87,7 +124,7 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  require_host_float(a, "matmul", "A");
+  require_float(a, "matmul", "A", /*allow_bf16=*/true);
   if (a.dim() != 2 || b.dim() != 2) {
     throw ShapeError("ops::matmul: A " + a.str() + " and B " + b.str() + " must be 2-D");
   }
@@ -97,11 +134,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 }
 
 void axpy(double alpha, const Tensor& x, Tensor& y) {
-  require_host_float(x, "axpy", "x");
-  require_host_float(y, "axpy", "y");
+  require_float(x, "axpy", "x");
+  require_float(y, "axpy", "y");
   require_same(x, y, "axpy");
   if (x.shape() != y.shape()) throw ShapeError("ops::axpy: x " + x.str() + " and y " + y.str() + " differ in shape");
   const std::int64_t n = x.numel();
+  if (x.device().is_cuda()) {
+    compute_for(x, "axpy").axpy(x.dtype(), n, alpha, x.data(), y.data(), x.device().index);
+    return;
+  }
   if (x.dtype() == DType::f32) {
     const float* xs = x.data<float>();
     float* ys = y.data<float>();
@@ -115,8 +156,12 @@ void axpy(double alpha, const Tensor& x, Tensor& y) {
 }
 
 void scale(Tensor& y, double alpha) {
-  require_host_float(y, "scale", "y");
+  require_float(y, "scale", "y");
   const std::int64_t n = y.numel();
+  if (y.device().is_cuda()) {
+    compute_for(y, "scale").scale(y.dtype(), n, alpha, y.data(), y.device().index);
+    return;
+  }
   if (y.dtype() == DType::f32) {
     float* ys = y.data<float>();
     const float a = static_cast<float>(alpha);
@@ -151,8 +196,8 @@ void bias_grad_typed(const T* dy, T* grad, std::int64_t outer, std::int64_t chan
 }  // namespace
 
 void add_bias(Tensor& y, const Tensor& bias, int channel_dim) {
-  require_host_float(y, "add_bias", "y");
-  require_host_float(bias, "add_bias", "bias");
+  require_float(y, "add_bias", "y");
+  require_float(bias, "add_bias", "bias");
   require_same(y, bias, "add_bias");
   const int d = resolve_channel_dim(y, channel_dim, "add_bias");
   std::int64_t outer, channels, inner;
@@ -160,13 +205,17 @@ void add_bias(Tensor& y, const Tensor& bias, int channel_dim) {
   if (bias.numel() != channels) {
     throw ShapeError("ops::add_bias: bias " + bias.str() + " does not match dim " + std::to_string(d) + " of " + y.str());
   }
+  if (y.device().is_cuda()) {
+    compute_for(y, "add_bias").add_bias(y.dtype(), y.data(), bias.data(), outer, channels, inner, y.device().index);
+    return;
+  }
   if (y.dtype() == DType::f32) add_bias_typed(y.data<float>(), bias.data<float>(), outer, channels, inner);
   else add_bias_typed(y.data<double>(), bias.data<double>(), outer, channels, inner);
 }
 
 void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim) {
-  require_host_float(dy, "accumulate_bias_grad", "dy");
-  require_host_float(grad_bias, "accumulate_bias_grad", "grad_bias");
+  require_float(dy, "accumulate_bias_grad", "dy");
+  require_float(grad_bias, "accumulate_bias_grad", "grad_bias");
   require_same(dy, grad_bias, "accumulate_bias_grad");
   const int d = resolve_channel_dim(dy, channel_dim, "accumulate_bias_grad");
   std::int64_t outer, channels, inner;
@@ -175,12 +224,18 @@ void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim) 
     throw ShapeError("ops::accumulate_bias_grad: grad_bias " + grad_bias.str() + " does not match dim " +
                      std::to_string(d) + " of " + dy.str());
   }
+  if (dy.device().is_cuda()) {
+    compute_for(dy, "accumulate_bias_grad")
+        .accumulate_bias_grad(dy.dtype(), dy.data(), grad_bias.data(), outer, channels, inner, dy.device().index);
+    return;
+  }
   if (dy.dtype() == DType::f32) bias_grad_typed(dy.data<float>(), grad_bias.data<float>(), outer, channels, inner);
   else bias_grad_typed(dy.data<double>(), grad_bias.data<double>(), outer, channels, inner);
 }
 
 double sum(const Tensor& x) {
-  require_host_float(x, "sum", "x");
+  require_float(x, "sum", "x");
+  if (x.device().is_cuda()) return compute_for(x, "sum").sum(x.dtype(), x.data(), x.numel(), x.device().index);
   double acc = 0;
   const std::int64_t n = x.numel();
   if (x.dtype() == DType::f32) {
@@ -192,10 +247,13 @@ double sum(const Tensor& x) {
 }
 
 double dot(const Tensor& x, const Tensor& y) {
-  require_host_float(x, "dot", "x");
-  require_host_float(y, "dot", "y");
+  require_float(x, "dot", "x");
+  require_float(y, "dot", "y");
   require_same(x, y, "dot");
   if (x.numel() != y.numel()) throw ShapeError("ops::dot: " + x.str() + " and " + y.str() + " differ in size");
+  if (x.device().is_cuda()) {
+    return compute_for(x, "dot").dot(x.dtype(), x.data(), y.data(), x.numel(), x.device().index);
+  }
   double acc = 0;
   const std::int64_t n = x.numel();
   if (x.dtype() == DType::f32) {

@@ -1,0 +1,128 @@
+#include "driver_common.hpp"
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdlib>
+#include <sstream>
+
+#include "tessera/agree.hpp"
+#include "tessera/check.hpp"
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
+#include "tessera/ops.hpp"
+#include "tessera/version.hpp"
+
+namespace tessera::run {
+
+std::string fmt(const char* format, double a) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, a);
+  return buffer;
+}
+
+dp::OptimizerKind optimizer_kind(const OptimizerConfig& o) {
+  if (o.type == "adamw") return dp::OptimizerKind::adamw;
+  return o.momentum > 0 ? dp::OptimizerKind::sgd_momentum : dp::OptimizerKind::sgd;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, NamedParameters params) {
+  if (o.type == "adamw") {
+    return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr,
+                                                                   .beta1 = o.beta1,
+                                                                   .beta2 = o.beta2,
+                                                                   .eps = o.eps,
+                                                                   .weight_decay = o.weight_decay});
+  }
+  return std::make_unique<Sgd>(std::move(params),
+                               SgdOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+}
+
+void start_run(const Log& log, const RunConfig& cfg, const Mesh& mesh) {
+  // OpenBLAS starts one thread per core in every process; with several ranks on a node
+  // that oversubscribes every GEMM. Each rank gets its share, unless the user said.
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    ops::set_host_threads(ops::host_thread_share(mesh.usable_cores(), mesh.local_size()));
+  }
+  log.info("tessera-run " + std::string(TESSERA_VERSION_STRING) + ": " + cfg.source);
+  const auto& c = mesh.config();
+  log.info("mesh: " + std::to_string(mesh.world_size()) + " ranks = dp " + std::to_string(mesh.dp_size()) + " x tp " +
+           std::to_string(mesh.tp_size()) + " x domain " + std::to_string(mesh.domain_size()) + " (data " +
+           std::string(data_parallel_mode_name(c.data)) + "), " + std::to_string(mesh.local_size()) +
+           " ranks on rank 0's node, wait policy " + std::string(wait_policy_name(mesh.wait_policy())) +
+           ", BLAS threads per rank " + std::to_string(ops::host_threads()));
+}
+
+void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& range_label, std::int64_t range_start,
+                       std::int64_t range_end, const dp::MemoryReport& report, std::int64_t activations,
+                       std::int64_t data_bytes) {
+  const std::array<std::int64_t, 10> mine = {mesh.coords().dp,      mesh.coords().tp,       mesh.coords().domain,
+                                             range_start,            range_end,
+                                             report.parameter_bytes, report.gradient_bytes, report.optimizer_bytes,
+                                             activations + report.transient_bytes, data_bytes};
+  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(mesh.world_size()));
+  MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
+             MPI_INT64_T, 0, mesh.world().mpi_comm());
+  if (!log.on(LogLevel::error)) return;
+  char line[256];
+  std::snprintf(line, sizeof line, "%5s %3s %3s %4s %12s %11s %11s %11s %11s %11s %11s", "rank", "dp", "tp", "dom",
+                range_label.c_str(), "params", "grads", "optimizer", "activations", "data", "total");
+  std::string table = std::string("per-rank memory plan (activations are an estimate; fsdp2 adds its largest "
+                                  "gathered unit):\n") + line;
+  for (int r = 0; r < mesh.world_size(); ++r) {
+    const std::int64_t* v = all.data() + static_cast<std::size_t>(r) * mine.size();
+    const std::string band = "[" + std::to_string(v[3]) + ", " + std::to_string(v[4]) + ")";
+    std::int64_t total = 0;
+    for (int i = 5; i < 10; ++i) total += v[i];
+    std::snprintf(line, sizeof line, "%5d %3lld %3lld %4lld %12s %11s %11s %11s %11s %11s %11s", r,
+                  static_cast<long long>(v[0]), static_cast<long long>(v[1]), static_cast<long long>(v[2]),
+                  band.c_str(), dp::format_bytes(v[5]).c_str(), dp::format_bytes(v[6]).c_str(),
+                  dp::format_bytes(v[7]).c_str(), dp::format_bytes(v[8]).c_str(), dp::format_bytes(v[9]).c_str(),
+                  dp::format_bytes(total).c_str());
+    table += "\n" + std::string(line);
+  }
+  std::printf("%s\n", table.c_str());
+  std::fflush(stdout);
+}
+
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::istringstream ia(a), ib(b);
+  std::string la, lb;
+  while (true) {
+    const bool ga = static_cast<bool>(std::getline(ia, la)), gb = static_cast<bool>(std::getline(ib, lb));
+    if (!ga && !gb) return "";
+    if (!ga) la = "(nothing)";
+    if (!gb) lb = "(nothing)";
+    if (la != lb || !ga || !gb) return "checkpoint has '" + la + "', this run has '" + lb + "'";
+  }
+}
+
+std::optional<std::string> resume_path(const RunConfig& cfg, const Log& log) {
+  if (cfg.resume.empty()) return std::nullopt;
+  if (cfg.resume != "latest") return cfg.resume;
+  auto path = io::latest_checkpoint(cfg.checkpoint.dir);
+  if (!path) log.info("resume: no checkpoint in '" + cfg.checkpoint.dir + "' yet; starting from step 0");
+  return path;
+}
+
+CheckpointMetadata read_checkpoint_metadata(const std::string& path, const Mesh& mesh) {
+  const MPI_Comm world = mesh.world().mpi_comm();
+  CheckpointMetadata out;
+  agree_on_success(world, [&] {
+    if (mesh.global_rank() != 0) return;
+    io::CheckpointReader reader(path);
+    out.metadata = reader.header().metadata;
+    out.file = reader.file();
+  });
+  auto broadcast = [&](std::string& s) {
+    unsigned long long n = s.size();
+    TESSERA_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, world));
+    s.resize(n);
+    if (n) TESSERA_CHECK_MPI(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+  };
+  broadcast(out.metadata);
+  broadcast(out.file);
+  return out;
+}
+
+}  // namespace tessera::run

@@ -1,0 +1,77 @@
+#pragma once
+// What tessera-run's trainers (the field emulator in main.cpp, the decoder in
+// train_decoder.cpp) share: the command-line options, rank-0 logging, the optimizer
+// from the config, the mesh line and the per-rank memory plan table.
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "run_config.hpp"
+#include "tessera/dp/memory.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/optim.hpp"
+
+namespace tessera::run {
+
+struct Options {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool dry_run = false;
+  bool help = false;
+  std::int64_t kill_after_step = -1;
+};
+
+// Rank 0 prints; the level filters. Lines are flushed so that a killed job keeps them.
+class Log {
+ public:
+  Log(bool root, LogLevel level) : root_(root), level_(level) {}
+  bool on(LogLevel l) const { return root_ && l <= level_; }
+  void line(LogLevel l, const std::string& text) const {
+    if (!on(l)) return;
+    std::FILE* out = l <= LogLevel::warn ? stderr : stdout;
+    std::fprintf(out, "%s%s\n", l == LogLevel::warn ? "tessera-run: warning: " : "", text.c_str());
+    std::fflush(out);
+  }
+  void info(const std::string& t) const { line(LogLevel::info, t); }
+  void debug(const std::string& t) const { line(LogLevel::debug, t); }
+  void warn(const std::string& t) const { line(LogLevel::warn, t); }
+
+ private:
+  bool root_;
+  LogLevel level_;
+};
+
+std::string fmt(const char* format, double a);
+
+dp::OptimizerKind optimizer_kind(const OptimizerConfig& o);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, NamedParameters params);
+
+// Gives each rank its share of the node's cores for OpenBLAS (unless OPENBLAS_NUM_THREADS
+// is set) and prints the version and mesh lines.
+void start_run(const Log& log, const RunConfig& cfg, const Mesh& mesh);
+
+// One row per rank, gathered to rank 0 and printed as the memory plan table.
+// `range_label` names the column of [range_start, range_end) (e.g. "lat band").
+void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& range_label, std::int64_t range_start,
+                       std::int64_t range_end, const dp::MemoryReport& report, std::int64_t activations,
+                       std::int64_t data_bytes);
+
+// The first line where two YAML texts differ, for "the checkpoint's model differs" errors.
+std::string first_difference(const std::string& a, const std::string& b);
+
+// The checkpoint `resume` names (nullopt: start from step 0; logged).
+std::optional<std::string> resume_path(const RunConfig& cfg, const Log& log);
+
+// The checkpoint.h5 that `path` (file, step or root directory) names and its metadata
+// text: rank 0 reads the header and broadcasts both, so the architecture is checked
+// before any weight is read. Collective over mesh.world(); failures are agreed.
+struct CheckpointMetadata {
+  std::string file, metadata;
+};
+CheckpointMetadata read_checkpoint_metadata(const std::string& path, const Mesh& mesh);
+
+}  // namespace tessera::run
