@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -122,9 +123,11 @@ class Communicator {
 
   // Posts one MPI call (blocking when `post` gets a null request), counts it, and wraps
   // completion + `finish` into a CommRequest; waits before returning when `blocking`.
-  CommRequest launch(const char* name, std::int64_t bytes, bool blocking,
-                     const std::function<int(MPI_Request*)>& post, std::function<void()> finish,
-                     std::vector<Tensor> keep_alive);
+  // A template (defined in communicator.cpp, its only user) so the blocking spin path
+  // allocates nothing: no std::function, no request state.
+  template <class Post, class Finish>
+  CommRequest launch(const char* name, std::int64_t bytes, bool blocking, Post&& post, Finish&& finish,
+                     std::initializer_list<Tensor> keep_alive);
   CommRequest all_reduce_impl(Tensor& tensor, ReduceOp op, bool blocking);
   CommRequest all_gather_impl(const Tensor& input, Tensor& output, bool blocking);
   CommRequest reduce_scatter_impl(const Tensor& input, Tensor& output, ReduceOp op, bool blocking);

@@ -165,17 +165,23 @@ void Communicator::release() noexcept {
 // the caller waits on (sleep policy) or returns (async API).
 // ---------------------------------------------------------------------------
 
-CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool blocking,
-                                 const std::function<int(MPI_Request*)>& post,
-                                 std::function<void()> finish, std::vector<Tensor> keep_alive) {
+template <class Post, class Finish>
+CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool blocking, Post&& post, Finish&& finish,
+                                 std::initializer_list<Tensor> keep_alive) {
   ++stats_.mpi_calls;
   stats_.bytes += bytes;
+  if (blocking && wait_.policy == WaitPolicy::spin) {
+    // The latency path: the plain blocking call, no request state to allocate.
+    const int status = post(nullptr);
+    if (status != MPI_SUCCESS) detail::throw_mpi_error(status, name, __FILE__, __LINE__);
+    finish();
+    return {};
+  }
   auto state = std::make_unique<CommRequest::State>();
   state->wait = wait_;
-  state->finish = std::move(finish);
-  state->keep_alive = std::move(keep_alive);
-  MPI_Request* request = (blocking && wait_.policy == WaitPolicy::spin) ? nullptr : &state->request;
-  const int status = post(request);
+  state->finish = std::forward<Finish>(finish);
+  state->keep_alive = keep_alive;
+  const int status = post(&state->request);
   if (status != MPI_SUCCESS) {
     state->complete = true;  // nothing pending: do not wait in the destructor
     detail::throw_mpi_error(status, name, __FILE__, __LINE__);
@@ -389,7 +395,7 @@ void Communicator::barrier() {
   if (size_ == 1) return;
   const MPI_Comm comm = comm_;
   launch("MPI_Barrier", 0, true,
-         [=](MPI_Request* r) { return r ? MPI_Ibarrier(comm, r) : MPI_Barrier(comm); }, {}, {});
+         [=](MPI_Request* r) { return r ? MPI_Ibarrier(comm, r) : MPI_Barrier(comm); }, [] {}, {});
 }
 
 }  // namespace tessera
