@@ -57,6 +57,7 @@ double max_over_ranks(double seconds, MPI_Comm comm) {
 
 int run(int argc, char** argv, const std::string& program, Flags flags,
         const std::function<void(const Flags&)>& register_benchmarks) {
+  flags.emplace("threads", "auto");  // every program: host threads per rank, or auto
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -81,9 +82,13 @@ int run(int argc, char** argv, const std::string& program, Flags flags,
     int n = static_cast<int>(args.size());
     benchmark::Initialize(&n, args.data());
 
-    // Each rank gets its share of the node's cores for host GEMMs.
+    // Each rank gets its share of the node's cores for host GEMMs, unless --threads
+    // fixes the count (strong-scaling baselines compare core for core: a 1-rank run
+    // with every core of the node is not the "serial layer on one rank").
     const NodeInfo node = query_node(MPI_COMM_WORLD);
-    ops::set_host_threads(ops::host_thread_share(node.usable_cores, node.local_size));
+    const std::string threads = flags.at("threads");
+    ops::set_host_threads(threads == "auto" ? ops::host_thread_share(node.usable_cores, node.local_size)
+                                            : static_cast<int>(int_list(threads, "threads").front()));
 
     benchmark::AddCustomContext("tessera", std::string(version_string) + " (git " TESSERA_GIT_HASH ")");
     benchmark::AddCustomContext("ranks", std::to_string(size));

@@ -38,7 +38,8 @@ double timed(Communicator& comm, Op&& op) {
 }
 
 // Runs a benchmark program: MPI_Init, splits argv into `own_flags` (with defaults) and
-// Google Benchmark's flags, sets this rank's share of host threads, adds the context,
+// Google Benchmark's flags, sets this rank's host threads (--threads=N, or its share of
+// the node's cores with the default --threads=auto), adds the context,
 // calls `register_benchmarks(flags)`, runs them (only rank 0 reports; only rank 0
 // writes --benchmark_out), MPI_Finalize. Returns the exit status (errors print once
 // per failing rank as "<program>: error on rank R: ...").

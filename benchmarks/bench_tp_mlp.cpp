@@ -3,10 +3,11 @@
 // backward (48 N H^2 flops); parallel efficiency against the serial layer on one rank,
 // E = T(1) / (tp * T(tp)), comes from a sweep over rank counts (scripts/bench-sweep).
 //
-//   mpiexec -n 2 bench_tp_mlp [--hidden=256,512,1024] [--tokens=512]
+//   mpiexec -n 2 bench_tp_mlp [--hidden=256,512,1024] [--tokens=512] [--threads=1]
 //
-// Each rank gets its share of the node's cores for OpenBLAS (one thread per rank when
-// ranks fill the node), so the 1-rank baseline and the tp runs use one core per rank.
+// For parallel efficiency run every rank count with --threads=1 (scripts/bench-sweep
+// does): the 1-rank baseline and each tp rank then use one core, core for core. The
+// default (--threads=auto) gives each rank its share of the node's cores instead.
 
 #include <memory>
 

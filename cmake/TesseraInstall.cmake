@@ -9,7 +9,7 @@
 #   include/tessera/*.hpp, detail/   public headers (version.hpp is the generated one)
 #   lib/libtessera.so*               the library
 #   lib/cmake/tessera/               tesseraConfig.cmake, version file, targets, FindNCCL
-#   bin/                             example programs (mesh_info)
+#   bin/                             tessera-run, tessera-ckpt, examples, benchmarks
 #   share/tessera/configs/           the example parallelism configs
 
 include(CMakePackageConfigHelpers)

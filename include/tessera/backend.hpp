@@ -1,8 +1,7 @@
 #pragma once
 // The compute interface every backend implements (host: OpenBLAS + loops; cuda: cuBLAS +
-// kernels). Layers and tensors call this interface, never a vendor API. At this floor
-// it covers memory and copies; GEMM and element-wise operations join it as layers need
-// them. The device compute entries (GEMM, element-wise kernels, reductions, packing)
+// kernels). Layers and tensors call this interface, never a vendor API. It covers memory
+// and copies directly. The device compute entries (GEMM, element-wise kernels, reductions, packing)
 // sit behind device_compute(), a private interface (src/backend/cuda/device_compute.hpp)
 // that the layer code dispatches CUDA tensors to; the host backend has none, its
 // compute lives in the host loops of ops/functional.

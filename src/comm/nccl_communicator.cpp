@@ -151,8 +151,11 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm comm, int ra
 }
 
 bool nccl_enabled() {
+  // Like TESSERA_MPI_CUDA_AWARE: 0 or 1, anything else is an error naming the variable.
   const char* value = std::getenv("TESSERA_NCCL");
-  return value == nullptr || std::strcmp(value, "0") != 0;
+  if (value == nullptr || std::strcmp(value, "1") == 0) return true;
+  if (std::strcmp(value, "0") == 0) return false;
+  throw ConfigError(std::string("TESSERA_NCCL=\"") + value + "\": expected 0 or 1");
 }
 
 }  // namespace tessera::detail

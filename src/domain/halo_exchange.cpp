@@ -13,6 +13,7 @@
 
 #include "tessera/domain/halo_exchange.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <map>
@@ -321,21 +322,66 @@ bfloat16 add(bfloat16 a, bfloat16 b) {
   return bfloat16(static_cast<float>(a) + static_cast<float>(b));
 }
 
+// Calls fn(offset_a, offset_b, k) for each (leading index, row) of `a` (and, in step, of
+// `b`, a rectangle of the same size), where offset_x is the element offset of that row's
+// first column and k the row's first linear index in halo_element_offset's order. The
+// leading dims advance as an odometer, so the per-element cost is a plain strided copy —
+// no divisions (halo_element_offset is the per-element form the device kernels use).
+template <class Fn>
+void for_each_row(const FieldView& f, const HaloRect& a, const HaloRect& b, Fn&& fn) {
+  const auto& layout = f.layout;
+  const int lat_dim = layout.ndim - 2;
+  const std::int64_t lat_stride = layout.strides[lat_dim], lon_stride = layout.strides[lat_dim + 1];
+  std::int64_t index[tessera::detail::kMaxDims] = {};
+  std::int64_t lead_offset = 0, k = 0;
+  for (std::int64_t l = 0; l < f.leading; ++l) {
+    for (std::int64_t r = 0; r < a.rows; ++r) {
+      fn(lead_offset + (a.lat0 + r * a.lat_step) * lat_stride + a.lon0 * lon_stride,
+         lead_offset + (b.lat0 + r * b.lat_step) * lat_stride + b.lon0 * lon_stride, k);
+      k += a.cols;
+    }
+    for (int d = lat_dim - 1; d >= 0; --d) {  // next leading index, row-major
+      if (++index[d] < layout.shape[d]) {
+        lead_offset += layout.strides[d];
+        break;
+      }
+      lead_offset -= (layout.shape[d] - 1) * layout.strides[d];
+      index[d] = 0;
+    }
+  }
+}
+
+std::int64_t lon_stride_of(const FieldView& f) { return f.layout.strides[f.layout.ndim - 1]; }
+
 template <class T>
 void pack_rect(const FieldView& f, const HaloRect& rect, T* out) {
   const T* base = reinterpret_cast<const T*>(f.base);
-  const std::int64_t n = f.leading * detail::halo_rect_area(rect);
-  for (std::int64_t k = 0; k < n; ++k) out[k] = base[detail::halo_element_offset(k, f.layout, rect)];
+  const std::int64_t step = lon_stride_of(f), cols = rect.cols;
+  for_each_row(f, rect, rect, [&](std::int64_t off, std::int64_t, std::int64_t k) {
+    const T* src = base + off;
+    if (step == 1) {
+      std::memcpy(out + k, src, static_cast<std::size_t>(cols) * sizeof(T));
+    } else {
+      for (std::int64_t c = 0; c < cols; ++c) out[k + c] = src[c * step];
+    }
+  });
 }
 
 template <class T>
 void unpack_rect(const FieldView& f, const HaloRect& rect, const T* in, bool accumulate) {
   T* base = reinterpret_cast<T*>(f.base);
-  const std::int64_t n = f.leading * detail::halo_rect_area(rect);
-  for (std::int64_t k = 0; k < n; ++k) {
-    T& cell = base[detail::halo_element_offset(k, f.layout, rect)];
-    cell = accumulate ? add(cell, in[k]) : in[k];
-  }
+  const std::int64_t step = lon_stride_of(f), cols = rect.cols;
+  for_each_row(f, rect, rect, [&](std::int64_t off, std::int64_t, std::int64_t k) {
+    T* dst = base + off;
+    if (!accumulate && step == 1) {
+      std::memcpy(dst, in + k, static_cast<std::size_t>(cols) * sizeof(T));
+    } else {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        T& cell = dst[c * step];
+        cell = accumulate ? add(cell, in[k + c]) : in[k + c];
+      }
+    }
+  });
 }
 
 // Copies (or adds) rect `from` of a field onto rect `to` of the same field: a piece
@@ -343,19 +389,27 @@ void unpack_rect(const FieldView& f, const HaloRect& rect, const T* in, bool acc
 template <class T>
 void copy_rect(const FieldView& f, const HaloRect& from, const HaloRect& to, bool accumulate) {
   T* base = reinterpret_cast<T*>(f.base);
-  const std::int64_t n = f.leading * detail::halo_rect_area(from);
-  for (std::int64_t k = 0; k < n; ++k) {
-    const T v = base[detail::halo_element_offset(k, f.layout, from)];
-    T& cell = base[detail::halo_element_offset(k, f.layout, to)];
-    cell = accumulate ? add(cell, v) : v;
-  }
+  const std::int64_t step = lon_stride_of(f), cols = from.cols;
+  for_each_row(f, from, to, [&](std::int64_t off_from, std::int64_t off_to, std::int64_t) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const T v = base[off_from + c * step];
+      T& cell = base[off_to + c * step];
+      cell = accumulate ? add(cell, v) : v;
+    }
+  });
 }
 
 template <class T>
 void zero_rect(const FieldView& f, const HaloRect& rect) {
   T* base = reinterpret_cast<T*>(f.base);
-  const std::int64_t n = f.leading * detail::halo_rect_area(rect);
-  for (std::int64_t k = 0; k < n; ++k) base[detail::halo_element_offset(k, f.layout, rect)] = T{};
+  const std::int64_t step = lon_stride_of(f), cols = rect.cols;
+  for_each_row(f, rect, rect, [&](std::int64_t off, std::int64_t, std::int64_t) {
+    if (step == 1) {
+      std::fill_n(base + off, cols, T{});
+    } else {
+      for (std::int64_t c = 0; c < cols; ++c) base[off + c * step] = T{};
+    }
+  });
 }
 
 template <class F>

@@ -1,11 +1,13 @@
 ! tessera: the Fortran interface to tessera's C API (include/tessera/tessera.h).
 !
 ! An existing MPI Fortran code keeps its communicator and its arrays; tessera plans the
-! decomposition, fills halos of the caller's arrays in place, and writes and reads
-! restarts as tessera checkpoints. See docs/fortran.md.
+! decomposition, fills halos of the caller's arrays in place, writes and reads restarts
+! as tessera checkpoints, and runs a trained model (tessera_model: loaded from a
+! checkpoint, forward on the caller's fields). See docs/fortran.md.
 !
 ! Conventions
-!  - Handles (tessera_mesh, tessera_decomp, tessera_halo, tessera_checkpoint) wrap a C
+!  - Handles (tessera_mesh, tessera_decomp, tessera_halo, tessera_checkpoint,
+!    tessera_model) wrap a C
 !    pointer; *_destroy frees one and nullifies it.
 !  - Every procedure takes an optional trailing `ierr`. When present it receives the
 !    status (TESSERA_OK = 0, or a TESSERA_ERR_* code) and the caller decides what to do
