@@ -1,5 +1,7 @@
 #include "driver_common.hpp"
 
+#include <cmath>
+
 #include <mpi.h>
 
 #include <array>
@@ -7,6 +9,7 @@
 #include <sstream>
 
 #include "tessera/agree.hpp"
+#include "tessera/clip.hpp"
 #include "tessera/check.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
@@ -123,6 +126,23 @@ CheckpointMetadata read_checkpoint_metadata(const std::string& path, const Mesh&
   broadcast(out.metadata);
   broadcast(out.file);
   return out;
+}
+
+double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimizer& optimizer, const Mesh& mesh,
+                     std::int64_t step, bool log_step) {
+  double grad_norm = NAN;
+  if (cfg.optimizer.clip_grad_norm > 0) {
+    grad_norm = clip_grad_norm(params, cfg.optimizer.clip_grad_norm, mesh);
+  } else if (log_step) {
+    grad_norm = global_grad_norm(params, mesh);
+  }
+  if ((cfg.optimizer.clip_grad_norm > 0 || log_step) && !std::isfinite(grad_norm)) {
+    throw InvalidArgument("training diverged at step " + std::to_string(step) + ": gradient norm " +
+                          fmt("%g", grad_norm) + " (lower optimizer.lr or set optimizer.clip_grad_norm)");
+  }
+  optimizer.set_learning_rate(learning_rate_at(cfg.optimizer, step, cfg.schedule.steps));
+  optimizer.step();
+  return grad_norm;
 }
 
 }  // namespace tessera::run

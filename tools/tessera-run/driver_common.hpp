@@ -74,4 +74,12 @@ struct CheckpointMetadata {
 };
 CheckpointMetadata read_checkpoint_metadata(const std::string& path, const Mesh& mesh);
 
+// The end of every training step, whatever the model: the global gradient norm (clipped
+// when optimizer.clip_grad_norm > 0, otherwise measured on log steps), the divergence
+// check (the norm comes from one all-reduce, so every rank stops together), the
+// learning-rate schedule and the optimizer step. Returns the norm (NaN when neither
+// clipped nor logged).
+double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimizer& optimizer, const Mesh& mesh,
+                     std::int64_t step, bool log_step);
+
 }  // namespace tessera::run

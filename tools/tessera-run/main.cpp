@@ -264,20 +264,8 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
     if (mesh.tp_size() > 1) tp::sync_replicated_gradients(*model, mesh.tp());
     domain::sync_domain_gradients(*model, mesh);
     const bool log_step = step % cfg.schedule.log_every == 0 || step == cfg.schedule.steps;
-    double grad_norm = NAN;
-    if (cfg.optimizer.clip_grad_norm > 0) {
-      grad_norm = clip_grad_norm(params, cfg.optimizer.clip_grad_norm, mesh);
-    } else if (log_step) {
-      grad_norm = global_grad_norm(params, mesh);
-    }
-    if ((cfg.optimizer.clip_grad_norm > 0 || log_step) && !std::isfinite(grad_norm)) {
-      // The norm comes from one all-reduce, so every rank stops here together.
-      throw InvalidArgument("training diverged at step " + std::to_string(step) + ": gradient norm " +
-                            fmt("%g", grad_norm) + " (lower optimizer.lr or set optimizer.clip_grad_norm)");
-    }
     const double lr = learning_rate_at(cfg.optimizer, step, cfg.schedule.steps);
-    optimizer->set_learning_rate(lr);
-    optimizer->step();
+    const double grad_norm = clip_and_step(cfg, params, *optimizer, mesh, step, log_step);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     // The baseline on the same batch: predict "no change".
