@@ -72,6 +72,14 @@ inline Tensor stack(const std::vector<std::int64_t>& ids, bool target) {
   return out;
 }
 
+// This rank's latitude rows of a [n, C, lat, lon] batch (the whole batch without a
+// domain decomposition).
+inline Tensor local_rows(const Tensor& field, const FieldNet& model) {
+  if (model.decomposition() == nullptr) return field;
+  const auto box = model.decomposition()->box();
+  return field.narrow(2, box.lat.start, box.lat.length).contiguous();
+}
+
 // d/dy of 0.5 * sum((y - t)^2) / n.
 inline Tensor mse_grad(const Tensor& y, const Tensor& t, double n) {
   Tensor dy = y.contiguous().clone();

@@ -70,11 +70,6 @@ std::vector<std::int64_t> batch_ids(const DataParallelCoords& coords, int step) 
   return sampler.batch(0, kBatch);
 }
 
-Tensor local_rows(const Tensor& field, const FieldNet& model) {
-  const auto box = model.decomposition()->box();
-  return field.narrow(2, box.lat.start, box.lat.length).contiguous();
-}
-
 }  // namespace
 
 TEST(DataParallelTraining, DdpAndFsdp2TrackSerialOverlapOnAndOffIdentical) {
