@@ -92,6 +92,7 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm mpi_comm() const { return comm_; }
   WaitPolicy wait_policy() const { return wait_.policy; }  // spin or sleep, resolved
+  const WaitOptions& wait_options() const { return wait_; }  // policy and sleep interval, resolved
   const CommStats& stats() const { return stats_; }
 
   // In place: every rank ends with op over all ranks' `tensor`. avg = sum / size,

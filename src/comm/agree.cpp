@@ -6,6 +6,7 @@
 #include "comm/request_state.hpp"
 #include "tessera/check.hpp"
 #include "tessera/error.hpp"
+#include "tessera/init.hpp"
 
 namespace tessera {
 
@@ -43,6 +44,24 @@ void agree_on_success(MPI_Comm comm, const std::function<void()>& step) {
   detail::wait_request(request, wait);
   throw_error(static_cast<ErrorCode>(header[0]),
               message + " (on rank " + std::to_string(first) + " of " + std::to_string(size) + ")");
+}
+
+bool same_on_all_ranks(MPI_Comm comm, std::string_view description) {
+  int size = 1;
+  TESSERA_CHECK_MPI(MPI_Comm_size(comm, &size));
+  if (size == 1) return true;
+  // min over ranks of (h, ~h) recovers the min and the max of h: every rank reaches the
+  // same verdict from one all-reduce.
+  const std::uint64_t h = name_key(description);
+  std::uint64_t mine[2] = {h, ~h}, least[2] = {0, 0};
+  MPI_Request request = MPI_REQUEST_NULL;
+  TESSERA_CHECK_MPI(MPI_Iallreduce(mine, least, 2, MPI_UINT64_T, MPI_MIN, comm, &request));
+  detail::wait_request(request, WaitOptions{WaitPolicy::sleep, std::chrono::microseconds(20)});
+  return least[0] == h && least[1] == ~h;
+}
+
+void require_same_on_all_ranks(MPI_Comm comm, std::string_view description, const std::string& message) {
+  if (!same_on_all_ranks(comm, description)) throw InvalidArgument(message);
 }
 
 }  // namespace tessera

@@ -8,19 +8,32 @@ namespace tessera {
 
 namespace detail {
 
-void wait_request(MPI_Request& request, const WaitOptions& wait) {
-  if (request == MPI_REQUEST_NULL) return;
+namespace {
+
+void wait_requests(MPI_Request* requests, int count, const WaitOptions& wait) {
+  if (count == 0) return;
   if (wait.policy != WaitPolicy::sleep) {
-    TESSERA_CHECK_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    TESSERA_CHECK_MPI(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE));
     return;
   }
   for (;;) {
     int done = 0;
-    TESSERA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    TESSERA_CHECK_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
     if (done) return;
-    // Yield the core to the rank that has work; MPI_Test still drives progress.
+    // Yield the core to the rank that has work; MPI_Testall still drives progress.
     std::this_thread::sleep_for(wait.sleep_interval);
   }
+}
+
+}  // namespace
+
+void wait_request(MPI_Request& request, const WaitOptions& wait) {
+  if (request == MPI_REQUEST_NULL) return;
+  wait_requests(&request, 1, wait);
+}
+
+void wait_all(std::vector<MPI_Request>& requests, const WaitOptions& wait) {
+  wait_requests(requests.data(), static_cast<int>(requests.size()), wait);
 }
 
 }  // namespace detail

@@ -23,6 +23,9 @@ namespace detail {
 // Completes `request` under `wait` (spin: MPI_Wait; sleep: MPI_Test + sleep).
 // Throws MpiError on failure.
 void wait_request(MPI_Request& request, const WaitOptions& wait);
+// The same for a set of requests (spin: MPI_Waitall; sleep: MPI_Testall + sleep): the
+// one wait loop of the library, used by the halo exchange and the decomposition too.
+void wait_all(std::vector<MPI_Request>& requests, const WaitOptions& wait);
 
 }  // namespace detail
 }  // namespace tessera

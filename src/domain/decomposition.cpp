@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "comm/mpi_types.hpp"
-#include "domain/mpi_wait.hpp"
+#include "comm/request_state.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/check.hpp"
 #include "tessera/mesh.hpp"
@@ -35,7 +35,8 @@ Decomposition::Decomposition(Communicator& comm, Shape global_shape, ProcessGrid
   validate();
   // Everything above is local arithmetic on the arguments, so identical arguments give
   // identical verdicts; this one all-reduce makes sure the arguments were identical.
-  detail::check_same_on_all_ranks(comm.mpi_comm(), str_of_args(), "Decomposition");
+  require_same_on_all_ranks(comm.mpi_comm(), str_of_args(),
+      "Decomposition: the ranks of the domain communicator passed different arguments");
 }
 
 std::string Decomposition::str_of_args() const { return shape_str(global_shape_) + " over " + grid_.str(); }
@@ -137,36 +138,44 @@ Blocks blocks_of(const Decomposition& d, std::int64_t leading_numel, const std::
   return b;
 }
 
-}  // namespace
-
-void Decomposition::scatter(const Tensor& global, Tensor& local, int root) const {
-  const std::string what = "Decomposition::scatter";
+// The checks scatter and gather share, agreed across the domain ranks: root, local
+// shape, the root's global field, the same dtype and leading dims everywhere. Returns
+// every rank's block of the packed field.
+Blocks checked_blocks(const Decomposition& d, const Tensor& global, const Tensor& local, int root,
+                      const std::string& what) {
   Blocks blocks;
-  agree_on_success(comm_->mpi_comm(), [&] {
-    if (root < 0 || root >= size()) {
+  agree_on_success(d.comm().mpi_comm(), [&] {
+    if (root < 0 || root >= d.size()) {
       throw InvalidArgument(what + ": root " + std::to_string(root) + " is not a domain rank");
     }
-    if (!local.defined() || local.dim() < 2 || local.shape() != local_shape(leading_of(local))) {
+    if (!local.defined() || local.dim() < 2 || local.shape() != d.local_shape(leading_of(local))) {
       throw ShapeError(what + ": local field " + (local.defined() ? local.str() : std::string("undefined")) +
-                       " on domain rank " + std::to_string(rank_) + " must have shape " +
-                       shape_str(local_shape(local.defined() && local.dim() >= 2 ? leading_of(local) : Shape{})) +
-                       " (" + box().str() + ")");
+                       " on domain rank " + std::to_string(d.rank()) + " must have shape " +
+                       shape_str(d.local_shape(local.defined() && local.dim() >= 2 ? leading_of(local) : Shape{})) +
+                       " (" + d.box().str() + ")");
     }
-    if (rank_ == root) {
+    if (d.rank() == root) {
       Shape expected = leading_of(local);
-      expected.push_back(global_lat());
-      expected.push_back(global_lon());
+      expected.push_back(d.global_lat());
+      expected.push_back(d.global_lon());
       if (!global.defined() || global.shape() != expected || global.dtype() != local.dtype()) {
         throw ShapeError(what + ": global field " + (global.defined() ? global.str() : std::string("undefined")) +
                          " on root " + std::to_string(root) + " must be " + std::string(dtype_name(local.dtype())) +
                          shape_str(expected));
       }
     }
-    blocks = blocks_of(*this, shape_numel(leading_of(local)), what);
+    blocks = blocks_of(d, shape_numel(leading_of(local)), what);
   });
-  detail::check_same_on_all_ranks(comm_->mpi_comm(),
-                                  std::string(dtype_name(local.dtype())) + shape_str(leading_of(local)),
-                                  what + " (dtype and leading dims of the local fields)");
+  require_same_on_all_ranks(d.comm().mpi_comm(), std::string(dtype_name(local.dtype())) + shape_str(leading_of(local)),
+                            what + " (dtype and leading dims of the local fields): the ranks of the domain "
+                                   "communicator passed different arguments");
+  return blocks;
+}
+
+}  // namespace
+
+void Decomposition::scatter(const Tensor& global, Tensor& local, int root) const {
+  const Blocks blocks = checked_blocks(*this, global, local, root, "Decomposition::scatter");
 
   if (size() == 1) {
     local.copy_from(global);
@@ -188,8 +197,7 @@ void Decomposition::scatter(const Tensor& global, Tensor& local, int root) const
   TESSERA_CHECK_MPI(MPI_Iscatterv(rank_ == root ? packed.data() : nullptr, blocks.counts.data(),
                                   blocks.displs.data(), type, mine.data(), blocks.counts[rank_], type, root,
                                   comm_->mpi_comm(), &request));
-  std::vector<MPI_Request> requests{request};
-  detail::wait_all(requests, comm_->wait_policy());
+  tessera::detail::wait_request(request, comm_->wait_options());
   local.copy_from(mine);
 }
 
@@ -200,33 +208,7 @@ Tensor Decomposition::scatter(const Tensor& global, DType dtype, int root) const
 }
 
 void Decomposition::gather(const Tensor& local, Tensor& global, int root) const {
-  const std::string what = "Decomposition::gather";
-  Blocks blocks;
-  agree_on_success(comm_->mpi_comm(), [&] {
-    if (root < 0 || root >= size()) {
-      throw InvalidArgument(what + ": root " + std::to_string(root) + " is not a domain rank");
-    }
-    if (!local.defined() || local.dim() < 2 || local.shape() != local_shape(leading_of(local))) {
-      throw ShapeError(what + ": local field " + (local.defined() ? local.str() : std::string("undefined")) +
-                       " on domain rank " + std::to_string(rank_) + " must have shape " +
-                       shape_str(local_shape(local.defined() && local.dim() >= 2 ? leading_of(local) : Shape{})) +
-                       " (" + box().str() + ")");
-    }
-    if (rank_ == root) {
-      Shape expected = leading_of(local);
-      expected.push_back(global_lat());
-      expected.push_back(global_lon());
-      if (!global.defined() || global.shape() != expected || global.dtype() != local.dtype()) {
-        throw ShapeError(what + ": global field " + (global.defined() ? global.str() : std::string("undefined")) +
-                         " on root " + std::to_string(root) + " must be " + std::string(dtype_name(local.dtype())) +
-                         shape_str(expected));
-      }
-    }
-    blocks = blocks_of(*this, shape_numel(leading_of(local)), what);
-  });
-  detail::check_same_on_all_ranks(comm_->mpi_comm(),
-                                  std::string(dtype_name(local.dtype())) + shape_str(leading_of(local)),
-                                  what + " (dtype and leading dims of the local fields)");
+  const Blocks blocks = checked_blocks(*this, global, local, root, "Decomposition::gather");
 
   if (size() == 1) {
     global.copy_from(local);
@@ -240,8 +222,7 @@ void Decomposition::gather(const Tensor& local, Tensor& global, int root) const 
   TESSERA_CHECK_MPI(MPI_Igatherv(mine.data(), blocks.counts[rank_], type, rank_ == root ? packed.data() : nullptr,
                                  blocks.counts.data(), blocks.displs.data(), type, root, comm_->mpi_comm(),
                                  &request));
-  std::vector<MPI_Request> requests{request};
-  detail::wait_all(requests, comm_->wait_policy());
+  tessera::detail::wait_request(request, comm_->wait_options());
   if (rank_ != root) return;
   for (int r = 0; r < size(); ++r) {
     Tensor dst = box_view(global, box_of(r));

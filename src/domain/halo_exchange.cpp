@@ -19,7 +19,7 @@
 #include <map>
 #include <utility>
 
-#include "domain/mpi_wait.hpp"
+#include "comm/request_state.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/check.hpp"
 #include "tessera/domain/halo_index.hpp"
@@ -428,7 +428,7 @@ struct HaloExchange::Plan {
   Decomposition decomposition;
   HaloSpec spec;
   HaloPlanStats stats;
-  WaitPolicy wait_policy = WaitPolicy::spin;
+  WaitOptions wait;  // the domain communicator's policy and sleep interval
   std::vector<Transfer> sends;  // forward: this rank's interior rects, to peers
   std::vector<Transfer> recvs;  // forward: this rank's halo rects, from peers
   std::vector<std::pair<HaloRect, HaloRect>> self;  // (source interior, halo) on this rank
@@ -537,12 +537,12 @@ HaloExchange::HaloExchange(const Decomposition& decomposition, HaloSpec spec)
     p.frame.push_back({w.lat_before, w.lon_before + box.lon.length, box.lat.length, w.lon_after, 1});
   }
 
-  p.wait_policy = d.comm().wait_policy();
-  detail::check_same_on_all_ranks(
-      d.comm().mpi_comm(),
-      shape_str(d.global_shape()) + " over " + d.grid().str() + " " + w.str() + (p.spec.periodic_lon ? " periodic" : " bounded") + " " +
-          std::string(pole_policy_name(p.spec.pole)),
-      "HaloExchange");
+  p.wait = d.comm().wait_options();
+  require_same_on_all_ranks(d.comm().mpi_comm(),
+                            shape_str(d.global_shape()) + " over " + d.grid().str() + " " + w.str() +
+                                (p.spec.periodic_lon ? " periodic" : " bounded") + " " +
+                                std::string(pole_policy_name(p.spec.pole)),
+                            "HaloExchange: the ranks of the domain communicator passed different arguments");
 }
 
 HaloExchange::~HaloExchange() {
@@ -676,8 +676,9 @@ static std::vector<FieldView> prepare(HaloExchange::Plan& p, const std::vector<T
   }
   const MPI_Comm comm = p.decomposition.comm().mpi_comm();
   agree_on_success(comm, describe);
-  detail::check_same_on_all_ranks(comm, shared_signature_of(fields),
-                                  std::string("HaloExchange::") + op + " (field count, dtypes, leading dims)");
+  require_same_on_all_ranks(comm, shared_signature_of(fields),
+      std::string("HaloExchange::") + op +
+          " (field count, dtypes, leading dims): the ranks of the domain communicator passed different arguments");
   p.validated_signature = signature;
   return views;
 }
@@ -735,7 +736,7 @@ void HaloExchange::finish() {
   }
   // Whatever happens, the plan is idle afterwards: a failed wait leaves nothing to finish.
   p.mode = Plan::Mode::idle;
-  detail::wait_all(p.requests, p.wait_policy);
+  tessera::detail::wait_all(p.requests, p.wait);
   for (const Transfer& t : p.recvs) p.unpack(t.rects, t.buffer, false);
   p.fields.clear();
 }
@@ -773,7 +774,7 @@ void HaloExchange::finish_adjoint() {
     throw InvalidArgument("HaloExchange::finish_adjoint: no adjoint exchange is in flight (call start_adjoint() first)");
   }
   p.mode = Plan::Mode::idle;
-  detail::wait_all(p.requests, p.wait_policy);
+  tessera::detail::wait_all(p.requests, p.wait);
   for (const Transfer& t : p.sends) p.unpack(t.rects, t.buffer, true);
   p.fields.clear();
 }

@@ -251,14 +251,9 @@ void check_same_tensors_everywhere(Communicator& world, const std::vector<Entry>
     description += "|" + e.path() + shape_str(e.global_shape) + std::string(dtype_name(e.host.dtype())) +
                    e.placement.str();
   }
-  const auto hash = static_cast<std::int64_t>(name_key(description) >> 1);
-  Tensor t = Tensor::from_vector<std::int64_t>({hash, -hash}, {2});
-  world.all_reduce(t, ReduceOp::max);
-  const auto r = t.to_vector<std::int64_t>();
-  if (r[0] != hash || -r[1] != hash) {
-    throw InvalidArgument("checkpoint: the ranks do not agree on the tensors to save (names, global shapes, dtypes, "
-                          "placements or optimizer type differ between ranks)");
-  }
+  require_same_on_all_ranks(world.mpi_comm(), description,
+                            "checkpoint: the ranks do not agree on the tensors to save (names, global shapes, "
+                            "dtypes, placements or optimizer type differ between ranks)");
 }
 
 CheckpointHeader make_header(const Mesh& mesh, const SaveOptions& options, const Optimizer* optimizer) {

@@ -22,17 +22,19 @@ namespace {
 // Every rank must build the mesh from the same config; a mismatch (e.g. ranks that read
 // different files) would otherwise split into inconsistent groups and hang later.
 void check_same_config_everywhere(MPI_Comm comm, const ParallelismConfig& config) {
-  const int mine[3] = {static_cast<int>(config.data), config.tensor, config.domain};
-  int lo[3], hi[3];
-  TESSERA_CHECK_MPI(MPI_Allreduce(mine, lo, 3, MPI_INT, MPI_MIN, comm));
-  TESSERA_CHECK_MPI(MPI_Allreduce(mine, hi, 3, MPI_INT, MPI_MAX, comm));
-  for (int i = 0; i < 3; ++i) {
-    if (lo[i] != hi[i]) {
-      throw ConfigError("Mesh: ranks were given different parallelism configs (" +
-                        std::string(i == 0 ? "data" : i == 1 ? "tensor" : "domain") +
+  if (same_on_all_ranks(comm, config.str())) return;
+  // Every rank is here (the verdict is agreed); name the first field that differs.
+  const std::pair<const char*, std::string> fields[] = {
+      {"data", std::string(data_parallel_mode_name(config.data))},
+      {"tensor", std::to_string(config.tensor)},
+      {"domain", std::to_string(config.domain)}};
+  for (const auto& [name, value] : fields) {
+    if (!same_on_all_ranks(comm, value)) {
+      throw ConfigError(std::string("Mesh: ranks were given different parallelism configs (") + name +
                         " differs between ranks); every rank must pass the same config");
     }
   }
+  throw InternalError("Mesh: parallelism configs differ between ranks in no field");
 }
 
 // A communicator for one mesh dimension: a split of `world` by the other two

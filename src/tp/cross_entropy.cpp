@@ -10,13 +10,39 @@ namespace tessera::tp {
 
 namespace {
 
-void check_targets(const std::int64_t* t, std::int64_t n, std::int64_t v_global, std::int64_t ignore_index) {
+// The MAX reduction of the row maxima also carries a tail of four values, so the checks
+// that could fail on one rank only are agreed at no extra collective:
+//   (V_local, -V_local)            all shards must be equally wide (the offsets assume it);
+//   (first bad row + 1, its target) a target outside [0, V) that is not ignore_index.
+constexpr std::int64_t kTail = 4;
+
+void fill_tail(double* tail, std::int64_t v_local, const std::int64_t* t, std::int64_t n, std::int64_t v_global,
+               std::int64_t ignore_index) {
+  tail[0] = static_cast<double>(v_local);
+  tail[1] = -static_cast<double>(v_local);
+  tail[2] = 0.0;
+  tail[3] = -std::numeric_limits<double>::infinity();
   for (std::int64_t i = 0; i < n; ++i) {
     if (t[i] != ignore_index && (t[i] < 0 || t[i] >= v_global)) {
-      throw InvalidArgument("vocab_parallel_cross_entropy: target " + std::to_string(t[i]) + " of row " +
-                            std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(v_global) +
-                            ") and is not ignore_index " + std::to_string(ignore_index));
+      tail[2] = static_cast<double>(i + 1);
+      tail[3] = static_cast<double>(t[i]);
+      break;
     }
+  }
+}
+
+// After the reduction every rank holds the same tail, so every rank throws the same error.
+void check_tail(const double* tail, std::int64_t v_global, std::int64_t ignore_index) {
+  if (tail[0] != -tail[1]) {
+    throw ShapeError("vocab_parallel_cross_entropy: the tp ranks hold vocabulary shards of different widths (" +
+                     std::to_string(static_cast<std::int64_t>(-tail[1])) + " to " +
+                     std::to_string(static_cast<std::int64_t>(tail[0])) + " columns); shard the vocabulary evenly");
+  }
+  if (tail[2] > 0) {
+    throw InvalidArgument("vocab_parallel_cross_entropy: target " + std::to_string(static_cast<std::int64_t>(tail[3])) +
+                          " of row " + std::to_string(static_cast<std::int64_t>(tail[2]) - 1) +
+                          " is outside the vocabulary [0, " + std::to_string(v_global) +
+                          ") and is not ignore_index " + std::to_string(ignore_index));
   }
 }
 
@@ -34,20 +60,16 @@ CrossEntropyResult cross_entropy_device(const Tensor& logits, const Tensor& targ
   auto& compute = detail::device_compute(device, fn);
   const Tensor ids_host = targets.to(Device::host());
   const std::int64_t* t = ids_host.data<std::int64_t>();
-  check_targets(t, n, v_global, ignore_index);
   const Tensor ids = targets.to(device);
 
-  Tensor row_max = Tensor::empty({n + 2}, DType::f64, device);
+  Tensor row_max = Tensor::empty({n + kTail}, DType::f64, device);
   compute.row_max(logits.dtype(), logits.data(), n, v_local, row_max.data<double>(), device.index);
-  row_max.narrow(0, n, 2).copy_from(
-      Tensor::from_vector<double>({static_cast<double>(v_local), -static_cast<double>(v_local)}, {2}));
+  std::vector<double> tail(kTail);
+  fill_tail(tail.data(), v_local, t, n, v_global, ignore_index);
+  row_max.narrow(0, n, kTail).copy_from(Tensor::from_vector<double>(tail, {kTail}));
   tp.all_reduce(row_max, ReduceOp::max);
   const std::vector<double> mx = row_max.to_vector<double>();
-  if (mx[n] != -mx[n + 1]) {
-    throw ShapeError("vocab_parallel_cross_entropy: the tp ranks hold vocabulary shards of different widths (" +
-                     std::to_string(static_cast<std::int64_t>(-mx[n + 1])) + " to " +
-                     std::to_string(static_cast<std::int64_t>(mx[n])) + " columns); shard the vocabulary evenly");
-  }
+  check_tail(mx.data() + n, v_global, ignore_index);
 
   Tensor sums = Tensor::zeros({2, n}, DType::f64, device);
   compute.sum_exp_and_target(logits.dtype(), logits.data(), ids.data<std::int64_t>(), n, v_local, first,
@@ -83,33 +105,18 @@ CrossEntropyResult cross_entropy_typed(const Tensor& logits, const Tensor& targe
   const T* x = logits.data<T>();
   const std::int64_t* t = targets.data<std::int64_t>();
 
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= v_global)) {
-      throw InvalidArgument("vocab_parallel_cross_entropy: target " + std::to_string(t[i]) + " of row " +
-                            std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(v_global) +
-                            ") and is not ignore_index " + std::to_string(ignore_index));
-    }
-  }
-
   // Accumulate in double whatever the logits' dtype: f32 logits still get an fp32-or-
   // better loss, and f64 logits keep full precision.
-  // The MAX reduction also carries (V_local, -V_local): every rank learns whether all
-  // shards are equal — the vocabulary offsets assume it — at no extra collective.
-  Tensor row_max = Tensor::empty({n + 2}, DType::f64);
+  Tensor row_max = Tensor::empty({n + kTail}, DType::f64);
   double* mx = row_max.data<double>();
   for (std::int64_t i = 0; i < n; ++i) {
     double m = -std::numeric_limits<double>::infinity();
     for (std::int64_t j = 0; j < v_local; ++j) m = std::max(m, static_cast<double>(x[i * v_local + j]));
     mx[i] = m;
   }
-  mx[n] = static_cast<double>(v_local);
-  mx[n + 1] = -static_cast<double>(v_local);
+  fill_tail(mx + n, v_local, t, n, v_global, ignore_index);
   tp.all_reduce(row_max, ReduceOp::max);
-  if (mx[n] != -mx[n + 1]) {
-    throw ShapeError("vocab_parallel_cross_entropy: the tp ranks hold vocabulary shards of different widths (" +
-                     std::to_string(static_cast<std::int64_t>(-mx[n + 1])) + " to " +
-                     std::to_string(static_cast<std::int64_t>(mx[n])) + " columns); shard the vocabulary evenly");
-  }
+  check_tail(mx + n, v_global, ignore_index);
 
   // One reduction for both per-row sums: [sum exp(x - max), target logit].
   Tensor sums = Tensor::zeros({2, n}, DType::f64);

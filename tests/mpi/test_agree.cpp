@@ -45,3 +45,15 @@ TEST(Agree, LowestFailingRankWinsAndForeignExceptionsBecomeInternal) {
   const auto all = all_gather_strings(message);
   for (const auto& m : all) EXPECT_EQ(m, all[0]);
 }
+
+TEST(Agree, SameOnAllRanksIsAgreed) {
+  EXPECT_TRUE(same_on_all_ranks(MPI_COMM_WORLD, "tensor 2, domain 2"));
+  const std::string mine = world_rank() == world_size() - 1 ? "odd one" : "the rest";
+  EXPECT_EQ(same_on_all_ranks(MPI_COMM_WORLD, mine), world_size() == 1);
+  try {
+    require_same_on_all_ranks(MPI_COMM_WORLD, mine, "plans differ");
+    EXPECT_EQ(world_size(), 1);
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "plans differ");
+  }
+}

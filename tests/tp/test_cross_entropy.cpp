@@ -101,3 +101,23 @@ TEST(VocabParallelCrossEntropy, AllIgnoredAndBadTargets) {
   }
   EXPECT_THROW(tp::vocab_parallel_cross_entropy(logits, Tensor::zeros({2}, DType::f32), tp), ShapeError);
 }
+
+// A bad target on one rank only (the ranks disagree on the targets) still fails on every
+// rank with the same error: the check rides on the MAX all-reduce, no rank waits alone.
+TEST(VocabParallelCrossEntropy, BadTargetOnOneRankFailsEverywhere) {
+  Communicator tp(MPI_COMM_WORLD);
+  const std::int64_t v = 4 * tp.size();
+  const Tensor logits = Tensor::zeros({2, 4}, DType::f32);
+  const bool me = tp.rank() == tp.size() - 1;
+  std::string message;
+  try {
+    tp::vocab_parallel_cross_entropy(logits, Tensor::from_vector<std::int64_t>({0, me ? v + 3 : 1}, {2}), tp);
+    ADD_FAILURE() << "no error on rank " << tp.rank();
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("target " + std::to_string(v + 3) + " of row 1"), std::string::npos) << message;
+  int length = static_cast<int>(message.size()), longest = 0;
+  MPI_Allreduce(&length, &longest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(length, longest);  // the same text everywhere
+}

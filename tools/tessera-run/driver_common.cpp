@@ -1,6 +1,7 @@
 #include "driver_common.hpp"
 
 #include <cmath>
+#include <csignal>
 
 #include <mpi.h>
 
@@ -143,6 +144,19 @@ double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimi
   optimizer.set_learning_rate(learning_rate_at(cfg.optimizer, step, cfg.schedule.steps));
   optimizer.step();
   return grad_norm;
+}
+
+void after_step(const RunConfig& cfg, const Options& opts, const Log& log, std::int64_t step,
+                const std::function<std::string(std::int64_t)>& save, std::string& last_checkpoint) {
+  const bool final_step = step == cfg.schedule.steps;
+  if (!cfg.checkpoint.dir.empty() &&
+      (final_step || (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0))) {
+    last_checkpoint = save(step);
+  }
+  if (opts.kill_after_step == step) {
+    log.info("--kill-after-step " + std::to_string(step) + ": killing every rank");
+    std::raise(SIGKILL);
+  }
 }
 
 }  // namespace tessera::run

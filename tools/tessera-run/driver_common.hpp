@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,5 +82,10 @@ CheckpointMetadata read_checkpoint_metadata(const std::string& path, const Mesh&
 // clipped nor logged).
 double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimizer& optimizer, const Mesh& mesh,
                      std::int64_t step, bool log_step);
+
+// After every step, whatever the model: save when the checkpoint interval or the last
+// step says so (updating `last_checkpoint`), then the --kill-after-step test hook.
+void after_step(const RunConfig& cfg, const Options& opts, const Log& log, std::int64_t step,
+                const std::function<std::string(std::int64_t)>& save, std::string& last_checkpoint);
 
 }  // namespace tessera::run

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -286,15 +285,7 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
       window_loss = window_time = 0;
       window_steps = 0;
     }
-    const bool final_step = step == cfg.schedule.steps;
-    if (!cfg.checkpoint.dir.empty() &&
-        (final_step || (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0))) {
-      last_checkpoint = save(step);
-    }
-    if (opts.kill_after_step == step) {
-      log.info("--kill-after-step " + std::to_string(step) + ": killing every rank");
-      std::raise(SIGKILL);
-    }
+    after_step(cfg, opts, log, step, save, last_checkpoint);
   }
 
   const std::int64_t steps_run = cfg.schedule.steps - start_step;
