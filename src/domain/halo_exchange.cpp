@@ -709,74 +709,66 @@ static void post(HaloExchange::Plan& p, std::vector<Transfer>& incoming, std::ve
   }
 }
 
-void HaloExchange::start(const std::vector<Tensor>& fields) {
-  Plan& p = *plan_;
-  p.views = prepare(p, fields, "start");
+namespace {
+
+// Forward and adjoint exchanges are one procedure run in opposite directions. Forward:
+// interior rects (sends) are packed and go out, halo rects (recvs) are filled. The
+// adjoint (the transpose) runs every message backwards: halo rects are packed and sent to
+// the rank they came from, which adds them into the interior rects it sent, and the halo
+// is left zero.
+void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bool adjoint) {
+  p.views = prepare(p, fields, adjoint ? "start_adjoint" : "start");
   p.fields = fields;
-  for (Transfer& t : p.sends) {
+  std::vector<Transfer>& outgoing = adjoint ? p.recvs : p.sends;
+  std::vector<Transfer>& incoming = adjoint ? p.sends : p.recvs;
+  for (Transfer& t : outgoing) {
     t.buffer.resize(p.buffer_bytes(t.cells));
     p.pack(t.rects, t.buffer);
   }
-  post(p, p.recvs, p.sends, kForwardTag);
-  p.mode = Plan::Mode::forward;
+  post(p, incoming, outgoing, adjoint ? kAdjointTag : kForwardTag);
+  p.mode = adjoint ? HaloExchange::Plan::Mode::adjoint : HaloExchange::Plan::Mode::forward;
   // Local work overlaps the messages in flight.
   for (const FieldView& f : p.views) {
     dispatch(f.dtype, [&](auto tag) {
       using T = decltype(tag);
-      for (const auto& [from, to] : p.self) copy_rect<T>(f, from, to, false);
-      for (const HaloRect& rect : p.zeros) zero_rect<T>(f, rect);
+      for (const auto& [from, to] : p.self) {
+        if (adjoint) {
+          copy_rect<T>(f, to, from, true);
+        } else {
+          copy_rect<T>(f, from, to, false);
+        }
+      }
+      // Forward: zero the rows beyond a pole. Adjoint: every halo value has been packed
+      // or added, so the transpose leaves zeros behind.
+      for (const HaloRect& rect : adjoint ? p.frame : p.zeros) zero_rect<T>(f, rect);
     });
   }
 }
 
-void HaloExchange::finish() {
-  Plan& p = *plan_;
-  if (p.mode != Plan::Mode::forward) {
-    throw InvalidArgument("HaloExchange::finish: no forward exchange is in flight (call start() first)");
+void finish_exchange(HaloExchange::Plan& p, bool adjoint) {
+  const auto expected = adjoint ? HaloExchange::Plan::Mode::adjoint : HaloExchange::Plan::Mode::forward;
+  if (p.mode != expected) {
+    throw InvalidArgument(adjoint ? "HaloExchange::finish_adjoint: no adjoint exchange is in flight (call "
+                                    "start_adjoint() first)"
+                                  : "HaloExchange::finish: no forward exchange is in flight (call start() first)");
   }
   // Whatever happens, the plan is idle afterwards: a failed wait leaves nothing to finish.
-  p.mode = Plan::Mode::idle;
+  p.mode = HaloExchange::Plan::Mode::idle;
   tessera::detail::wait_all(p.requests, p.wait);
-  for (const Transfer& t : p.recvs) p.unpack(t.rects, t.buffer, false);
+  for (const Transfer& t : adjoint ? p.sends : p.recvs) p.unpack(t.rects, t.buffer, adjoint);
   p.fields.clear();
 }
+
+}  // namespace
+
+void HaloExchange::start(const std::vector<Tensor>& fields) { start_exchange(*plan_, fields, false); }
+void HaloExchange::finish() { finish_exchange(*plan_, false); }
+void HaloExchange::start_adjoint(const std::vector<Tensor>& fields) { start_exchange(*plan_, fields, true); }
+void HaloExchange::finish_adjoint() { finish_exchange(*plan_, true); }
 
 void HaloExchange::exchange(const std::vector<Tensor>& fields) {
   start(fields);
   finish();
-}
-
-void HaloExchange::start_adjoint(const std::vector<Tensor>& fields) {
-  Plan& p = *plan_;
-  p.views = prepare(p, fields, "start_adjoint");
-  p.fields = fields;
-  // The transpose runs every message backwards: halo rects are packed and sent to
-  // the rank they came from, which adds them into the interior rects it sent.
-  for (Transfer& t : p.recvs) {
-    t.buffer.resize(p.buffer_bytes(t.cells));
-    p.pack(t.rects, t.buffer);
-  }
-  post(p, p.sends, p.recvs, kAdjointTag);
-  p.mode = Plan::Mode::adjoint;
-  for (const FieldView& f : p.views) {
-    dispatch(f.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      for (const auto& [from, to] : p.self) copy_rect<T>(f, to, from, true);
-      // Every halo value has been packed or added: the transpose leaves zeros behind.
-      for (const HaloRect& rect : p.frame) zero_rect<T>(f, rect);
-    });
-  }
-}
-
-void HaloExchange::finish_adjoint() {
-  Plan& p = *plan_;
-  if (p.mode != Plan::Mode::adjoint) {
-    throw InvalidArgument("HaloExchange::finish_adjoint: no adjoint exchange is in flight (call start_adjoint() first)");
-  }
-  p.mode = Plan::Mode::idle;
-  tessera::detail::wait_all(p.requests, p.wait);
-  for (const Transfer& t : p.sends) p.unpack(t.rects, t.buffer, true);
-  p.fields.clear();
 }
 
 void HaloExchange::exchange_adjoint(const std::vector<Tensor>& fields) {
