@@ -2,7 +2,7 @@
 // The compute interface every backend implements (host: OpenBLAS + loops; cuda: cuBLAS +
 // kernels). Layers and tensors call this interface, never a vendor API. It covers memory
 // and copies directly. The device compute entries (GEMM, element-wise kernels, reductions, packing)
-// sit behind device_compute(), a private interface (src/backend/cuda/device_compute.hpp)
+// sit behind device_compute(), a private interface (src/backend/compute.hpp)
 // that the layer code dispatches CUDA tensors to; the host backend has none, its
 // compute lives in the host loops of ops/functional.
 
@@ -14,8 +14,10 @@
 
 namespace tessera {
 
+class Tensor;
+
 namespace detail {
-class DeviceCompute;
+class Compute;
 }
 
 class Backend {
@@ -40,8 +42,12 @@ class Backend {
                             std::size_t element_size, int device_index) = 0;
   // Blocks until queued work on the device is done (a no-op on the host).
   virtual void synchronize(int device_index) = 0;
-  // The device compute entries of this backend; nullptr for the host backend.
-  virtual detail::DeviceCompute* device_compute() { return nullptr; }
+  // The compute entries of this backend (src/backend/compute.hpp).
+  virtual detail::Compute& compute() = 0;
+  // Throws UnsupportedError (the message starts with `who`, then the tensor) when this
+  // backend cannot run kernels on `t`: on CUDA, no device is visible, or `t` is a view of
+  // memory the device cannot address. The host backend accepts every tensor.
+  virtual void require_usable(const Tensor& t, const std::string& who) = 0;
 };
 
 // The backend serving `type`. Throws UnsupportedError when tessera was built without it.

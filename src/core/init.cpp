@@ -17,8 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/cuda/device_compute.hpp"
-#include "backend/cuda/kernel_math.hpp"
+#include "backend/compute.hpp"
+#include "backend/kernel_math.hpp"
 #include "tessera/bfloat16.hpp"
 #include "tessera/detail/normal_quantile.hpp"
 #include "tessera/detail/philox.hpp"

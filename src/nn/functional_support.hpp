@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "backend/cuda/device_compute.hpp"
+#include "backend/compute.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::nn::functional::detail {
@@ -16,7 +16,7 @@ inline std::string fn_name(const char* fn) { return std::string("nn::functional:
 // Defined, contiguous, and on the host or on a CUDA device the CUDA compute backend can
 // run (a CUDA tensor without a visible device, or a view of non-device memory, is an
 // UnsupportedError); for floating roles also f32 or f64. A function called with CUDA
-// tensors runs its device kernels (backend/cuda/device_compute.hpp).
+// tensors runs its device kernels (backend/compute.hpp).
 inline void require_tensor(const Tensor& t, const char* fn, const char* role) {
   if (!t.defined()) throw InvalidArgument(fn_name(fn) + ": " + role + " is undefined");
   if (t.device().is_cuda()) tessera::detail::require_usable_cuda_tensor(t, fn_name(fn) + ": " + role);

@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cuda/device_compute.hpp"
+#include "backend/compute.hpp"
 
 namespace tessera::tp {
 

@@ -1,4 +1,4 @@
-// The index and rounding math of the CUDA kernels (src/backend/cuda/kernel_math.hpp),
+// The index and rounding math of the CUDA kernels (src/backend/kernel_math.hpp),
 // run on the host. These functions are __host__ __device__: the kernels call exactly
 // this code, so these tests pass (not skip) on a machine without a GPU and cover the
 // part of each kernel that decides *which* element goes where.
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "backend/cuda/kernel_math.hpp"
+#include "backend/kernel_math.hpp"
 #include "tessera/detail/philox.hpp"
 #include "tessera/init.hpp"
 #include "tessera/tensor.hpp"

@@ -22,13 +22,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/compute.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_runtime.hpp"
-#include "backend/cuda/kernel_math.hpp"
+#include "backend/kernel_math.hpp"
 #include "backend/registry.hpp"
 #include "tessera/detail/strided_index.hpp"
 #include "tessera/device.hpp"
 #include "tessera/error.hpp"
+#include "tessera/tensor.hpp"
 
 namespace tessera {
 namespace detail {
@@ -367,7 +369,19 @@ class CudaBackend final : public Backend {
     TESSERA_CHECK_CUDA(cudaDeviceSynchronize());
   }
 
-  DeviceCompute* device_compute() override { return &cuda_compute(); }
+  Compute& compute() override { return cuda_compute(); }
+
+  void require_usable(const Tensor& t, const std::string& who) override {
+    if (cuda_device_count() == 0) {
+      throw UnsupportedError(who + " " + t.str() + " is a CUDA tensor, but the CUDA compute backend cannot run it: " +
+                             cuda_unavailable_reason());
+    }
+    if (!t.owns_storage() && t.numel() > 0 && !cuda_compute().is_device_memory(t.data(), t.device().index)) {
+      throw UnsupportedError(who + " " + t.str() +
+                             " is a view of memory that is not CUDA device memory; the CUDA compute backend needs "
+                             "cudaMalloc'd or managed memory");
+    }
+  }
 
  private:
   template <class Word>

@@ -15,7 +15,7 @@
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
-#include "backend/cuda/kernel_math.hpp"
+#include "backend/kernel_math.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::detail {
@@ -131,7 +131,7 @@ decltype(auto) float_dispatch(DType dtype, const char* what, F&& f) {
 
 }  // namespace
 
-void cuda_gemm(const DeviceGemm& g, int device) {
+void cuda_gemm(const GemmArgs& g, int device) {
   if (g.m == 0 || g.n == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());

@@ -1,15 +1,15 @@
 #pragma once
 // Private to src/backend/cuda: the BLAS-like entries of cuda_blas.cu, which the
-// DeviceCompute implementation in cuda_kernels.cu forwards to. Same contracts as the
-// DeviceCompute methods of the same names.
+// Compute implementation in cuda_kernels.cu forwards to. Same contracts as the
+// Compute methods of the same names.
 
 #include <cstdint>
 
-#include "backend/cuda/device_compute.hpp"
+#include "backend/compute.hpp"
 
 namespace tessera::detail {
 
-void cuda_gemm(const DeviceGemm& args, int device);
+void cuda_gemm(const GemmArgs& args, int device);
 void cuda_axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device);
 void cuda_scale(DType dtype, std::int64_t n, double alpha, void* y, int device);
 void cuda_add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,

@@ -1,6 +1,6 @@
 // CUDA backend, kernel half: the element-wise, normalisation, embedding, softmax /
 // cross-entropy, convolution-column, initialisation and halo-packing kernels, and the
-// DeviceCompute object that serves them (with the BLAS entries of cuda_blas.cu).
+// Compute object that serves them (with the BLAS entries of cuda_blas.cu).
 //
 // Every kernel computes what its host twin computes: values in double, rounded once to
 // the tensor's dtype; row statistics and reductions in double with a fixed combination
@@ -17,8 +17,8 @@
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
-#include "backend/cuda/device_compute.hpp"
-#include "backend/cuda/kernel_math.hpp"
+#include "backend/compute.hpp"
+#include "backend/kernel_math.hpp"
 #include "tessera/bfloat16.hpp"
 #include "tessera/detail/philox.hpp"
 #include "tessera/domain/halo_index.hpp"
@@ -348,39 +348,39 @@ __global__ void init_uniform_kernel(T* data, StridedLayout local, BlockIndex ind
 // ---- Halo packing
 
 template <class Word>
-__global__ void halo_pack_kernel(const Word* field, StridedLayout layout, domain::detail::HaloRect rect, Word* out,
+__global__ void halo_pack_kernel(const Word* field, StridedLayout layout, HaloRect rect, Word* out,
                                  std::int64_t count) {
-  TESSERA_GRID_STRIDE(e, count) { out[e] = field[domain::detail::halo_element_offset(e, layout, rect)]; }
+  TESSERA_GRID_STRIDE(e, count) { out[e] = field[halo_element_offset(e, layout, rect)]; }
 }
 
 template <class T>
-__global__ void halo_unpack_kernel(T* field, StridedLayout layout, domain::detail::HaloRect rect, const T* in,
+__global__ void halo_unpack_kernel(T* field, StridedLayout layout, HaloRect rect, const T* in,
                                    bool accumulate, std::int64_t count) {
   TESSERA_GRID_STRIDE(e, count) {
-    T& dst = field[domain::detail::halo_element_offset(e, layout, rect)];
+    T& dst = field[halo_element_offset(e, layout, rect)];
     dst = accumulate ? static_cast<T>(static_cast<float>(dst) + static_cast<float>(in[e])) : in[e];
   }
 }
 template <>
-__global__ void halo_unpack_kernel<double>(double* field, StridedLayout layout, domain::detail::HaloRect rect,
+__global__ void halo_unpack_kernel<double>(double* field, StridedLayout layout, HaloRect rect,
                                            const double* in, bool accumulate, std::int64_t count) {
   TESSERA_GRID_STRIDE(e, count) {
-    double& dst = field[domain::detail::halo_element_offset(e, layout, rect)];
+    double& dst = field[halo_element_offset(e, layout, rect)];
     dst = accumulate ? dst + in[e] : in[e];
   }
 }
 
-std::int64_t halo_count(const StridedLayout& layout, const domain::detail::HaloRect& rect) {
-  std::int64_t count = domain::detail::halo_rect_area(rect);
+std::int64_t halo_count(const StridedLayout& layout, const HaloRect& rect) {
+  std::int64_t count = halo_rect_area(rect);
   for (int d = 0; d < layout.ndim - 2; ++d) count *= layout.shape[d];
   return count;
 }
 
 // ---------------------------------------------------------------------------
 
-class CudaCompute final : public DeviceCompute {
+class CudaCompute final : public Compute {
  public:
-  void gemm(const DeviceGemm& args, int device) override { cuda_gemm(args, device); }
+  void gemm(const GemmArgs& args, int device) override { cuda_gemm(args, device); }
   void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device) override {
     cuda_axpy(dtype, n, alpha, x, y, device);
   }
@@ -400,19 +400,19 @@ class CudaCompute final : public DeviceCompute {
     return cuda_dot(dtype, x, y, n, device);
   }
 
-  void activation(DeviceActivation kind, DType dtype, const void* x, void* y, std::int64_t n, int device) override {
+  void activation(Activation kind, DType dtype, const void* x, void* y, std::int64_t n, int device) override {
     if (n == 0) return;
     DeviceGuard guard(device);
     cudaStream_t s = compute_stream(guard.device());
     float_dispatch(dtype, "activation", [&](auto tag) {
       using T = decltype(tag);
-      activation_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, s>>>(kind == DeviceActivation::gelu,
+      activation_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, s>>>(kind == Activation::gelu,
                                                                      static_cast<const T*>(x), static_cast<T*>(y), n);
     });
     TESSERA_CHECK_LAUNCH();
   }
 
-  void activation_backward(DeviceActivation kind, DType dtype, const void* dy, const void* x, void* dx,
+  void activation_backward(Activation kind, DType dtype, const void* dy, const void* x, void* dx,
                            std::int64_t n, int device) override {
     if (n == 0) return;
     DeviceGuard guard(device);
@@ -420,7 +420,7 @@ class CudaCompute final : public DeviceCompute {
     float_dispatch(dtype, "activation_backward", [&](auto tag) {
       using T = decltype(tag);
       activation_backward_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, s>>>(
-          kind == DeviceActivation::gelu, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), n);
+          kind == Activation::gelu, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), n);
     });
     TESSERA_CHECK_LAUNCH();
   }
@@ -640,7 +640,7 @@ class CudaCompute final : public DeviceCompute {
     TESSERA_CHECK_LAUNCH();
   }
 
-  void halo_pack(DType dtype, const void* field, const StridedLayout& layout, const domain::detail::HaloRect& rect,
+  void halo_pack(DType dtype, const void* field, const StridedLayout& layout, const HaloRect& rect,
                  void* out, int device) override {
     const std::int64_t count = halo_count(layout, rect);
     if (count == 0) return;
@@ -664,7 +664,7 @@ class CudaCompute final : public DeviceCompute {
     TESSERA_CHECK_LAUNCH();
   }
 
-  void halo_unpack(DType dtype, void* field, const StridedLayout& layout, const domain::detail::HaloRect& rect,
+  void halo_unpack(DType dtype, void* field, const StridedLayout& layout, const HaloRect& rect,
                    const void* in, bool accumulate, int device) override {
     const std::int64_t count = halo_count(layout, rect);
     if (count == 0) return;
@@ -737,7 +737,7 @@ class CudaCompute final : public DeviceCompute {
 
 }  // namespace
 
-DeviceCompute& cuda_compute() {
+Compute& cuda_compute() {
   static CudaCompute compute;
   return compute;
 }

@@ -19,9 +19,9 @@
 
 namespace tessera::detail {
 
-class DeviceCompute;
+class Compute;
 // The CUDA backend's compute entries (cuda_kernels.cu).
-DeviceCompute& cuda_compute();
+Compute& cuda_compute();
 
 // Makes `device_index` the current device for its lifetime and restores the previous
 // one afterwards, so a tessera call never changes the device the caller's own CUDA

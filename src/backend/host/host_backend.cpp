@@ -4,6 +4,8 @@
 #include <cstring>
 #include <new>
 
+#include "backend/compute.hpp"
+#include "backend/host/host_compute.hpp"
 #include "backend/registry.hpp"
 #include "tessera/error.hpp"
 
@@ -50,6 +52,8 @@ class HostBackend final : public Backend {
     }
   }
   void synchronize(int) override {}
+  Compute& compute() override { return host_compute(); }
+  void require_usable(const Tensor&, const std::string&) override {}
 };
 
 }  // namespace

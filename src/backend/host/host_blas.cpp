@@ -4,7 +4,7 @@
 
 #include <cblas.h>
 
-#include "backend/cuda/device_compute.hpp"
+#include "backend/compute.hpp"
 #include "tessera/ops.hpp"
 
 namespace tessera::ops {

@@ -1,37 +1,62 @@
 #pragma once
-// Private: the compute entries of a device backend — GEMM, element-wise kernels,
-// reductions, packing, pinned host memory — on raw device pointers. No vendor header
-// here, so the layer code (src/nn, src/tp, src/core, ...) can include it and dispatch a
-// CUDA tensor with
+// Private: the one compute interface of tessera. Every kernel a layer, loss, optimizer,
+// halo exchange or initialiser runs goes through it; two backends implement it:
 //
-//     detail::device_compute(t.device()).gelu(...)
+//   backend/host  (HostCompute: OpenBLAS / any CBLAS for GEMM, plain loops for the rest)
+//   backend/cuda  (CudaCompute: cuBLAS for GEMM, CUDA kernels for the rest)
 //
-// without ever seeing CUDA. Backend::device_compute() returns it (nullptr for the host
-// backend, whose compute stays in the ops/functional loops); a build without CUDA
-// never gets here because backend_for(cuda) already throws UnsupportedError.
+// Code above the backend floor never asks which device a tensor is on. It calls
 //
-// Conventions: `device` is the CUDA ordinal of the tensors (the call makes it current
-// and restores the caller's device); pointers are contiguous device memory; `dtype` is
-// f32 or f64 unless stated; work is queued on the device's compute stream and ordered
-// with every other tessera operation on it. Functions returning a host value (sum,
-// dot) synchronise. Accumulations run in double, as on the host.
+//     detail::compute_for(t, "nn::functional::gelu").activation(...)
+//
+// and the tensor's device picks the implementation (compute_for also checks that the
+// device can run the tensor: a CUDA tensor without a visible GPU, or a view of memory
+// the GPU cannot address, is an UnsupportedError naming the caller). No vendor header
+// here, so src/nn, src/tp, src/domain, ... include it freely.
+//
+// Conventions: `device` is the tensors' device ordinal (ignored on the host; on CUDA the
+// call makes it current and restores the caller's device); pointers are contiguous
+// memory of that device; `dtype` is f32 or f64 unless stated; work is ordered with every
+// other tessera operation on the device (on CUDA: its compute stream). Functions that
+// return a host value (sum, dot, sum_squares) synchronise. Accumulations run in double
+// on both backends, so a result differs between them only by fp32 rounding.
+//
+// Adding a kernel: declare it here, implement it in both backends (host: a loop in the
+// backend/host/host_*.cpp file of its family; cuda: a kernel in backend/cuda), call it
+// through compute_for from the layer, and add a host test plus its CUDA twin.
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "backend/cuda/kernel_math.hpp"
+#include "backend/kernel_math.hpp"
 #include "tessera/backend.hpp"
-#include "tessera/domain/halo_index.hpp"
+#include "tessera/detail/halo_rect.hpp"
+#include "tessera/detail/strided_index.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/error.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::detail {
 
-enum class DeviceActivation { gelu, silu };
+enum class Activation { gelu, silu };
 
-struct DeviceGemm {
+// One SGD step's constants (torch.optim.SGD's rule; optim.hpp documents the options).
+struct SgdStep {
+  double lr = 0, weight_decay = 0, momentum = 0, dampening = 0;
+  bool nesterov = false;
+  bool first = false;  // the first step copies the direction into the momentum buffer
+};
+
+// One AdamW step's constants, precomputed on the host from the step count t:
+//   decay = 1 - lr * weight_decay, step_size = lr / (1 - beta1^t),
+//   bias_correction2_sqrt = sqrt(1 - beta2^t).
+struct AdamWStep {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double decay = 1, step_size = 0, bias_correction2_sqrt = 1;
+};
+
+struct GemmArgs {
   DType ab = DType::f32;  // dtype of A and B: f32, f64 or bf16
   DType c = DType::f32;   // f32/f64 as A and B; with bf16 inputs bf16 or f32 (f32 accumulation)
   bool transpose_a = false, transpose_b = false;
@@ -45,13 +70,15 @@ struct DeviceGemm {
   double alpha = 1.0, beta = 0.0;
 };
 
-class DeviceCompute {
+class Compute {
  public:
-  virtual ~DeviceCompute() = default;
+  virtual ~Compute() = default;
 
-  // ---- BLAS-like (ops.hpp)
-  virtual void gemm(const DeviceGemm& args, int device) = 0;
+  // ---- BLAS-like (ops.hpp). gemm: A and B f32, f64 or bf16 (bf16: fp32 accumulation,
+  // C bf16 or f32); host bf16 converts to f32 and runs the f32 GEMM.
+  virtual void gemm(const GemmArgs& args, int device) = 0;
   virtual void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device) = 0;
+  // y *= alpha; dtype f32, f64 or bf16 (bf16: y = bf16(float(y) * alpha), as clipping needs).
   virtual void scale(DType dtype, std::int64_t n, double alpha, void* y, int device) = 0;
   // y viewed as [outer, channels, inner]: y[o, c, i] += bias[c]
   virtual void add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,
@@ -61,11 +88,24 @@ class DeviceCompute {
                                     std::int64_t channels, std::int64_t inner, int device) = 0;
   virtual double sum(DType dtype, const void* x, std::int64_t n, int device) = 0;
   virtual double dot(DType dtype, const void* x, const void* y, std::int64_t n, int device) = 0;
+  // sum of x[i]^2 in double; dtype f32, f64 or bf16 (each element widened first).
+  virtual double sum_squares(DType dtype, const void* x, std::int64_t n, int device) = 0;
+
+  // ---- Casts: dst[i] = src[i] converted; f32, f64 and bf16 in any pair (to bf16:
+  // round to nearest even, as tessera::bfloat16). Same dtype is a copy.
+  virtual void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, int device) = 0;
+
+  // ---- Optimizer updates, element-wise in double, stored back in `dtype` (f32/f64).
+  // momentum_buffer is null when momentum == 0.
+  virtual void sgd_update(DType dtype, std::int64_t n, void* value, const void* grad, void* momentum_buffer,
+                          const SgdStep& step, int device) = 0;
+  virtual void adamw_update(DType dtype, std::int64_t n, void* value, const void* grad, void* exp_avg,
+                            void* exp_avg_sq, const AdamWStep& step, int device) = 0;
 
   // ---- Element-wise (nn/functional.hpp, swiglu)
-  virtual void activation(DeviceActivation kind, DType dtype, const void* x, void* y, std::int64_t n,
+  virtual void activation(Activation kind, DType dtype, const void* x, void* y, std::int64_t n,
                           int device) = 0;
-  virtual void activation_backward(DeviceActivation kind, DType dtype, const void* dy, const void* x, void* dx,
+  virtual void activation_backward(Activation kind, DType dtype, const void* dy, const void* x, void* dx,
                                    std::int64_t n, int device) = 0;
   virtual void swiglu(DType dtype, const void* gate, const void* up, void* y, std::int64_t n, int device) = 0;
   virtual void swiglu_backward(DType dtype, const void* dy, const void* gate, const void* up, void* dgate,
@@ -121,14 +161,19 @@ class DeviceCompute {
                             const std::int64_t* global_strides, std::uint64_t key, double a, double b,
                             bool constant, int device) = 0;
 
-  // ---- Halo packing (domain/halo_index.hpp): out[i] = field[halo_element_offset(i)]
-  // over `rect`; unpack writes (or adds, for the adjoint) the other way.
+  // ---- Halo packing (tessera/detail/halo_rect.hpp): out[i] = field[halo_element_offset(i)]
+  // over `rect`; unpack writes (or adds, for the adjoint) the other way. pack and
+  // non-accumulating unpack move any dtype; accumulate needs f32 or f64.
   virtual void halo_pack(DType dtype, const void* field, const StridedLayout& layout,
-                         const domain::detail::HaloRect& rect, void* out, int device) = 0;
+                         const HaloRect& rect, void* out, int device) = 0;
   virtual void halo_unpack(DType dtype, void* field, const StridedLayout& layout,
-                           const domain::detail::HaloRect& rect, const void* in, bool accumulate, int device) = 0;
+                           const HaloRect& rect, const void* in, bool accumulate, int device) = 0;
+  // Zeroes `rect` of the field (the rows beyond a pole; the halo before an adjoint).
+  virtual void halo_zero(DType dtype, void* field, const StridedLayout& layout, const HaloRect& rect,
+                         int device) = 0;
 
-  // ---- Pinned (page-locked) host memory for staging, and stream ordering.
+  // ---- Pinned (page-locked) host memory for staging, and stream ordering. The host
+  // backend hands out ordinary aligned memory and has nothing to synchronise.
   virtual void* allocate_pinned(std::size_t bytes) = 0;
   virtual void free_pinned(void* ptr) noexcept = 0;
   // Blocks until the device's compute stream is idle.
@@ -136,34 +181,19 @@ class DeviceCompute {
   // Returns the device's cached free blocks to the driver.
   virtual void release_cached_memory(int device) = 0;
   // Whether `ptr` is memory the device can address (device or managed memory): the
-  // check a non-owning CUDA view gets before a kernel touches it.
+  // check a non-owning CUDA view gets before a kernel touches it (always true on the host).
   virtual bool is_device_memory(const void* ptr, int device) = 0;
 };
 
-// The compute entries serving `device`; throws UnsupportedError naming `what` when its
-// backend has none (the host backend: callers take their host path first).
-inline DeviceCompute& device_compute(Device device, const std::string& what) {
-  DeviceCompute* compute = backend_for(device).device_compute();
-  if (compute == nullptr) {
-    throw UnsupportedError(what + ": the " + backend_for(device).name() + " backend has no device kernels");
-  }
-  return *compute;
+// The compute entries serving `t`'s device, after checking that the device can run `t`
+// (Backend::require_usable). `who` starts every error message ("ops::gemm: A").
+inline Compute& compute_for(const Tensor& t, const std::string& who) {
+  Backend& backend = backend_for(t.device());
+  backend.require_usable(t, who);
+  return backend.compute();
 }
 
-// Throws UnsupportedError (the message starts with `who`, then the tensor) when the CUDA
-// tensor `t` cannot run on the CUDA compute backend: no device is visible (or the build
-// has no CUDA), or `t` is a view of memory that is not device memory.
-inline void require_usable_cuda_tensor(const Tensor& t, const std::string& who) {
-  if (cuda_device_count() == 0) {
-    throw UnsupportedError(who + " " + t.str() + " is a CUDA tensor, but the CUDA compute backend cannot run it: " +
-                           cuda_unavailable_reason());
-  }
-  if (!t.owns_storage() && t.numel() > 0 &&
-      !device_compute(t.device(), who).is_device_memory(t.data(), t.device().index)) {
-    throw UnsupportedError(who + " " + t.str() +
-                           " is a view of memory that is not CUDA device memory; the CUDA compute backend needs "
-                           "cudaMalloc'd or managed memory");
-  }
-}
+// The compute entries of a device, without a tensor to check (a Mesh's device).
+inline Compute& compute_for(Device device) { return backend_for(device).compute(); }
 
 }  // namespace tessera::detail
