@@ -39,13 +39,10 @@ inline void require_same_device(const Tensor& a, const char* role_a, const Tenso
   }
 }
 
-// Whether a call runs on the CUDA device (its first tensor decides; the checks above
-// hold every other tensor to the same device).
-inline bool on_cuda(const Tensor& t) { return t.device().is_cuda(); }
-
-// The device compute entries for a call on t's device.
-inline tessera::detail::DeviceCompute& compute_for(const Tensor& t, const char* fn) {
-  return tessera::detail::device_compute(t.device(), fn_name(fn));
+// The compute entries for a call on t's device (its first tensor decides; the checks
+// above hold every other tensor to the same device).
+inline tessera::detail::Compute& compute_for(const Tensor& t, const char* fn) {
+  return tessera::detail::compute_for(t, fn_name(fn));
 }
 
 // `b` must share `a`'s dtype (one dtype per call: no silent mixed precision) and device.
