@@ -70,6 +70,14 @@ struct GemmArgs {
   double alpha = 1.0, beta = 0.0;
 };
 
+// The geometry of one attention call (see Compute::attention).
+struct AttentionShape {
+  std::int64_t batch = 0, seq = 0, width = 0, heads = 1;
+  bool causal = false;
+  double scale = 1.0;  // 1 / sqrt(head_dim)
+  std::int64_t head_dim() const { return width / heads; }
+};
+
 class Compute {
  public:
   virtual ~Compute() = default;
@@ -130,7 +138,7 @@ class Compute {
                                      void* grad, std::int64_t rows, std::int64_t dim, std::int64_t row_offset,
                                      int device) = 0;
 
-  // ---- Softmax / cross-entropy pieces over logits x [n, v] (f64 outputs).
+  // ---- Cross-entropy pieces over logits x [n, v] (f64 outputs).
   virtual void row_max(DType dtype, const void* x, std::int64_t n, std::int64_t v, double* out, int device) = 0;
   // sum_exp[i] = sum_j exp(x_ij - row_max[i]); target_logit[i] = x[i, target col] or 0.
   virtual void sum_exp_and_target(DType dtype, const void* x, const std::int64_t* targets, std::int64_t n,
@@ -141,13 +149,16 @@ class Compute {
                                   std::int64_t v, std::int64_t first, std::int64_t ignore_index,
                                   const double* row_max, const double* sum_exp, double denom, void* grad,
                                   int device) = 0;
-  // Attention: scores [batch, S, S] in place -> probabilities (scaled by `scale`, causal
-  // mask: exact zeros above the diagonal).
-  virtual void softmax_rows(DType dtype, void* scores, std::int64_t batch, std::int64_t seq, double scale,
-                            bool causal, int device) = 0;
-  // dS = P * (dP - sum_j P dP) * scale, in place over dp [batch, S, S].
-  virtual void softmax_backward_rows(DType dtype, const void* probs, void* dp, std::int64_t batch,
-                                     std::int64_t seq, double scale, int device) = 0;
+
+  // ---- Attention core per (batch, head) over q, k, v [batch, seq, width] with
+  // width = heads * head_dim (head h owns columns [h*head_dim, (h+1)*head_dim)):
+  // probs [batch, heads, seq, seq] = softmax(scale * Q K^T) (causal: exact zeros above the
+  // diagonal), out = probs V. The backward writes dq, dk, dv from dout and the saved probs.
+  virtual void attention(DType dtype, const void* q, const void* k, const void* v, void* out, void* probs,
+                         const AttentionShape& shape, int device) = 0;
+  virtual void attention_backward(DType dtype, const void* dout, const void* q, const void* k, const void* v,
+                                  const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
+                                  int device) = 0;
 
   // ---- Conv2d helpers for one sample.
   virtual void im2col(DType dtype, const void* x, void* cols, const Im2colGeometry& g, int device) = 0;

@@ -4,7 +4,6 @@
 // scale / zero shift (affine = false); an undefined grad_gamma / grad_beta is skipped.
 
 #include <cmath>
-#include <vector>
 
 #include "functional_support.hpp"
 #include "tessera/nn/functional.hpp"
@@ -52,11 +51,7 @@ void check_eps(double eps, const char* fn) {
   }
 }
 
-template <class T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-// Untyped, for the device entries (dtypes are checked by then).
+// Untyped, for the compute entries (dtypes are checked by then).
 void* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
 }  // namespace
@@ -71,34 +66,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   mean = Tensor::empty({rows}, x.dtype(), x.device());
   rstd = Tensor::empty({rows}, x.dtype(), x.device());
-  if (detail::on_cuda(x)) {
-    detail::compute_for(x, fn).layer_norm(x.dtype(), x.data(), data_or_null(gamma), data_or_null(beta), eps,
-                                          y.data(), mean.data(), rstd.data(), rows, n, x.device().index);
-    return y;
-  }
-  detail::dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = data_or_null<T>(gamma);
-    const T* b = data_or_null<T>(beta);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * n;
-      T* out = y.data<T>() + r * n;
-      double sum = 0;
-      for (std::int64_t i = 0; i < n; ++i) sum += in[i];
-      const double mu = sum / static_cast<double>(n);
-      double sq = 0;
-      for (std::int64_t i = 0; i < n; ++i) sq += (in[i] - mu) * (in[i] - mu);
-      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
-      for (std::int64_t i = 0; i < n; ++i) {
-        double v = (in[i] - mu) * inv;
-        if (g) v *= g[i];
-        if (b) v += b[i];
-        out[i] = static_cast<T>(v);
-      }
-      mean.data<T>()[r] = static_cast<T>(mu);
-      rstd.data<T>()[r] = static_cast<T>(inv);
-    }
-  });
+  detail::compute_for(x, fn).layer_norm(x.dtype(), x.data(), data_or_null(gamma), data_or_null(beta), eps,
+                                        y.data(), mean.data(), rstd.data(), rows, n, x.device().index);
   return y;
 }
 
@@ -118,41 +87,9 @@ Tensor layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& 
   check_stat(mean, "mean", x, rows, fn);
   check_stat(rstd, "rstd", x, rows, fn);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (detail::on_cuda(x)) {
-    detail::compute_for(x, fn).layer_norm_backward(x.dtype(), grad_y.data(), x.data(), data_or_null(gamma),
-                                                   mean.data(), rstd.data(), dx.data(), data_or_null(grad_gamma),
-                                                   data_or_null(grad_beta), rows, n, x.device().index);
-    return dx;
-  }
-  detail::dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* gm = data_or_null<T>(gamma);
-    std::vector<double> dgamma(grad_gamma.defined() ? n : 0, 0.0), dbeta(grad_beta.defined() ? n : 0, 0.0);
-    std::vector<double> xhat(n), g(n);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * n;
-      const T* dy = grad_y.data<T>() + r * n;
-      T* out = dx.data<T>() + r * n;
-      const double mu = mean.data<T>()[r], inv = rstd.data<T>()[r];
-      double sum_g = 0, sum_gx = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        xhat[i] = (in[i] - mu) * inv;
-        g[i] = gm ? static_cast<double>(dy[i]) * gm[i] : static_cast<double>(dy[i]);
-        sum_g += g[i];
-        sum_gx += g[i] * xhat[i];
-      }
-      const double mean_g = sum_g / static_cast<double>(n), mean_gx = sum_gx / static_cast<double>(n);
-      for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(inv * (g[i] - mean_g - xhat[i] * mean_gx));
-      if (!dgamma.empty())
-        for (std::int64_t i = 0; i < n; ++i) dgamma[i] += dy[i] * xhat[i];
-      if (!dbeta.empty())
-        for (std::int64_t i = 0; i < n; ++i) dbeta[i] += dy[i];
-    }
-    if (!dgamma.empty())
-      for (std::int64_t i = 0; i < n; ++i) grad_gamma.data<T>()[i] += static_cast<T>(dgamma[i]);
-    if (!dbeta.empty())
-      for (std::int64_t i = 0; i < n; ++i) grad_beta.data<T>()[i] += static_cast<T>(dbeta[i]);
-  });
+  detail::compute_for(x, fn).layer_norm_backward(x.dtype(), grad_y.data(), x.data(), data_or_null(gamma),
+                                                 mean.data(), rstd.data(), dx.data(), data_or_null(grad_gamma),
+                                                 data_or_null(grad_beta), rows, n, x.device().index);
   return dx;
 }
 
@@ -164,24 +101,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& gamma, double eps, Tensor& rstd) 
   const std::int64_t rows = x.numel() / n;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   rstd = Tensor::empty({rows}, x.dtype(), x.device());
-  if (detail::on_cuda(x)) {
-    detail::compute_for(x, fn).rms_norm(x.dtype(), x.data(), data_or_null(gamma), eps, y.data(), rstd.data(), rows,
-                                        n, x.device().index);
-    return y;
-  }
-  detail::dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = data_or_null<T>(gamma);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * n;
-      T* out = y.data<T>() + r * n;
-      double sq = 0;
-      for (std::int64_t i = 0; i < n; ++i) sq += static_cast<double>(in[i]) * in[i];
-      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
-      for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(g ? in[i] * inv * g[i] : in[i] * inv);
-      rstd.data<T>()[r] = static_cast<T>(inv);
-    }
-  });
+  detail::compute_for(x, fn).rms_norm(x.dtype(), x.data(), data_or_null(gamma), eps, y.data(), rstd.data(), rows,
+                                      n, x.device().index);
   return y;
 }
 
@@ -198,36 +119,9 @@ Tensor rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& ga
   const std::int64_t rows = x.numel() / n;
   check_stat(rstd, "rstd", x, rows, fn);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (detail::on_cuda(x)) {
-    detail::compute_for(x, fn).rms_norm_backward(x.dtype(), grad_y.data(), x.data(), data_or_null(gamma),
-                                                 rstd.data(), dx.data(), data_or_null(grad_gamma), rows, n,
-                                                 x.device().index);
-    return dx;
-  }
-  detail::dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* gm = data_or_null<T>(gamma);
-    std::vector<double> dgamma(grad_gamma.defined() ? n : 0, 0.0);
-    std::vector<double> xhat(n), g(n);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * n;
-      const T* dy = grad_y.data<T>() + r * n;
-      T* out = dx.data<T>() + r * n;
-      const double inv = rstd.data<T>()[r];
-      double sum_gx = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        xhat[i] = in[i] * inv;
-        g[i] = gm ? static_cast<double>(dy[i]) * gm[i] : static_cast<double>(dy[i]);
-        sum_gx += g[i] * xhat[i];
-      }
-      const double mean_gx = sum_gx / static_cast<double>(n);
-      for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(inv * (g[i] - xhat[i] * mean_gx));
-      if (!dgamma.empty())
-        for (std::int64_t i = 0; i < n; ++i) dgamma[i] += dy[i] * xhat[i];
-    }
-    if (!dgamma.empty())
-      for (std::int64_t i = 0; i < n; ++i) grad_gamma.data<T>()[i] += static_cast<T>(dgamma[i]);
-  });
+  detail::compute_for(x, fn).rms_norm_backward(x.dtype(), grad_y.data(), x.data(), data_or_null(gamma),
+                                               rstd.data(), dx.data(), data_or_null(grad_gamma), rows, n,
+                                               x.device().index);
   return dx;
 }
 

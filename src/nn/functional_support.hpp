@@ -13,13 +13,13 @@ namespace tessera::nn::functional::detail {
 
 inline std::string fn_name(const char* fn) { return std::string("nn::functional::") + fn; }
 
-// Defined, contiguous, and on the host or on a CUDA device the CUDA compute backend can
-// run (a CUDA tensor without a visible device, or a view of non-device memory, is an
-// UnsupportedError); for floating roles also f32 or f64. A function called with CUDA
-// tensors runs its device kernels (backend/compute.hpp).
+// Defined, contiguous, and on a device whose backend can run it (a CUDA tensor without
+// a visible device, or a view of non-device memory, is an UnsupportedError); for
+// floating roles also f32 or f64. The kernels run on the tensor's device through the
+// compute interface (backend/compute.hpp).
 inline void require_tensor(const Tensor& t, const char* fn, const char* role) {
   if (!t.defined()) throw InvalidArgument(fn_name(fn) + ": " + role + " is undefined");
-  if (t.device().is_cuda()) tessera::detail::require_usable_cuda_tensor(t, fn_name(fn) + ": " + role);
+  backend_for(t.device()).require_usable(t, fn_name(fn) + ": " + role);
   if (!t.is_contiguous()) throw ShapeError(fn_name(fn) + ": " + role + " " + t.str() + " must be contiguous");
 }
 

@@ -1,178 +1,46 @@
-// ops.hpp: OpenBLAS for GEMM and plain loops for the rest on the host; CUDA tensors go
-// to the CUDA backend's device compute entries (cuBLAS and kernels), with the same
-// argument checks first.
+// HostCompute, BLAS family: GEMM through CBLAS (the only file that includes <cblas.h>),
+// the vector ops and the reductions as plain loops accumulating in double. Host BLAS
+// threading (OpenBLAS) is set here too.
 
 #include <cblas.h>
 
-#include "backend/compute.hpp"
+#include <vector>
+
+#include "backend/host/host_compute.hpp"
+#include "tessera/bfloat16.hpp"
 #include "tessera/ops.hpp"
 
-namespace tessera::ops {
+namespace tessera::detail {
 
 namespace {
 
-// Defined, contiguous, f32 or f64 (bf16 too where `allow_bf16`: the CUDA GEMM), and on
-// the host or on a CUDA device the CUDA compute backend can run.
-void require_float(const Tensor& t, const char* op, const char* role, bool allow_bf16 = false) {
-  if (!t.defined()) throw InvalidArgument(std::string("ops::") + op + ": " + role + " is undefined");
-  if (t.device().is_cuda()) tessera::detail::require_usable_cuda_tensor(t, std::string("ops::") + op + ": " + role);
-  const bool bf16_ok = allow_bf16 && t.device().is_cuda() && t.dtype() == DType::bf16;
-  if (t.dtype() != DType::f32 && t.dtype() != DType::f64 && !bf16_ok) {
-    throw ShapeError(std::string("ops::") + op + ": " + role + " " + t.str() + " must be f32 or f64" +
-                     (allow_bf16 ? " (or bf16 on a CUDA device)" : ""));
-  }
-  if (!t.is_contiguous()) {
-    throw ShapeError(std::string("ops::") + op + ": " + role + " " + t.str() + " must be contiguous");
-  }
+void cblas_gemm_f32(const GemmArgs& g, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c) {
+  cblas_sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(g.m), static_cast<blasint>(g.n), static_cast<blasint>(g.k),
+              static_cast<float>(g.alpha), a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
+              static_cast<float>(g.beta), c, static_cast<blasint>(g.ldc));
 }
 
-void require_same_device(const Tensor& a, const Tensor& b, const char* op) {
-  if (!(a.device() == b.device())) {
-    throw InvalidArgument(std::string("ops::") + op + ": " + a.str() + " and " + b.str() +
-                          " are on different devices");
-  }
-}
-
-tessera::detail::DeviceCompute& compute_for(const Tensor& t, const char* op) {
-  return tessera::detail::device_compute(t.device(), std::string("ops::") + op);
-}
-
-void require_same(const Tensor& a, const Tensor& b, const char* op) {
-  require_same_device(a, b, op);
-  if (a.dtype() != b.dtype()) {
-    throw ShapeError(std::string("ops::") + op + ": dtypes differ: " + a.str() + " vs " + b.str());
-  }
-}
-
-int resolve_channel_dim(const Tensor& y, int channel_dim, const char* op) {
-  const int d = channel_dim < 0 ? y.dim() + channel_dim : channel_dim;
-  if (d < 0 || d >= y.dim()) {
-    throw InvalidArgument(std::string("ops::") + op + ": channel dim " + std::to_string(channel_dim) +
-                          " out of range for " + y.str());
-  }
-  return d;
-}
-
-// Splits y's shape around dim d into (outer, channels, inner) element counts.
-void split_around(const Tensor& y, int d, std::int64_t& outer, std::int64_t& channels, std::int64_t& inner) {
-  outer = 1;
-  inner = 1;
-  for (int i = 0; i < d; ++i) outer *= y.shape()[i];
-  for (int i = d + 1; i < y.dim(); ++i) inner *= y.shape()[i];
-  channels = y.shape()[d];
-}
-
-}  // namespace
-
-void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
-  require_float(a, "gemm", "A", /*allow_bf16=*/true);
-  require_float(b, "gemm", "B", /*allow_bf16=*/true);
-  require_float(c, "gemm", "C", /*allow_bf16=*/true);
-  require_same(a, b, "gemm");
-  // bf16 inputs (CUDA only) may accumulate into an f32 C; otherwise one dtype.
-  if (!(a.dtype() == DType::bf16 && c.dtype() == DType::f32)) require_same(a, c, "gemm");
-  require_same_device(a, c, "gemm");
-  if (a.dim() != 2 || b.dim() != 2 || c.dim() != 2) {
-    throw ShapeError("ops::gemm: A " + a.str() + ", B " + b.str() + " and C " + c.str() + " must be 2-D");
-  }
-  const std::int64_t m = ta ? a.size(1) : a.size(0);
-  const std::int64_t k = ta ? a.size(0) : a.size(1);
-  const std::int64_t kb = tb ? b.size(1) : b.size(0);
-  const std::int64_t n = tb ? b.size(0) : b.size(1);
-  if (k != kb || c.size(0) != m || c.size(1) != n) {
-    throw ShapeError("ops::gemm: op(A) " + a.str() + (ta ? "^T" : "") + " times op(B) " + b.str() +
-                     (tb ? "^T" : "") + " does not fit C " + c.str());
-  }
-  if (a.device().is_cuda()) {
-    tessera::detail::DeviceGemm args;
-    args.ab = a.dtype();
-    args.c = c.dtype();
-    args.transpose_a = ta;
-    args.transpose_b = tb;
-    args.m = m;
-    args.n = n;
-    args.k = k;
-    args.a = a.data();
-    args.lda = a.size(1);
-    args.b = b.data();
-    args.ldb = b.size(1);
-    args.out = c.data();
-    args.ldc = n;
-    args.alpha = alpha;
-    args.beta = beta;
-    compute_for(a, "gemm").gemm(args, a.device().index);
+// bf16 x bf16 on the host: widen A and B to f32 (exact), run the f32 GEMM into an f32 C
+// (fp32 accumulation, as cuBLAS's bf16 GEMM with CUBLAS_COMPUTE_32F), round to bf16 if C is.
+void gemm_bf16(const GemmArgs& g) {
+  const std::int64_t a_rows = g.transpose_a ? g.k : g.m, b_rows = g.transpose_b ? g.n : g.k;
+  std::vector<float> a(static_cast<std::size_t>(a_rows * g.lda)), b(static_cast<std::size_t>(b_rows * g.ldb));
+  const auto* a16 = static_cast<const bfloat16*>(g.a);
+  const auto* b16 = static_cast<const bfloat16*>(g.b);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(a16[i]);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(b16[i]);
+  if (g.c == DType::f32) {
+    cblas_gemm_f32(g, a.data(), g.lda, b.data(), g.ldb, static_cast<float*>(g.out));
     return;
   }
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    scale(c, beta);
-    return;
-  }
-  const auto op_a = ta ? CblasTrans : CblasNoTrans;
-  const auto op_b = tb ? CblasTrans : CblasNoTrans;
-  const auto lda = static_cast<blasint>(a.size(1)), ldb = static_cast<blasint>(b.size(1)),
-             ldc = static_cast<blasint>(n);
-  if (a.dtype() == DType::f32) {
-    cblas_sgemm(CblasRowMajor, op_a, op_b, static_cast<blasint>(m), static_cast<blasint>(n),
-                static_cast<blasint>(k), static_cast<float>(alpha), a.data<float>(), lda, b.data<float>(), ldb,
-                static_cast<float>(beta), c.data<float>(), ldc);
-  } else {
-    cblas_dgemm(CblasRowMajor, op_a, op_b, static_cast<blasint>(m), static_cast<blasint>(n),
-                static_cast<blasint>(k), alpha, a.data<double>(), lda, b.data<double>(), ldb, beta,
-                c.data<double>(), ldc);
-  }
+  auto* c16 = static_cast<bfloat16*>(g.out);
+  std::vector<float> c(static_cast<std::size_t>(g.m * g.ldc));
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(c16[i]);
+  cblas_gemm_f32(g, a.data(), g.lda, b.data(), g.ldb, c.data());
+  for (std::size_t i = 0; i < c.size(); ++i) c16[i] = bfloat16(c[i]);
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  require_float(a, "matmul", "A", /*allow_bf16=*/true);
-  if (a.dim() != 2 || b.dim() != 2) {
-    throw ShapeError("ops::matmul: A " + a.str() + " and B " + b.str() + " must be 2-D");
-  }
-  Tensor c = Tensor::empty({ta ? a.size(1) : a.size(0), tb ? b.size(0) : b.size(1)}, a.dtype(), a.device());
-  gemm(a, ta, b, tb, c, 1.0, 0.0);
-  return c;
-}
-
-void axpy(double alpha, const Tensor& x, Tensor& y) {
-  require_float(x, "axpy", "x");
-  require_float(y, "axpy", "y");
-  require_same(x, y, "axpy");
-  if (x.shape() != y.shape()) throw ShapeError("ops::axpy: x " + x.str() + " and y " + y.str() + " differ in shape");
-  const std::int64_t n = x.numel();
-  if (x.device().is_cuda()) {
-    compute_for(x, "axpy").axpy(x.dtype(), n, alpha, x.data(), y.data(), x.device().index);
-    return;
-  }
-  if (x.dtype() == DType::f32) {
-    const float* xs = x.data<float>();
-    float* ys = y.data<float>();
-    const float a = static_cast<float>(alpha);
-    for (std::int64_t i = 0; i < n; ++i) ys[i] += a * xs[i];
-  } else {
-    const double* xs = x.data<double>();
-    double* ys = y.data<double>();
-    for (std::int64_t i = 0; i < n; ++i) ys[i] += alpha * xs[i];
-  }
-}
-
-void scale(Tensor& y, double alpha) {
-  require_float(y, "scale", "y");
-  const std::int64_t n = y.numel();
-  if (y.device().is_cuda()) {
-    compute_for(y, "scale").scale(y.dtype(), n, alpha, y.data(), y.device().index);
-    return;
-  }
-  if (y.dtype() == DType::f32) {
-    float* ys = y.data<float>();
-    const float a = static_cast<float>(alpha);
-    for (std::int64_t i = 0; i < n; ++i) ys[i] *= a;
-  } else {
-    double* ys = y.data<double>();
-    for (std::int64_t i = 0; i < n; ++i) ys[i] *= alpha;
-  }
-}
-
-namespace {
 template <class T>
 void add_bias_typed(T* y, const T* bias, std::int64_t outer, std::int64_t channels, std::int64_t inner) {
   for (std::int64_t o = 0; o < outer; ++o)
@@ -182,6 +50,7 @@ void add_bias_typed(T* y, const T* bias, std::int64_t outer, std::int64_t channe
       for (std::int64_t i = 0; i < inner; ++i) row[i] += b;
     }
 }
+
 template <class T>
 void bias_grad_typed(const T* dy, T* grad, std::int64_t outer, std::int64_t channels, std::int64_t inner) {
   for (std::int64_t c = 0; c < channels; ++c) {
@@ -193,76 +62,128 @@ void bias_grad_typed(const T* dy, T* grad, std::int64_t outer, std::int64_t chan
     grad[c] += static_cast<T>(acc);
   }
 }
+
+// Widened element (bf16 and f32 go through float first, as clipping always did).
+template <class T>
+double squared(T x) {
+  const double v = static_cast<double>(static_cast<float>(x));
+  return v * v;
+}
+template <>
+double squared<double>(double x) {
+  return x * x;
+}
+
+template <class T>
+double sum_squares_typed(const void* data, std::int64_t n) {
+  const T* x = static_cast<const T*>(data);
+  double acc = 0;
+  for (std::int64_t i = 0; i < n; ++i) acc += squared(x[i]);
+  return acc;
+}
+
 }  // namespace
 
-void add_bias(Tensor& y, const Tensor& bias, int channel_dim) {
-  require_float(y, "add_bias", "y");
-  require_float(bias, "add_bias", "bias");
-  require_same(y, bias, "add_bias");
-  const int d = resolve_channel_dim(y, channel_dim, "add_bias");
-  std::int64_t outer, channels, inner;
-  split_around(y, d, outer, channels, inner);
-  if (bias.numel() != channels) {
-    throw ShapeError("ops::add_bias: bias " + bias.str() + " does not match dim " + std::to_string(d) + " of " + y.str());
-  }
-  if (y.device().is_cuda()) {
-    compute_for(y, "add_bias").add_bias(y.dtype(), y.data(), bias.data(), outer, channels, inner, y.device().index);
+void HostCompute::gemm(const GemmArgs& g, int) {
+  if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {
+    // C = beta * C: the product of empty operands is zero.
+    scale(g.c, g.m * g.ldc, g.beta, g.out, 0);
     return;
   }
-  if (y.dtype() == DType::f32) add_bias_typed(y.data<float>(), bias.data<float>(), outer, channels, inner);
-  else add_bias_typed(y.data<double>(), bias.data<double>(), outer, channels, inner);
-}
-
-void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim) {
-  require_float(dy, "accumulate_bias_grad", "dy");
-  require_float(grad_bias, "accumulate_bias_grad", "grad_bias");
-  require_same(dy, grad_bias, "accumulate_bias_grad");
-  const int d = resolve_channel_dim(dy, channel_dim, "accumulate_bias_grad");
-  std::int64_t outer, channels, inner;
-  split_around(dy, d, outer, channels, inner);
-  if (grad_bias.numel() != channels) {
-    throw ShapeError("ops::accumulate_bias_grad: grad_bias " + grad_bias.str() + " does not match dim " +
-                     std::to_string(d) + " of " + dy.str());
-  }
-  if (dy.device().is_cuda()) {
-    compute_for(dy, "accumulate_bias_grad")
-        .accumulate_bias_grad(dy.dtype(), dy.data(), grad_bias.data(), outer, channels, inner, dy.device().index);
-    return;
-  }
-  if (dy.dtype() == DType::f32) bias_grad_typed(dy.data<float>(), grad_bias.data<float>(), outer, channels, inner);
-  else bias_grad_typed(dy.data<double>(), grad_bias.data<double>(), outer, channels, inner);
-}
-
-double sum(const Tensor& x) {
-  require_float(x, "sum", "x");
-  if (x.device().is_cuda()) return compute_for(x, "sum").sum(x.dtype(), x.data(), x.numel(), x.device().index);
-  double acc = 0;
-  const std::int64_t n = x.numel();
-  if (x.dtype() == DType::f32) {
-    for (std::int64_t i = 0; i < n; ++i) acc += x.data<float>()[i];
+  if (g.ab == DType::bf16) {
+    gemm_bf16(g);
+  } else if (g.ab == DType::f32) {
+    cblas_gemm_f32(g, static_cast<const float*>(g.a), g.lda, static_cast<const float*>(g.b), g.ldb,
+                   static_cast<float*>(g.out));
   } else {
-    for (std::int64_t i = 0; i < n; ++i) acc += x.data<double>()[i];
+    cblas_dgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(g.m), static_cast<blasint>(g.n), static_cast<blasint>(g.k), g.alpha,
+                static_cast<const double*>(g.a), static_cast<blasint>(g.lda), static_cast<const double*>(g.b),
+                static_cast<blasint>(g.ldb), g.beta, static_cast<double*>(g.out), static_cast<blasint>(g.ldc));
+  }
+}
+
+void HostCompute::axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int) {
+  if (dtype == DType::f32) {
+    const auto* xs = static_cast<const float*>(x);
+    auto* ys = static_cast<float*>(y);
+    const float a = static_cast<float>(alpha);
+    for (std::int64_t i = 0; i < n; ++i) ys[i] += a * xs[i];
+  } else {
+    const auto* xs = static_cast<const double*>(x);
+    auto* ys = static_cast<double*>(y);
+    for (std::int64_t i = 0; i < n; ++i) ys[i] += alpha * xs[i];
+  }
+}
+
+void HostCompute::scale(DType dtype, std::int64_t n, double alpha, void* y, int) {
+  if (dtype == DType::f32) {
+    auto* ys = static_cast<float*>(y);
+    const float a = static_cast<float>(alpha);
+    for (std::int64_t i = 0; i < n; ++i) ys[i] *= a;
+  } else if (dtype == DType::f64) {
+    auto* ys = static_cast<double*>(y);
+    for (std::int64_t i = 0; i < n; ++i) ys[i] *= alpha;
+  } else {
+    auto* ys = static_cast<bfloat16*>(y);
+    for (std::int64_t i = 0; i < n; ++i) ys[i] = bfloat16(static_cast<float>(static_cast<float>(ys[i]) * alpha));
+  }
+}
+
+void HostCompute::add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,
+                           std::int64_t inner, int) {
+  if (dtype == DType::f32) {
+    add_bias_typed(static_cast<float*>(y), static_cast<const float*>(bias), outer, channels, inner);
+  } else {
+    add_bias_typed(static_cast<double*>(y), static_cast<const double*>(bias), outer, channels, inner);
+  }
+}
+
+void HostCompute::accumulate_bias_grad(DType dtype, const void* dy, void* grad, std::int64_t outer,
+                                       std::int64_t channels, std::int64_t inner, int) {
+  if (dtype == DType::f32) {
+    bias_grad_typed(static_cast<const float*>(dy), static_cast<float*>(grad), outer, channels, inner);
+  } else {
+    bias_grad_typed(static_cast<const double*>(dy), static_cast<double*>(grad), outer, channels, inner);
+  }
+}
+
+double HostCompute::sum(DType dtype, const void* x, std::int64_t n, int) {
+  double acc = 0;
+  if (dtype == DType::f32) {
+    for (std::int64_t i = 0; i < n; ++i) acc += static_cast<const float*>(x)[i];
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) acc += static_cast<const double*>(x)[i];
   }
   return acc;
 }
 
-double dot(const Tensor& x, const Tensor& y) {
-  require_float(x, "dot", "x");
-  require_float(y, "dot", "y");
-  require_same(x, y, "dot");
-  if (x.numel() != y.numel()) throw ShapeError("ops::dot: " + x.str() + " and " + y.str() + " differ in size");
-  if (x.device().is_cuda()) {
-    return compute_for(x, "dot").dot(x.dtype(), x.data(), y.data(), x.numel(), x.device().index);
-  }
+double HostCompute::dot(DType dtype, const void* x, const void* y, std::int64_t n, int) {
   double acc = 0;
-  const std::int64_t n = x.numel();
-  if (x.dtype() == DType::f32) {
-    for (std::int64_t i = 0; i < n; ++i) acc += double(x.data<float>()[i]) * y.data<float>()[i];
+  if (dtype == DType::f32) {
+    const auto* xs = static_cast<const float*>(x);
+    const auto* ys = static_cast<const float*>(y);
+    for (std::int64_t i = 0; i < n; ++i) acc += double(xs[i]) * ys[i];
   } else {
-    for (std::int64_t i = 0; i < n; ++i) acc += x.data<double>()[i] * y.data<double>()[i];
+    const auto* xs = static_cast<const double*>(x);
+    const auto* ys = static_cast<const double*>(y);
+    for (std::int64_t i = 0; i < n; ++i) acc += xs[i] * ys[i];
   }
   return acc;
 }
+
+double HostCompute::sum_squares(DType dtype, const void* x, std::int64_t n, int) {
+  switch (dtype) {
+    case DType::f32: return sum_squares_typed<float>(x, n);
+    case DType::f64: return sum_squares_typed<double>(x, n);
+    default: return sum_squares_typed<bfloat16>(x, n);
+  }
+}
+
+}  // namespace tessera::detail
+
+namespace tessera::ops {
 
 void set_host_threads(int threads) {
   if (threads < 1) throw InvalidArgument("ops::set_host_threads: threads must be >= 1, got " + std::to_string(threads));
@@ -270,11 +191,5 @@ void set_host_threads(int threads) {
 }
 
 int host_threads() noexcept { return openblas_get_num_threads(); }
-
-int host_thread_share(int usable_cores, int ranks_on_node) noexcept {
-  if (ranks_on_node < 1) return usable_cores > 0 ? usable_cores : 1;
-  const int share = usable_cores / ranks_on_node;
-  return share > 0 ? share : 1;
-}
 
 }  // namespace tessera::ops

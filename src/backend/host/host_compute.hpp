@@ -6,7 +6,8 @@
 //   host_blas.cpp        gemm, axpy, scale, add_bias, accumulate_bias_grad, sum, dot, sum_squares
 //   host_elementwise.cpp activation(+backward), swiglu(+backward), cast
 //   host_norm.cpp        layer_norm, rms_norm (+backward)
-//   host_softmax.cpp     row_max, sum_exp_and_target, cross_entropy_grad, softmax_rows(+backward)
+//   host_softmax.cpp     row_max, sum_exp_and_target, cross_entropy_grad
+//   host_attention.cpp   attention (+backward), fused per head, double accumulation
 //   host_embedding.cpp   embedding_gather, embedding_scatter_add
 //   host_im2col.cpp      im2col, col2im_add
 //   host_init.cpp        init_uniform
@@ -64,7 +65,7 @@ class HostCompute final : public Compute {
   void embedding_scatter_add(DType dtype, const void* dy, const std::int64_t* ids, std::int64_t count, void* grad,
                              std::int64_t rows, std::int64_t dim, std::int64_t row_offset, int device) override;
 
-  // host_softmax.cpp
+  // host_softmax.cpp (cross-entropy pieces)
   void row_max(DType dtype, const void* x, std::int64_t n, std::int64_t v, double* out, int device) override;
   void sum_exp_and_target(DType dtype, const void* x, const std::int64_t* targets, std::int64_t n, std::int64_t v,
                           std::int64_t first, std::int64_t ignore_index, const double* row_max, double* sum_exp,
@@ -72,10 +73,13 @@ class HostCompute final : public Compute {
   void cross_entropy_grad(DType dtype, const void* x, const std::int64_t* targets, std::int64_t n, std::int64_t v,
                           std::int64_t first, std::int64_t ignore_index, const double* row_max,
                           const double* sum_exp, double denom, void* grad, int device) override;
-  void softmax_rows(DType dtype, void* scores, std::int64_t batch, std::int64_t seq, double scale, bool causal,
-                    int device) override;
-  void softmax_backward_rows(DType dtype, const void* probs, void* dp, std::int64_t batch, std::int64_t seq,
-                             double scale, int device) override;
+
+  // host_attention.cpp
+  void attention(DType dtype, const void* q, const void* k, const void* v, void* out, void* probs,
+                 const AttentionShape& shape, int device) override;
+  void attention_backward(DType dtype, const void* dout, const void* q, const void* k, const void* v,
+                          const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
+                          int device) override;
 
   // host_im2col.cpp
   void im2col(DType dtype, const void* x, void* cols, const Im2colGeometry& g, int device) override;

@@ -1,0 +1,174 @@
+// ops.hpp: the dense building blocks every layer uses. This file checks the arguments
+// and dispatches to the tensors' backend through the compute interface
+// (backend/compute.hpp): CBLAS and loops on the host (backend/host/host_blas.cpp),
+// cuBLAS and kernels on CUDA. No device is special-cased here.
+
+#include "tessera/ops.hpp"
+
+#include "backend/compute.hpp"
+
+namespace tessera::ops {
+
+namespace {
+
+std::string who(const char* op, const char* role) { return std::string("ops::") + op + ": " + role; }
+
+// Defined, contiguous, usable on its device, and f32 or f64 (bf16 too where `allow_bf16`:
+// the GEMM inputs and output).
+void require_float(const Tensor& t, const char* op, const char* role, bool allow_bf16 = false) {
+  if (!t.defined()) throw InvalidArgument(who(op, role) + " is undefined");
+  backend_for(t.device()).require_usable(t, who(op, role));
+  const bool bf16_ok = allow_bf16 && t.dtype() == DType::bf16;
+  if (t.dtype() != DType::f32 && t.dtype() != DType::f64 && !bf16_ok) {
+    throw ShapeError(who(op, role) + " " + t.str() + " must be f32 or f64" + (allow_bf16 ? " (or bf16)" : ""));
+  }
+  if (!t.is_contiguous()) throw ShapeError(who(op, role) + " " + t.str() + " must be contiguous");
+}
+
+void require_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  if (!(a.device() == b.device())) {
+    throw InvalidArgument(std::string("ops::") + op + ": " + a.str() + " and " + b.str() +
+                          " are on different devices");
+  }
+}
+
+tessera::detail::Compute& compute_for(const Tensor& t, const char* op) {
+  return tessera::detail::compute_for(t, std::string("ops::") + op);
+}
+
+void require_same(const Tensor& a, const Tensor& b, const char* op) {
+  require_same_device(a, b, op);
+  if (a.dtype() != b.dtype()) {
+    throw ShapeError(std::string("ops::") + op + ": dtypes differ: " + a.str() + " vs " + b.str());
+  }
+}
+
+int resolve_channel_dim(const Tensor& y, int channel_dim, const char* op) {
+  const int d = channel_dim < 0 ? y.dim() + channel_dim : channel_dim;
+  if (d < 0 || d >= y.dim()) {
+    throw InvalidArgument(std::string("ops::") + op + ": channel dim " + std::to_string(channel_dim) +
+                          " out of range for " + y.str());
+  }
+  return d;
+}
+
+// Splits y's shape around dim d into (outer, channels, inner) element counts.
+void split_around(const Tensor& y, int d, std::int64_t& outer, std::int64_t& channels, std::int64_t& inner) {
+  outer = 1;
+  inner = 1;
+  for (int i = 0; i < d; ++i) outer *= y.shape()[i];
+  for (int i = d + 1; i < y.dim(); ++i) inner *= y.shape()[i];
+  channels = y.shape()[d];
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+  require_float(a, "gemm", "A", /*allow_bf16=*/true);
+  require_float(b, "gemm", "B", /*allow_bf16=*/true);
+  require_float(c, "gemm", "C", /*allow_bf16=*/true);
+  require_same(a, b, "gemm");
+  // bf16 inputs may accumulate into an f32 C; otherwise one dtype.
+  if (!(a.dtype() == DType::bf16 && c.dtype() == DType::f32)) require_same(a, c, "gemm");
+  require_same_device(a, c, "gemm");
+  if (a.dim() != 2 || b.dim() != 2 || c.dim() != 2) {
+    throw ShapeError("ops::gemm: A " + a.str() + ", B " + b.str() + " and C " + c.str() + " must be 2-D");
+  }
+  const std::int64_t m = ta ? a.size(1) : a.size(0);
+  const std::int64_t k = ta ? a.size(0) : a.size(1);
+  const std::int64_t kb = tb ? b.size(1) : b.size(0);
+  const std::int64_t n = tb ? b.size(0) : b.size(1);
+  if (k != kb || c.size(0) != m || c.size(1) != n) {
+    throw ShapeError("ops::gemm: op(A) " + a.str() + (ta ? "^T" : "") + " times op(B) " + b.str() +
+                     (tb ? "^T" : "") + " does not fit C " + c.str());
+  }
+  tessera::detail::GemmArgs args;
+  args.ab = a.dtype();
+  args.c = c.dtype();
+  args.transpose_a = ta;
+  args.transpose_b = tb;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = a.data();
+  args.lda = a.size(1);
+  args.b = b.data();
+  args.ldb = b.size(1);
+  args.out = c.data();
+  args.ldc = n;
+  args.alpha = alpha;
+  args.beta = beta;
+  compute_for(a, "gemm").gemm(args, a.device().index);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  require_float(a, "matmul", "A", /*allow_bf16=*/true);
+  if (a.dim() != 2 || b.dim() != 2) {
+    throw ShapeError("ops::matmul: A " + a.str() + " and B " + b.str() + " must be 2-D");
+  }
+  Tensor c = Tensor::empty({ta ? a.size(1) : a.size(0), tb ? b.size(0) : b.size(1)}, a.dtype(), a.device());
+  gemm(a, ta, b, tb, c, 1.0, 0.0);
+  return c;
+}
+
+void axpy(double alpha, const Tensor& x, Tensor& y) {
+  require_float(x, "axpy", "x");
+  require_float(y, "axpy", "y");
+  require_same(x, y, "axpy");
+  if (x.shape() != y.shape()) throw ShapeError("ops::axpy: x " + x.str() + " and y " + y.str() + " differ in shape");
+  compute_for(x, "axpy").axpy(x.dtype(), x.numel(), alpha, x.data(), y.data(), x.device().index);
+}
+
+void scale(Tensor& y, double alpha) {
+  require_float(y, "scale", "y");
+  compute_for(y, "scale").scale(y.dtype(), y.numel(), alpha, y.data(), y.device().index);
+}
+
+void add_bias(Tensor& y, const Tensor& bias, int channel_dim) {
+  require_float(y, "add_bias", "y");
+  require_float(bias, "add_bias", "bias");
+  require_same(y, bias, "add_bias");
+  const int d = resolve_channel_dim(y, channel_dim, "add_bias");
+  std::int64_t outer, channels, inner;
+  split_around(y, d, outer, channels, inner);
+  if (bias.numel() != channels) {
+    throw ShapeError("ops::add_bias: bias " + bias.str() + " does not match dim " + std::to_string(d) + " of " + y.str());
+  }
+  compute_for(y, "add_bias").add_bias(y.dtype(), y.data(), bias.data(), outer, channels, inner, y.device().index);
+}
+
+void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim) {
+  require_float(dy, "accumulate_bias_grad", "dy");
+  require_float(grad_bias, "accumulate_bias_grad", "grad_bias");
+  require_same(dy, grad_bias, "accumulate_bias_grad");
+  const int d = resolve_channel_dim(dy, channel_dim, "accumulate_bias_grad");
+  std::int64_t outer, channels, inner;
+  split_around(dy, d, outer, channels, inner);
+  if (grad_bias.numel() != channels) {
+    throw ShapeError("ops::accumulate_bias_grad: grad_bias " + grad_bias.str() + " does not match dim " +
+                     std::to_string(d) + " of " + dy.str());
+  }
+  compute_for(dy, "accumulate_bias_grad")
+      .accumulate_bias_grad(dy.dtype(), dy.data(), grad_bias.data(), outer, channels, inner, dy.device().index);
+}
+
+double sum(const Tensor& x) {
+  require_float(x, "sum", "x");
+  return compute_for(x, "sum").sum(x.dtype(), x.data(), x.numel(), x.device().index);
+}
+
+double dot(const Tensor& x, const Tensor& y) {
+  require_float(x, "dot", "x");
+  require_float(y, "dot", "y");
+  require_same(x, y, "dot");
+  if (x.numel() != y.numel()) throw ShapeError("ops::dot: " + x.str() + " and " + y.str() + " differ in size");
+  return compute_for(x, "dot").dot(x.dtype(), x.data(), y.data(), x.numel(), x.device().index);
+}
+
+int host_thread_share(int usable_cores, int ranks_on_node) noexcept {
+  if (ranks_on_node < 1) return usable_cores > 0 ? usable_cores : 1;
+  const int share = usable_cores / ranks_on_node;
+  return share > 0 ? share : 1;
+}
+
+}  // namespace tessera::ops
