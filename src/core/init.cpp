@@ -311,14 +311,15 @@ void initialize(Tensor& local, const Shape& global_shape, const Shape& local_off
   const Sampler sampler = make_sampler(spec, global_shape, name);
   const std::uint64_t key = detail::philox_stream_key(seed, name_key(name));
 
-  // On a CUDA device, constants and uniforms (including the xavier/kaiming uniform
-  // variants) are drawn by a kernel running the same Philox and the same FMA-free
-  // a + (b - a) u, so they are bit-identical to the host's. Normals and truncated normals
-  // need log/cos/erfc, whose CUDA versions may differ from glibc's in the last bit:
-  // those are filled on the host and copied over (initialisation runs once), which
-  // keeps the master weights bit-identical on every backend.
-  if (local.device().is_cuda() && (sampler.kind == InitType::constant || sampler.kind == InitType::uniform)) {
-    detail::require_usable_cuda_tensor(local, who + ": local tensor");
+  // Constants and uniforms (including the xavier/kaiming uniform variants) are drawn by
+  // the block's backend (HostCompute / the CUDA kernel) with the same Philox and the same
+  // FMA-free a + (b - a) u, so every backend computes bit-identical values. Normals and
+  // truncated normals need log/cos/erfc, whose CUDA versions may differ from glibc's in
+  // the last bit: they are always drawn on the host and copied into the block
+  // (initialisation runs once), which keeps the master weights bit-identical on every
+  // backend.
+  if (sampler.kind == InitType::constant || sampler.kind == InitType::uniform) {
+    auto& compute = detail::compute_for(local, who + ": local tensor");
     const int nd = local.dim();
     detail::StridedLayout layout;
     layout.ndim = nd;
@@ -332,21 +333,19 @@ void initialize(Tensor& local, const Shape& global_shape, const Shape& local_off
       global_strides[d] = stride;
       stride *= global_shape[d];
     }
-    const bool constant = sampler.kind == InitType::constant;
-    detail::device_compute(local.device(), who)
-        .init_uniform(local.dtype(), local.data(), layout, offsets, global_strides, key, sampler.a, sampler.b,
-                      constant, local.device().index);
+    compute.init_uniform(local.dtype(), local.data(), layout, offsets, global_strides, key, sampler.a, sampler.b,
+                         sampler.kind == InitType::constant, local.device().index);
     return;
   }
-  // Device tensors are filled on the host and copied over: initialisation runs once.
-  Tensor target = local.device().is_host() ? local : Tensor::empty(local.shape(), local.dtype());
+  // A host block is its own staging tensor (to() shares it); a device block is staged.
+  Tensor target = local.to(Device::host());
   switch (local.dtype()) {
     case DType::f32: fill_block<float>(target, global_shape, local_offset, sampler, key); break;
     case DType::f64: fill_block<double>(target, global_shape, local_offset, sampler, key); break;
     case DType::bf16: fill_block<bfloat16>(target, global_shape, local_offset, sampler, key); break;
     default: break;
   }
-  if (!local.device().is_host()) local.copy_from(target);
+  if (target.data() != local.data()) local.copy_from(target);
 }
 
 }  // namespace tessera

@@ -80,51 +80,7 @@ ConvGeometry check_conv_args(const Tensor& x, const Tensor& weight, const Conv2d
 
 bool is_pointwise(const ConvGeometry& g, const Conv2dOptions& o) { return g.kh == 1 && g.kw == 1 && o.is_default(); }
 
-// cols[(c, i, j), (oy, ox)] = x[c, oy*sh - ph + i*dh, ox*sw - pw + j*dw] (0 outside).
-template <class T>
-void im2col(const T* x, T* cols, const ConvGeometry& g, const Conv2dOptions& o) {
-  for (std::int64_t c = 0; c < g.c_in; ++c)
-    for (std::int64_t i = 0; i < g.kh; ++i)
-      for (std::int64_t j = 0; j < g.kw; ++j) {
-        T* row = cols + ((c * g.kh + i) * g.kw + j) * g.col_cols();
-        const T* plane = x + c * g.h * g.w;
-        for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-          const std::int64_t iy = oy * o.stride_h - o.padding_h + i * o.dilation_h;
-          T* out = row + oy * g.ow;
-          if (iy < 0 || iy >= g.h) {
-            for (std::int64_t ox = 0; ox < g.ow; ++ox) out[ox] = T(0);
-            continue;
-          }
-          for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-            const std::int64_t ix = ox * o.stride_w - o.padding_w + j * o.dilation_w;
-            out[ox] = (ix >= 0 && ix < g.w) ? plane[iy * g.w + ix] : T(0);
-          }
-        }
-      }
-}
-
-// The adjoint of im2col: dx[c, iy, ix] += dcols[(c, i, j), (oy, ox)] over every window
-// that read (iy, ix). dx must be zeroed by the caller.
-template <class T>
-void col2im(const T* cols, T* dx, const ConvGeometry& g, const Conv2dOptions& o) {
-  for (std::int64_t c = 0; c < g.c_in; ++c)
-    for (std::int64_t i = 0; i < g.kh; ++i)
-      for (std::int64_t j = 0; j < g.kw; ++j) {
-        const T* row = cols + ((c * g.kh + i) * g.kw + j) * g.col_cols();
-        T* plane = dx + c * g.h * g.w;
-        for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-          const std::int64_t iy = oy * o.stride_h - o.padding_h + i * o.dilation_h;
-          if (iy < 0 || iy >= g.h) continue;
-          const T* in = row + oy * g.ow;
-          for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-            const std::int64_t ix = ox * o.stride_w - o.padding_w + j * o.dilation_w;
-            if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += in[ox];
-          }
-        }
-      }
-}
-
-tessera::detail::Im2colGeometry device_geometry(const ConvGeometry& g, const Conv2dOptions& o) {
+tessera::detail::Im2colGeometry im2col_geometry(const ConvGeometry& g, const Conv2dOptions& o) {
   tessera::detail::Im2colGeometry d;
   d.c_in = g.c_in;
   d.h = g.h;
@@ -171,15 +127,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
       ops::gemm(w2, false, sample_matrix(x, n), false, y_n, 1.0, 0.0);
       continue;
     }
-    if (detail::on_cuda(x)) {
-      detail::compute_for(x, fn).im2col(x.dtype(), x.narrow(0, n, 1).data(), cols.data(),
-                                        device_geometry(g, options), x.device().index);
-    } else {
-      detail::dispatch_float(x.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        im2col(x.data<T>() + n * g.c_in * g.h * g.w, cols.data<T>(), g, options);
-      });
-    }
+    detail::compute_for(x, fn).im2col(x.dtype(), x.narrow(0, n, 1).data(), cols.data(), im2col_geometry(g, options),
+                                      x.device().index);
     ops::gemm(w2, false, cols, false, y_n, 1.0, 0.0);
   }
   if (bias.defined()) ops::add_bias(y, bias, 1);
@@ -229,18 +178,10 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
       continue;
     }
     ops::gemm(w2, true, dy_n, false, dcols, 1.0, 0.0);
-    if (detail::on_cuda(x)) {
-      auto& compute = detail::compute_for(x, fn);
-      const auto geometry = device_geometry(g, options);
-      compute.col2im_add(x.dtype(), dcols.data(), dx.narrow(0, n, 1).data(), geometry, x.device().index);
-      if (gw2.defined()) compute.im2col(x.dtype(), x.narrow(0, n, 1).data(), cols.data(), geometry, x.device().index);
-    } else {
-      detail::dispatch_float(x.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        col2im(dcols.data<T>(), dx.data<T>() + n * g.c_in * g.h * g.w, g, options);
-        if (gw2.defined()) im2col(x.data<T>() + n * g.c_in * g.h * g.w, cols.data<T>(), g, options);
-      });
-    }
+    auto& compute = detail::compute_for(x, fn);
+    const auto geometry = im2col_geometry(g, options);
+    compute.col2im_add(x.dtype(), dcols.data(), dx.narrow(0, n, 1).data(), geometry, x.device().index);
+    if (gw2.defined()) compute.im2col(x.dtype(), x.narrow(0, n, 1).data(), cols.data(), geometry, x.device().index);
     // dW += dy_n cols^T  (beta = 1 accumulates over samples and calls)
     if (gw2.defined()) ops::gemm(dy_n, false, cols, true, gw2, 1.0, 1.0);
   }

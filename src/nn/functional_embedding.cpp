@@ -2,8 +2,6 @@
 // holds global rows [row_offset, row_offset + rows) and answers zero for every other id
 // (the all-reduce over the tp group then supplies the owner's row).
 
-#include <cstring>
-
 #include "functional_support.hpp"
 #include "tessera/nn/functional.hpp"
 
@@ -41,11 +39,12 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, std::int64_t row_offse
   }
   detail::require_same_device(weight, "weight", ids, "ids", fn);
   const std::int64_t rows = weight.size(0), dim = weight.size(1), count = ids.numel();
-  // Device ids are validated on a host copy (ids are small next to the table).
-  const Tensor host_ids = detail::on_cuda(ids) && !mask_out_of_range ? ids.to(Device::host()) : ids;
-  const std::int64_t* id = host_ids.data<std::int64_t>();
   // Validate every id before writing anything, so a bad batch fails without side effects.
+  // Ids are validated on a host copy (ids are small next to the table; on the host the
+  // copy is the tensor itself).
   if (!mask_out_of_range) {
+    const Tensor host_ids = ids.to(Device::host());
+    const std::int64_t* id = host_ids.data<std::int64_t>();
     for (std::int64_t k = 0; k < count; ++k) {
       const std::int64_t local = id[k] - row_offset;
       if (local < 0 || local >= rows) {
@@ -59,20 +58,8 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, std::int64_t row_offse
     }
   }
   Tensor y = Tensor::empty(with_dim(ids.shape(), dim), weight.dtype(), weight.device());
-  if (detail::on_cuda(weight)) {
-    detail::compute_for(weight, fn).embedding_gather(weight.dtype(), ids.data<std::int64_t>(), count, weight.data(),
-                                                     rows, dim, row_offset, y.data(), weight.device().index);
-    return y;
-  }
-  const std::size_t row_bytes = static_cast<std::size_t>(dim) * weight.element_size();
-  const auto* table = static_cast<const unsigned char*>(weight.data());
-  auto* out = static_cast<unsigned char*>(y.data());
-  for (std::int64_t k = 0; k < count; ++k) {
-    const std::int64_t local = id[k] - row_offset;
-    unsigned char* dst = out + static_cast<std::size_t>(k) * row_bytes;
-    if (local >= 0 && local < rows) std::memcpy(dst, table + static_cast<std::size_t>(local) * row_bytes, row_bytes);
-    else std::memset(dst, 0, row_bytes);  // the masked rows are exact zeros in f32 and f64
-  }
+  detail::compute_for(weight, fn).embedding_gather(weight.dtype(), ids.data<std::int64_t>(), count, weight.data(),
+                                                   rows, dim, row_offset, y.data(), weight.device().index);
   return y;
 }
 
@@ -89,26 +76,9 @@ void embedding_backward(const Tensor& grad_y, const Tensor& ids, Tensor& grad_we
                      grad_weight.str() + ")");
   }
   detail::require_same_device(grad_weight, "grad_weight", ids, "ids", fn);
-  if (detail::on_cuda(grad_weight)) {
-    detail::compute_for(grad_weight, fn).embedding_scatter_add(grad_y.dtype(), grad_y.data(),
-                                                               ids.data<std::int64_t>(), count, grad_weight.data(),
-                                                               rows, dim, row_offset, grad_weight.device().index);
-    return;
-  }
-  const std::int64_t* id = ids.data<std::int64_t>();
-  detail::dispatch_float(grad_y.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* dy = grad_y.data<T>();
-    T* gw = grad_weight.data<T>();
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t local = id[k] - row_offset;
-      // Ids another shard owns produced zero rows in forward: they contribute nothing here.
-      if (local < 0 || local >= rows) continue;
-      T* dst = gw + local * dim;
-      const T* src = dy + k * dim;
-      for (std::int64_t d = 0; d < dim; ++d) dst[d] += src[d];
-    }
-  });
+  detail::compute_for(grad_weight, fn).embedding_scatter_add(grad_y.dtype(), grad_y.data(), ids.data<std::int64_t>(),
+                                                             count, grad_weight.data(), rows, dim, row_offset,
+                                                             grad_weight.device().index);
 }
 
 }  // namespace tessera::nn::functional
