@@ -1,5 +1,6 @@
 // Global gradient-norm clipping (clip.hpp): local sums of squares weighted by the
-// inverse replication count, one all-reduce, then a local scale.
+// inverse replication count (computed on each gradient's device, compute.hpp), one
+// all-reduce, then a local scale on the device.
 
 #include "tessera/clip.hpp"
 
@@ -7,8 +8,8 @@
 #include <exception>
 #include <sstream>
 
+#include "backend/compute.hpp"
 #include "tessera/agree.hpp"
-#include "tessera/bfloat16.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {
@@ -29,10 +30,7 @@ const Tensor& checked_grad(const std::string& name, const Parameter* p, const ch
   if (p == nullptr) throw InvalidArgument(who + " is null");
   const Tensor& g = p->grad;
   if (!g.defined()) throw InvalidArgument(who + " has no gradient");
-  if (!g.device().is_host()) {
-    throw UnsupportedError(who + ": gradient " + g.str() + " lives on a CUDA device; clipping runs on host "
-                           "tensors in this build");
-  }
+  backend_for(g.device()).require_usable(g, who + ": gradient");
   if (g.dtype() != DType::f32 && g.dtype() != DType::f64 && g.dtype() != DType::bf16) {
     throw ShapeError(who + ": gradient " + g.str() + " must be f32, f64 or bf16");
   }
@@ -40,45 +38,14 @@ const Tensor& checked_grad(const std::string& name, const Parameter* p, const ch
   return g;
 }
 
-template <class T>
-double sum_squares_typed(const Tensor& g) {
-  const T* x = g.data<T>();
-  double acc = 0;
-  for (std::int64_t i = 0, n = g.numel(); i < n; ++i) {
-    const double v = static_cast<double>(static_cast<float>(x[i]));
-    acc += v * v;
-  }
-  return acc;
-}
-
-template <>
-double sum_squares_typed<double>(const Tensor& g) {
-  const double* x = g.data<double>();
-  double acc = 0;
-  for (std::int64_t i = 0, n = g.numel(); i < n; ++i) acc += x[i] * x[i];
-  return acc;
-}
-
+// Sum of squares of one gradient, in double, on the gradient's device.
 double sum_squares(const Tensor& g) {
-  switch (g.dtype()) {
-    case DType::f32: return sum_squares_typed<float>(g);
-    case DType::f64: return sum_squares_typed<double>(g);
-    default: return sum_squares_typed<bfloat16>(g);
-  }
+  return detail::compute_for(g, "clip_grad_norm: gradient").sum_squares(g.dtype(), g.data(), g.numel(),
+                                                                        g.device().index);
 }
 
 void scale_grad(Tensor& g, double factor) {
-  const std::int64_t n = g.numel();
-  if (g.dtype() == DType::f64) {
-    double* x = g.data<double>();
-    for (std::int64_t i = 0; i < n; ++i) x[i] *= factor;
-  } else if (g.dtype() == DType::f32) {
-    float* x = g.data<float>();
-    for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] * factor);
-  } else {
-    bfloat16* x = g.data<bfloat16>();
-    for (std::int64_t i = 0; i < n; ++i) x[i] = bfloat16(static_cast<float>(static_cast<float>(x[i]) * factor));
-  }
+  detail::compute_for(g, "clip_grad_norm: gradient").scale(g.dtype(), g.numel(), factor, g.data(), g.device().index);
 }
 
 void check_max_norm(double max_norm) {

@@ -1,5 +1,6 @@
-// SGD and AdamW on local shards (optim.hpp). Each element is updated in double and
-// stored back in the parameter's dtype; no communication is needed because both rules
+// SGD and AdamW on local shards (optim.hpp), on whichever device the parameters live:
+// the element updates run in the parameter's backend (compute.hpp: sgd_update,
+// adamw_update), in double per element. No communication is needed because both rules
 // are element-wise.
 
 #include "tessera/optim.hpp"
@@ -8,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "backend/compute.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {
@@ -27,18 +29,6 @@ void require_option(bool ok, const std::string& type, const char* option, double
   }
 }
 
-// Element-wise update of one parameter: `update(i, p, g)` returns the new value of
-// element i from its current value and gradient (both in double).
-template <class T, class F>
-void update_elements(Parameter& p, F&& update) {
-  T* value = p.value.data<T>();
-  const T* grad = p.grad.data<T>();
-  const std::int64_t n = p.value.numel();
-  for (std::int64_t i = 0; i < n; ++i) {
-    value[i] = static_cast<T>(update(i, static_cast<double>(value[i]), static_cast<double>(grad[i])));
-  }
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------- Optimizer
@@ -54,10 +44,7 @@ Optimizer::Optimizer(NamedParameters params, double lr, std::string type)
     if (!names.insert(name).second) throw InvalidArgument(who + " is listed twice");
     if (!seen.insert(p).second) throw InvalidArgument(who + " is the same Parameter as an earlier entry");
     if (!p->value.defined()) throw InvalidArgument(who + " has an undefined value");
-    if (!p->value.device().is_host()) {
-      throw UnsupportedError(who + " " + p->value.str() +
-                             " lives on a CUDA device; the optimizers run on host tensors in this build");
-    }
+    backend_for(p->value.device()).require_usable(p->value, who);
     if (p->value.dtype() != DType::f32 && p->value.dtype() != DType::f64) {
       throw UnsupportedError(who + " " + p->value.str() + " must be f32 or f64 (keep an f32 master copy of " +
                              "lower-precision weights)");
@@ -115,28 +102,19 @@ Sgd::Sgd(NamedParameters params, SgdOptions options) : Optimizer(std::move(param
 
 void Sgd::step() {
   for (const auto& [name, p] : params_) check_grad(name, *p);
-  const double lr = lr_, wd = options_.weight_decay, mu = options_.momentum, damp = options_.dampening;
-  const bool nesterov = options_.nesterov, first = step_count_ == 0;
+  detail::SgdStep step;
+  step.lr = lr_;
+  step.weight_decay = options_.weight_decay;
+  step.momentum = options_.momentum;
+  step.dampening = options_.dampening;
+  step.nesterov = options_.nesterov;
+  step.first = step_count_ == 0;
   for (std::size_t k = 0; k < params_.size(); ++k) {
     Parameter& p = *params_[k].second;
-    auto run = [&]<class T>(T*) {
-      T* buf = mu != 0 ? momentum_[k].tensor.data<T>() : nullptr;
-      update_elements<T>(p, [&](std::int64_t i, double v, double g) {
-        double d = g + wd * v;
-        if (buf != nullptr) {
-          // torch.optim.SGD starts the buffer as a copy of the first step's direction.
-          const double b = first ? d : mu * static_cast<double>(buf[i]) + (1.0 - damp) * d;
-          buf[i] = static_cast<T>(b);
-          d = nesterov ? d + mu * b : b;
-        }
-        return v - lr * d;
-      });
-    };
-    if (p.value.dtype() == DType::f32) {
-      run(static_cast<float*>(nullptr));
-    } else {
-      run(static_cast<double*>(nullptr));
-    }
+    void* buffer = options_.momentum != 0 ? momentum_[k].tensor.data() : nullptr;
+    detail::compute_for(p.value, type_ + ": parameter '" + params_[k].first + "'")
+        .sgd_update(p.value.dtype(), p.value.numel(), p.value.data(), p.grad.data(), buffer, step,
+                    p.value.device().index);
   }
   ++step_count_;
 }
@@ -160,29 +138,20 @@ AdamW::AdamW(NamedParameters params, AdamWOptions options)
 
 void AdamW::step() {
   for (const auto& [name, p] : params_) check_grad(name, *p);
-  const double lr = lr_, b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
+  const double lr = lr_;
   const auto t = static_cast<double>(step_count_ + 1);
-  const double decay = 1.0 - lr * options_.weight_decay;
-  const double step_size = lr / (1.0 - std::pow(b1, t));
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
+  detail::AdamWStep step;
+  step.beta1 = options_.beta1;
+  step.beta2 = options_.beta2;
+  step.eps = options_.eps;
+  step.decay = 1.0 - lr * options_.weight_decay;
+  step.step_size = lr / (1.0 - std::pow(options_.beta1, t));
+  step.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, t));
   for (std::size_t k = 0; k < params_.size(); ++k) {
     Parameter& p = *params_[k].second;
-    auto run = [&]<class T>(T*) {
-      T* m = exp_avg_[k].tensor.data<T>();
-      T* v = exp_avg_sq_[k].tensor.data<T>();
-      update_elements<T>(p, [&](std::int64_t i, double w, double g) {
-        const double mi = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
-        const double vi = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
-        m[i] = static_cast<T>(mi);
-        v[i] = static_cast<T>(vi);
-        return w * decay - step_size * mi / (std::sqrt(vi) / bias_correction2_sqrt + eps);
-      });
-    };
-    if (p.value.dtype() == DType::f32) {
-      run(static_cast<float*>(nullptr));
-    } else {
-      run(static_cast<double*>(nullptr));
-    }
+    detail::compute_for(p.value, type_ + ": parameter '" + params_[k].first + "'")
+        .adamw_update(p.value.dtype(), p.value.numel(), p.value.data(), p.grad.data(), exp_avg_[k].tensor.data(),
+                      exp_avg_sq_[k].tensor.data(), step, p.value.device().index);
   }
   ++step_count_;
 }
