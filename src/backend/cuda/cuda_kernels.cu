@@ -7,7 +7,7 @@
 // order (deterministic for a given shape). The one exception is the embedding
 // scatter-add, which uses atomicAdd (the order of additions into a shared row varies
 // from run to run, as in every GPU framework). Index math comes from kernel_math.hpp,
-// strided_index.hpp and domain/halo_index.hpp, which the host tests exercise.
+// strided_index.hpp and detail/halo_rect.hpp, which the host tests exercise.
 
 #include <cuda_runtime.h>
 
@@ -15,13 +15,14 @@
 
 #include "backend/cuda/cuda_blas.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_optim.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
 #include "backend/compute.hpp"
 #include "backend/kernel_math.hpp"
 #include "tessera/bfloat16.hpp"
 #include "tessera/detail/philox.hpp"
-#include "tessera/domain/halo_index.hpp"
+#include "tessera/detail/halo_rect.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::detail {
@@ -353,6 +354,11 @@ __global__ void halo_pack_kernel(const Word* field, StridedLayout layout, HaloRe
   TESSERA_GRID_STRIDE(e, count) { out[e] = field[halo_element_offset(e, layout, rect)]; }
 }
 
+template <class Word>
+__global__ void halo_zero_kernel(Word* field, StridedLayout layout, HaloRect rect, std::int64_t count) {
+  TESSERA_GRID_STRIDE(e, count) { field[halo_element_offset(e, layout, rect)] = Word(0); }
+}
+
 template <class T>
 __global__ void halo_unpack_kernel(T* field, StridedLayout layout, HaloRect rect, const T* in,
                                    bool accumulate, std::int64_t count) {
@@ -385,7 +391,25 @@ class CudaCompute final : public Compute {
     cuda_axpy(dtype, n, alpha, x, y, device);
   }
   void scale(DType dtype, std::int64_t n, double alpha, void* y, int device) override {
-    cuda_scale(dtype, n, alpha, y, device);
+    if (dtype == DType::bf16) {
+      cuda_scale_bf16(n, alpha, y, device);
+    } else {
+      cuda_scale(dtype, n, alpha, y, device);
+    }
+  }
+  double sum_squares(DType dtype, const void* x, std::int64_t n, int device) override {
+    return cuda_sum_squares(dtype, x, n, device);
+  }
+  void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, int device) override {
+    cuda_cast(src_dtype, src, dst_dtype, dst, n, device);
+  }
+  void sgd_update(DType dtype, std::int64_t n, void* value, const void* grad, void* momentum_buffer,
+                  const SgdStep& step, int device) override {
+    cuda_sgd_update(dtype, n, value, grad, momentum_buffer, step, device);
+  }
+  void adamw_update(DType dtype, std::int64_t n, void* value, const void* grad, void* exp_avg, void* exp_avg_sq,
+                    const AdamWStep& step, int device) override {
+    cuda_adamw_update(dtype, n, value, grad, exp_avg, exp_avg_sq, step, device);
   }
   void add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,
                 std::int64_t inner, int device) override {
@@ -555,32 +579,54 @@ class CudaCompute final : public Compute {
     TESSERA_CHECK_LAUNCH();
   }
 
-  void softmax_rows(DType dtype, void* scores, std::int64_t batch, std::int64_t seq, double scale, bool causal,
-                    int device) override {
-    const std::int64_t rows = batch * seq;
-    if (rows == 0) return;
-    DeviceGuard guard(device);
-    cudaStream_t s = compute_stream(guard.device());
-    float_dispatch(dtype, "softmax_rows", [&](auto tag) {
-      using T = decltype(tag);
-      softmax_rows_kernel<T><<<row_grid(rows), kThreadsPerBlock, 0, s>>>(static_cast<T*>(scores), rows, seq, scale,
-                                                                          causal);
-    });
-    TESSERA_CHECK_LAUNCH();
+  // Attention per (batch, head): GEMMs on the head's column block (row stride W) and row
+  // kernels for the softmax and its backward.
+  void attention(DType dtype, const void* q, const void* k, const void* v, void* out, void* probs,
+                 const AttentionShape& shape, int device) override {
+    const std::int64_t B = shape.batch, S = shape.seq, W = shape.width, H = shape.heads, hd = shape.head_dim();
+    if (B * S == 0) return;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t base = b * S * W + h * hd;
+        // scores = Q K^T (scaled inside the softmax kernel)
+        head_gemm(dtype, false, true, S, S, hd, at(q, base, dtype), W, at(k, base, dtype), W,
+                  at(probs, (b * H + h) * S * S, dtype), S, device);
+      }
+    softmax_rows(dtype, probs, B * H, S, shape.scale, shape.causal, device);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t base = b * S * W + h * hd;
+        head_gemm(dtype, false, false, S, hd, S, at(probs, (b * H + h) * S * S, dtype), S, at(v, base, dtype), W,
+                  at(out, base, dtype), W, device);
+      }
   }
 
-  void softmax_backward_rows(DType dtype, const void* probs, void* dp, std::int64_t batch, std::int64_t seq,
-                             double scale, int device) override {
-    const std::int64_t rows = batch * seq;
-    if (rows == 0) return;
+  void attention_backward(DType dtype, const void* dout, const void* q, const void* k, const void* v,
+                          const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
+                          int device) override {
+    const std::int64_t B = shape.batch, S = shape.seq, W = shape.width, H = shape.heads, hd = shape.head_dim();
+    if (B * S == 0) return;
     DeviceGuard guard(device);
-    cudaStream_t s = compute_stream(guard.device());
-    float_dispatch(dtype, "softmax_backward_rows", [&](auto tag) {
-      using T = decltype(tag);
-      softmax_backward_rows_kernel<T><<<row_grid(rows), kThreadsPerBlock, 0, s>>>(
-          static_cast<const T*>(probs), static_cast<T*>(dp), rows, seq, scale);
-    });
-    TESSERA_CHECK_LAUNCH();
+    DeviceScratch dp_scratch(static_cast<std::size_t>(B * H * S * S) * dtype_size(dtype), guard.device());
+    void* dp = dp_scratch.as<void>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t base = b * S * W + h * hd;
+        // dP = dO V^T
+        head_gemm(dtype, false, true, S, S, hd, at(dout, base, dtype), W, at(v, base, dtype), W,
+                  at(dp, (b * H + h) * S * S, dtype), S, device);
+      }
+    // dS = P (dP - rowsum(P dP)) scale, in place
+    softmax_backward_rows(dtype, probs, dp, B * H, S, shape.scale, device);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t base = b * S * W + h * hd;
+        const void* ds = at(dp, (b * H + h) * S * S, dtype);
+        const void* p = at(probs, (b * H + h) * S * S, dtype);
+        head_gemm(dtype, false, false, S, hd, S, ds, S, at(k, base, dtype), W, at(dq, base, dtype), W, device);
+        head_gemm(dtype, true, false, S, hd, S, ds, S, at(q, base, dtype), W, at(dk, base, dtype), W, device);
+        head_gemm(dtype, true, false, S, hd, S, p, S, at(dout, base, dtype), W, at(dv, base, dtype), W, device);
+      }
   }
 
   void im2col(DType dtype, const void* x, void* cols, const Im2colGeometry& g, int device) override {
@@ -689,6 +735,29 @@ class CudaCompute final : public Compute {
     TESSERA_CHECK_LAUNCH();
   }
 
+  void halo_zero(DType dtype, void* field, const StridedLayout& layout, const HaloRect& rect, int device) override {
+    const std::int64_t count = halo_count(layout, rect);
+    if (count == 0) return;
+    DeviceGuard guard(device);
+    cudaStream_t s = compute_stream(guard.device());
+    const unsigned grid = grid_for(count);
+    switch (dtype_size(dtype)) {
+      case 2:
+        halo_zero_kernel<std::uint16_t><<<grid, kThreadsPerBlock, 0, s>>>(static_cast<std::uint16_t*>(field), layout,
+                                                                           rect, count);
+        break;
+      case 4:
+        halo_zero_kernel<std::uint32_t><<<grid, kThreadsPerBlock, 0, s>>>(static_cast<std::uint32_t*>(field), layout,
+                                                                           rect, count);
+        break;
+      default:
+        halo_zero_kernel<std::uint64_t><<<grid, kThreadsPerBlock, 0, s>>>(static_cast<std::uint64_t*>(field), layout,
+                                                                           rect, count);
+        break;
+    }
+    TESSERA_CHECK_LAUNCH();
+  }
+
   void* allocate_pinned(std::size_t bytes) override {
     void* ptr = nullptr;
     if (bytes == 0) return nullptr;
@@ -714,6 +783,58 @@ class CudaCompute final : public Compute {
   }
 
  private:
+  // Address of element `element` of an array of `dtype`.
+  static void* at(const void* base, std::int64_t element, DType dtype) {
+    return static_cast<unsigned char*>(const_cast<void*>(base)) + element * static_cast<std::int64_t>(dtype_size(dtype));
+  }
+
+  // C [m, n] (row stride ldc) = op(A) op(B) for one head's blocks.
+  static void head_gemm(DType dtype, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const void* a,
+                        std::int64_t lda, const void* b, std::int64_t ldb, void* c, std::int64_t ldc, int device) {
+    GemmArgs g;
+    g.ab = g.c = dtype;
+    g.transpose_a = ta;
+    g.transpose_b = tb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = a;
+    g.lda = lda;
+    g.b = b;
+    g.ldb = ldb;
+    g.out = c;
+    g.ldc = ldc;
+    cuda_gemm(g, device);
+  }
+
+  void softmax_rows(DType dtype, void* scores, std::int64_t batch, std::int64_t seq, double scale, bool causal,
+                    int device) {
+    const std::int64_t rows = batch * seq;
+    if (rows == 0) return;
+    DeviceGuard guard(device);
+    cudaStream_t s = compute_stream(guard.device());
+    float_dispatch(dtype, "softmax_rows", [&](auto tag) {
+      using T = decltype(tag);
+      softmax_rows_kernel<T><<<row_grid(rows), kThreadsPerBlock, 0, s>>>(static_cast<T*>(scores), rows, seq, scale,
+                                                                          causal);
+    });
+    TESSERA_CHECK_LAUNCH();
+  }
+
+  void softmax_backward_rows(DType dtype, const void* probs, void* dp, std::int64_t batch, std::int64_t seq,
+                             double scale, int device) {
+    const std::int64_t rows = batch * seq;
+    if (rows == 0) return;
+    DeviceGuard guard(device);
+    cudaStream_t s = compute_stream(guard.device());
+    float_dispatch(dtype, "softmax_backward_rows", [&](auto tag) {
+      using T = decltype(tag);
+      softmax_backward_rows_kernel<T><<<row_grid(rows), kThreadsPerBlock, 0, s>>>(
+          static_cast<const T*>(probs), static_cast<T*>(dp), rows, seq, scale);
+    });
+    TESSERA_CHECK_LAUNCH();
+  }
+
   static void norm_backward(DType dtype, const void* dy, const void* x, const void* gamma, const void* mean,
                             const void* rstd, void* dx, void* grad_gamma, void* grad_beta, std::int64_t rows,
                             std::int64_t n, int device) {
