@@ -74,6 +74,11 @@ struct CommStats {
 // pinned host buffers) where they do not. Call after MPI_Init.
 bool mpi_cuda_aware();
 
+// Whether MPI can send from and receive into memory of `device` directly: always for the
+// host, for a CUDA device when mpi_cuda_aware(). Otherwise a message is staged through
+// host memory (the halo exchange does this with pinned buffers).
+bool mpi_can_address(Device device);
+
 class Communicator {
  public:
   // Duplicates `comm` (collective over it), so tessera's traffic never matches the

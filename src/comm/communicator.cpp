@@ -241,6 +241,8 @@ bool mpi_cuda_aware() {
 #endif
 }
 
+bool mpi_can_address(Device device) { return device.is_host() || mpi_cuda_aware(); }
+
 CommRequest Communicator::all_reduce_impl(Tensor& tensor, ReduceOp op, bool blocking) {
   check_buffer(tensor, "all_reduce", "the");
   check_reduce_op(tensor, op, "all_reduce");

@@ -1,5 +1,6 @@
 // HaloExchange: planning (which cells of which rank fill which halo cells of which
-// rank) and the host pack / post / wait / unpack of an exchange and of its adjoint.
+// rank) and the pack / post / wait / unpack of an exchange and of its adjoint, on the
+// fields' device (backend/compute.hpp: halo_pack, halo_unpack, halo_zero).
 //
 // Planning is pure arithmetic on the Decomposition. Each halo cell (i, j) of a rank,
 // in global indices, maps through the latitude rule (inside the grid: itself; beyond a
@@ -22,6 +23,8 @@
 #include "comm/request_state.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/check.hpp"
+#include "backend/compute.hpp"
+#include "tessera/comm.hpp"
 #include "tessera/domain/halo_index.hpp"
 
 namespace tessera::domain {
@@ -293,18 +296,80 @@ class Planner {
   const HaloSpec& s_;
 };
 
+// The memory of one message. `packed` lives on the fields' device: the pack and unpack
+// kernels of that device's backend read and write it. When MPI cannot address that
+// memory (a CUDA device without CUDA-aware MPI), `staging` is a pinned host copy that
+// MPI reads and writes, and the packed bytes cross to it and back; otherwise the packed
+// bytes are the message (always so on the host: no extra copy).
+class MessageBuffer {
+ public:
+  MessageBuffer() = default;
+  ~MessageBuffer() { release(); }
+  MessageBuffer(MessageBuffer&& other) noexcept { *this = std::move(other); }
+  MessageBuffer& operator=(MessageBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      device_ = other.device_;
+      staged_ = other.staged_;
+      bytes_ = std::exchange(other.bytes_, 0);
+      capacity_ = std::exchange(other.capacity_, 0);
+      packed_ = std::exchange(other.packed_, nullptr);
+      staging_ = std::exchange(other.staging_, nullptr);
+    }
+    return *this;
+  }
+
+  // Makes room for `bytes` on `device` (reusing the memory of earlier exchanges).
+  void reserve(std::size_t bytes, Device device, bool staged) {
+    if (!(device == device_) || staged != staged_ || bytes > capacity_) {
+      release();
+      device_ = device;
+      staged_ = staged;
+      capacity_ = bytes;
+      packed_ = backend_for(device).allocate(bytes, device.index);
+      if (staged) staging_ = tessera::detail::compute_for(device).allocate_pinned(bytes);
+    }
+    bytes_ = bytes;
+  }
+
+  std::byte* packed() const { return static_cast<std::byte*>(packed_); }
+  void* message() const { return staged_ ? staging_ : packed_; }
+  std::size_t bytes() const { return bytes_; }
+  // Packed bytes to the message (after packing) and back (before unpacking).
+  void packed_to_message() const {
+    if (staged_) backend_for(device_).copy_to_host(staging_, packed_, bytes_, device_.index);
+  }
+  void message_to_packed() const {
+    if (staged_) backend_for(device_).copy_from_host(packed_, staging_, bytes_, device_.index);
+  }
+
+ private:
+  void release() noexcept {
+    if (packed_ != nullptr) backend_for(device_).deallocate(packed_, capacity_, device_.index);
+    if (staging_ != nullptr) tessera::detail::compute_for(device_).free_pinned(staging_);
+    packed_ = staging_ = nullptr;
+    capacity_ = bytes_ = 0;
+  }
+
+  Device device_ = Device::host();
+  bool staged_ = false;
+  std::size_t bytes_ = 0, capacity_ = 0;
+  void* packed_ = nullptr;
+  void* staging_ = nullptr;
+};
+
 // One message: its peer, direction, rectangles (in this rank's field) and buffer.
 struct Transfer {
   int peer = 0;
   int direction = 0;
   std::vector<HaloRect> rects;
   std::int64_t cells = 0;  // sum of rect areas
-  std::vector<std::byte> buffer;
+  MessageBuffer buffer;
 };
 
-// A field as the pack loops see it.
+// A field as the pack entries see it.
 struct FieldView {
-  std::byte* base = nullptr;
+  void* base = nullptr;
   DType dtype = DType::f32;
   std::size_t element = 0;
   tessera::detail::StridedLayout layout;
@@ -312,115 +377,6 @@ struct FieldView {
 };
 
 std::size_t align8(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
-
-template <class T>
-T add(T a, T b) {
-  return a + b;
-}
-template <>
-bfloat16 add(bfloat16 a, bfloat16 b) {
-  return bfloat16(static_cast<float>(a) + static_cast<float>(b));
-}
-
-// Calls fn(offset_a, offset_b, k) for each (leading index, row) of `a` (and, in step, of
-// `b`, a rectangle of the same size), where offset_x is the element offset of that row's
-// first column and k the row's first linear index in halo_element_offset's order. The
-// leading dims advance as an odometer, so the per-element cost is a plain strided copy —
-// no divisions (halo_element_offset is the per-element form the device kernels use).
-template <class Fn>
-void for_each_row(const FieldView& f, const HaloRect& a, const HaloRect& b, Fn&& fn) {
-  const auto& layout = f.layout;
-  const int lat_dim = layout.ndim - 2;
-  const std::int64_t lat_stride = layout.strides[lat_dim], lon_stride = layout.strides[lat_dim + 1];
-  std::int64_t index[tessera::detail::kMaxDims] = {};
-  std::int64_t lead_offset = 0, k = 0;
-  for (std::int64_t l = 0; l < f.leading; ++l) {
-    for (std::int64_t r = 0; r < a.rows; ++r) {
-      fn(lead_offset + (a.lat0 + r * a.lat_step) * lat_stride + a.lon0 * lon_stride,
-         lead_offset + (b.lat0 + r * b.lat_step) * lat_stride + b.lon0 * lon_stride, k);
-      k += a.cols;
-    }
-    for (int d = lat_dim - 1; d >= 0; --d) {  // next leading index, row-major
-      if (++index[d] < layout.shape[d]) {
-        lead_offset += layout.strides[d];
-        break;
-      }
-      lead_offset -= (layout.shape[d] - 1) * layout.strides[d];
-      index[d] = 0;
-    }
-  }
-}
-
-std::int64_t lon_stride_of(const FieldView& f) { return f.layout.strides[f.layout.ndim - 1]; }
-
-template <class T>
-void pack_rect(const FieldView& f, const HaloRect& rect, T* out) {
-  const T* base = reinterpret_cast<const T*>(f.base);
-  const std::int64_t step = lon_stride_of(f), cols = rect.cols;
-  for_each_row(f, rect, rect, [&](std::int64_t off, std::int64_t, std::int64_t k) {
-    const T* src = base + off;
-    if (step == 1) {
-      std::memcpy(out + k, src, static_cast<std::size_t>(cols) * sizeof(T));
-    } else {
-      for (std::int64_t c = 0; c < cols; ++c) out[k + c] = src[c * step];
-    }
-  });
-}
-
-template <class T>
-void unpack_rect(const FieldView& f, const HaloRect& rect, const T* in, bool accumulate) {
-  T* base = reinterpret_cast<T*>(f.base);
-  const std::int64_t step = lon_stride_of(f), cols = rect.cols;
-  for_each_row(f, rect, rect, [&](std::int64_t off, std::int64_t, std::int64_t k) {
-    T* dst = base + off;
-    if (!accumulate && step == 1) {
-      std::memcpy(dst, in + k, static_cast<std::size_t>(cols) * sizeof(T));
-    } else {
-      for (std::int64_t c = 0; c < cols; ++c) {
-        T& cell = dst[c * step];
-        cell = accumulate ? add(cell, in[k + c]) : in[k + c];
-      }
-    }
-  });
-}
-
-// Copies (or adds) rect `from` of a field onto rect `to` of the same field: a piece
-// whose source and receiver are this rank.
-template <class T>
-void copy_rect(const FieldView& f, const HaloRect& from, const HaloRect& to, bool accumulate) {
-  T* base = reinterpret_cast<T*>(f.base);
-  const std::int64_t step = lon_stride_of(f), cols = from.cols;
-  for_each_row(f, from, to, [&](std::int64_t off_from, std::int64_t off_to, std::int64_t) {
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const T v = base[off_from + c * step];
-      T& cell = base[off_to + c * step];
-      cell = accumulate ? add(cell, v) : v;
-    }
-  });
-}
-
-template <class T>
-void zero_rect(const FieldView& f, const HaloRect& rect) {
-  T* base = reinterpret_cast<T*>(f.base);
-  const std::int64_t step = lon_stride_of(f), cols = rect.cols;
-  for_each_row(f, rect, rect, [&](std::int64_t off, std::int64_t, std::int64_t) {
-    if (step == 1) {
-      std::fill_n(base + off, cols, T{});
-    } else {
-      for (std::int64_t c = 0; c < cols; ++c) base[off + c * step] = T{};
-    }
-  });
-}
-
-template <class F>
-void dispatch(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32: f(float{}); break;
-    case DType::f64: f(double{}); break;
-    case DType::bf16: f(bfloat16{}); break;
-    case DType::i64: f(std::int64_t{}); break;
-  }
-}
 
 }  // namespace
 
@@ -431,7 +387,8 @@ struct HaloExchange::Plan {
   WaitOptions wait;  // the domain communicator's policy and sleep interval
   std::vector<Transfer> sends;  // forward: this rank's interior rects, to peers
   std::vector<Transfer> recvs;  // forward: this rank's halo rects, from peers
-  std::vector<std::pair<HaloRect, HaloRect>> self;  // (source interior, halo) on this rank
+  std::vector<HaloRect> self_from, self_to;  // pieces whose source is this rank: interior -> halo
+  MessageBuffer self_buffer;                  // their packed cells (never sent)
   std::vector<HaloRect> zeros;  // halo rects filled with zeros
   std::vector<HaloRect> frame;  // the whole halo frame, zeroed by the adjoint
   std::int64_t padded_lat = 0, padded_lon = 0;
@@ -440,6 +397,7 @@ struct HaloExchange::Plan {
   enum class Mode { idle, forward, adjoint } mode = Mode::idle;
   std::vector<Tensor> fields;  // kept alive until finish
   std::vector<FieldView> views;
+  Device device = Device::host();  // where this exchange's fields live
   std::vector<MPI_Request> requests;
   std::string validated_signature;  // the field set last agreed on collectively
 
@@ -451,31 +409,43 @@ struct HaloExchange::Plan {
     return bytes;
   }
 
-  void pack(const std::vector<HaloRect>& rects, std::vector<std::byte>& buffer) const {
+  // Sizes `buffer` for `cells` per field, staged through pinned host memory when MPI
+  // cannot address the fields' device (never for the self buffer, which MPI never sees).
+  void reserve(MessageBuffer& buffer, std::int64_t cells, bool for_mpi) const {
+    buffer.reserve(buffer_bytes(cells), device, for_mpi && !mpi_can_address(device));
+  }
+
+  // Calls fn(field, rect, offset) for each field and rect in buffer order.
+  template <class Fn>
+  void for_each_slot(const std::vector<HaloRect>& rects, Fn&& fn) const {
     std::size_t offset = 0;
     for (const FieldView& f : views) {
       offset = align8(offset);
       for (const HaloRect& rect : rects) {
-        dispatch(f.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          pack_rect<T>(f, rect, reinterpret_cast<T*>(buffer.data() + offset));
-        });
+        fn(f, rect, offset);
         offset += static_cast<std::size_t>(f.leading * detail::halo_rect_area(rect)) * f.element;
       }
     }
   }
 
-  void unpack(const std::vector<HaloRect>& rects, const std::vector<std::byte>& buffer, bool accumulate) const {
-    std::size_t offset = 0;
+  void pack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer) const {
+    auto& compute = tessera::detail::compute_for(device);
+    for_each_slot(rects, [&](const FieldView& f, const HaloRect& rect, std::size_t offset) {
+      compute.halo_pack(f.dtype, f.base, f.layout, rect, buffer.packed() + offset, device.index);
+    });
+  }
+
+  void unpack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer, bool accumulate) const {
+    auto& compute = tessera::detail::compute_for(device);
+    for_each_slot(rects, [&](const FieldView& f, const HaloRect& rect, std::size_t offset) {
+      compute.halo_unpack(f.dtype, f.base, f.layout, rect, buffer.packed() + offset, accumulate, device.index);
+    });
+  }
+
+  void zero(const std::vector<HaloRect>& rects) const {
+    auto& compute = tessera::detail::compute_for(device);
     for (const FieldView& f : views) {
-      offset = align8(offset);
-      for (const HaloRect& rect : rects) {
-        dispatch(f.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          unpack_rect<T>(f, rect, reinterpret_cast<const T*>(buffer.data() + offset), accumulate);
-        });
-        offset += static_cast<std::size_t>(f.leading * detail::halo_rect_area(rect)) * f.element;
-      }
+      for (const HaloRect& rect : rects) compute.halo_zero(f.dtype, f.base, f.layout, rect, device.index);
     }
   }
 };
@@ -500,7 +470,8 @@ HaloExchange::HaloExchange(const Decomposition& decomposition, HaloSpec spec)
         if (piece.src_rank < 0) {
           p.zeros.push_back(piece.dst);
         } else if (piece.src_rank == me) {
-          p.self.emplace_back(piece.src, piece.dst);
+          p.self_from.push_back(piece.src);
+          p.self_to.push_back(piece.dst);
           p.stats.self_cells += detail::halo_rect_area(piece.dst);
         } else {
           Transfer& t = recvs[{piece.src_rank, piece.direction}];
@@ -611,8 +582,10 @@ std::vector<FieldView> describe_fields(const std::vector<Tensor>& fields, std::i
     const Tensor& t = fields[k];
     const std::string name = std::string("HaloExchange::") + op + ": field " + std::to_string(k);
     if (!t.defined()) throw InvalidArgument(name + " is undefined");
-    if (!t.device().is_host()) {
-      throw UnsupportedError(name + " " + t.str() + " is not on the host; device packing comes with the CUDA backend");
+    backend_for(t.device()).require_usable(t, name);
+    if (!(t.device() == fields[0].device())) {
+      throw InvalidArgument(name + " " + t.str() + " is not on the device of field 0 " + fields[0].str() +
+                            "; the fields of one exchange live on one device");
     }
     if (t.dim() < 2 || t.dim() > tessera::detail::kMaxDims) {
       throw ShapeError(name + " " + t.str() + " must have 2 to " + std::to_string(tessera::detail::kMaxDims) +
@@ -624,7 +597,7 @@ std::vector<FieldView> describe_fields(const std::vector<Tensor>& fields, std::i
                        std::to_string(padded_lon) + ") (see HaloExchange::padded_shape)");
     }
     FieldView v;
-    v.base = static_cast<std::byte*>(t.data());
+    v.base = t.data();
     v.dtype = t.dtype();
     v.element = t.element_size();
     v.layout.ndim = t.dim();
@@ -695,15 +668,15 @@ static void post(HaloExchange::Plan& p, std::vector<Transfer>& incoming, std::ve
   };
   // Receives first, so a message that arrives early lands in its buffer directly.
   for (Transfer& t : incoming) {
-    t.buffer.resize(p.buffer_bytes(t.cells));
+    p.reserve(t.buffer, t.cells, /*for_mpi=*/true);
     MPI_Request r = MPI_REQUEST_NULL;
-    TESSERA_CHECK_MPI(MPI_Irecv(t.buffer.data(), check_count(t.buffer.size()), MPI_BYTE, t.peer,
+    TESSERA_CHECK_MPI(MPI_Irecv(t.buffer.message(), check_count(t.buffer.bytes()), MPI_BYTE, t.peer,
                                 tag_base + t.direction, comm, &r));
     p.requests.push_back(r);
   }
   for (Transfer& t : outgoing) {
     MPI_Request r = MPI_REQUEST_NULL;
-    TESSERA_CHECK_MPI(MPI_Isend(t.buffer.data(), check_count(t.buffer.size()), MPI_BYTE, t.peer,
+    TESSERA_CHECK_MPI(MPI_Isend(t.buffer.message(), check_count(t.buffer.bytes()), MPI_BYTE, t.peer,
                                 tag_base + t.direction, comm, &r));
     p.requests.push_back(r);
   }
@@ -719,30 +692,28 @@ namespace {
 void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bool adjoint) {
   p.views = prepare(p, fields, adjoint ? "start_adjoint" : "start");
   p.fields = fields;
+  p.device = fields.empty() ? Device::host() : fields.front().device();
   std::vector<Transfer>& outgoing = adjoint ? p.recvs : p.sends;
   std::vector<Transfer>& incoming = adjoint ? p.sends : p.recvs;
   for (Transfer& t : outgoing) {
-    t.buffer.resize(p.buffer_bytes(t.cells));
+    p.reserve(t.buffer, t.cells, /*for_mpi=*/true);
     p.pack(t.rects, t.buffer);
+    t.buffer.packed_to_message();
   }
   post(p, incoming, outgoing, adjoint ? kAdjointTag : kForwardTag);
   p.mode = adjoint ? HaloExchange::Plan::Mode::adjoint : HaloExchange::Plan::Mode::forward;
-  // Local work overlaps the messages in flight.
-  for (const FieldView& f : p.views) {
-    dispatch(f.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      for (const auto& [from, to] : p.self) {
-        if (adjoint) {
-          copy_rect<T>(f, to, from, true);
-        } else {
-          copy_rect<T>(f, from, to, false);
-        }
-      }
-      // Forward: zero the rows beyond a pole. Adjoint: every halo value has been packed
-      // or added, so the transpose leaves zeros behind.
-      for (const HaloRect& rect : adjoint ? p.frame : p.zeros) zero_rect<T>(f, rect);
-    });
+  // Local work overlaps the messages in flight: pieces whose source is this rank go
+  // through the self buffer (forward: interior -> halo; adjoint: halo added back into
+  // the interior). Forward then zeroes the rows beyond a pole; the adjoint has packed or
+  // added every halo value, so the transpose leaves zeros behind.
+  std::int64_t self_cells = 0;
+  for (const HaloRect& rect : p.self_from) self_cells += detail::halo_rect_area(rect);
+  if (self_cells > 0) {
+    p.reserve(p.self_buffer, self_cells, /*for_mpi=*/false);
+    p.pack(adjoint ? p.self_to : p.self_from, p.self_buffer);
+    p.unpack(adjoint ? p.self_from : p.self_to, p.self_buffer, adjoint);
   }
+  p.zero(adjoint ? p.frame : p.zeros);
 }
 
 void finish_exchange(HaloExchange::Plan& p, bool adjoint) {
@@ -755,7 +726,10 @@ void finish_exchange(HaloExchange::Plan& p, bool adjoint) {
   // Whatever happens, the plan is idle afterwards: a failed wait leaves nothing to finish.
   p.mode = HaloExchange::Plan::Mode::idle;
   tessera::detail::wait_all(p.requests, p.wait);
-  for (const Transfer& t : adjoint ? p.sends : p.recvs) p.unpack(t.rects, t.buffer, adjoint);
+  for (const Transfer& t : adjoint ? p.sends : p.recvs) {
+    t.buffer.message_to_packed();
+    p.unpack(t.rects, t.buffer, adjoint);
+  }
   p.fields.clear();
 }
 
