@@ -140,7 +140,7 @@ class Communicator {
   CommRequest broadcast_impl(Tensor& tensor, int root, bool blocking);
   // The NCCL path for CUDA tensors: whether `t` takes it, the group's NCCL
   // communicator (created on first use), and the blocking/async wrapper of a waiter.
-  bool uses_nccl(const Tensor& t) const;
+  bool uses_nccl(const Tensor& t);
   detail::NcclCommunicator& nccl_for(const Tensor& t, const char* op);
   CommRequest nccl_launch(std::int64_t bytes, bool blocking, std::function<void()> waiter,
                           std::vector<Tensor> keep_alive);
@@ -151,6 +151,9 @@ class Communicator {
   WaitOptions wait_;
   CommStats stats_;
   std::shared_ptr<detail::NcclCommunicator> nccl_;
+  // Whether this group's CUDA tensors may use NCCL: decided on the first CUDA collective
+  // (no when two of its ranks share a GPU, which NCCL refuses; see uses_nccl).
+  enum class NcclPath { undecided, nccl, staged } nccl_path_ = NcclPath::undecided;
 };
 
 }  // namespace tessera

@@ -160,6 +160,18 @@ class Compute {
                                   const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
                                   int device) = 0;
 
+  // ---- Field losses and normalisation over x [outer, channels or rows, inner].
+  // Latitude-weighted squared error over [planes, rows, cols]: returns
+  // sum of w[i] (p - t)^2 and writes grad = grad_scale * w[i] * (p - t); row_weights are
+  // `rows` doubles in the device's memory.
+  virtual double weighted_squared_error(DType dtype, const void* prediction, const void* target,
+                                        const double* row_weights, std::int64_t planes, std::int64_t rows,
+                                        std::int64_t cols, double grad_scale, void* grad, int device) = 0;
+  // x[o, c, i] = x[o, c, i] * scale[c] + shift[c] in double; scale/shift are `channels`
+  // doubles in the device's memory.
+  virtual void channel_affine(DType dtype, void* x, const double* scale, const double* shift, std::int64_t outer,
+                              std::int64_t channels, std::int64_t inner, int device) = 0;
+
   // ---- Conv2d helpers for one sample.
   virtual void im2col(DType dtype, const void* x, void* cols, const Im2colGeometry& g, int device) = 0;
   // dx += col2im(cols)

@@ -1,14 +1,18 @@
 // Communicator: MPI collectives on Tensors under a wait policy.
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // Open MPI's MPIX_Query_cuda_support
 #endif
 
+#include "comm/device_sharing.hpp"
 #include "comm/mpi_types.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "comm/request_state.hpp"
@@ -195,7 +199,37 @@ CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool bloc
 // NCCL path for CUDA tensors
 // ---------------------------------------------------------------------------
 
-bool Communicator::uses_nccl(const Tensor& t) const { return t.device().is_cuda() && detail::nccl_enabled(); }
+// CUDA tensors take NCCL unless TESSERA_NCCL=0 or two ranks of this group share a GPU
+// (NCCL refuses that communicator): then they are staged through host memory over MPI,
+// the path every collective below takes for a tensor MPI cannot address. The sharing
+// check runs once per group, on its first CUDA collective (all ranks reach it in the
+// same order): one gather of the ranks' device UUIDs.
+bool Communicator::uses_nccl(const Tensor& t) {
+  if (!t.device().is_cuda() || !detail::nccl_enabled()) return false;
+  if (nccl_path_ == NcclPath::undecided) {
+    constexpr int kUuidChars = 32;
+    std::string mine = detail::cuda_device_uuid(t.device().index);
+    mine.resize(kUuidChars, '0');
+    std::vector<char> all(static_cast<std::size_t>(kUuidChars) * static_cast<std::size_t>(size_));
+    MPI_Request request = MPI_REQUEST_NULL;
+    TESSERA_CHECK_MPI(MPI_Iallgather(mine.data(), kUuidChars, MPI_CHAR, all.data(), kUuidChars, MPI_CHAR, comm_,
+                                     &request));
+    detail::wait_request(request, wait_);
+    std::vector<std::string> uuids;
+    for (int r = 0; r < size_; ++r) uuids.emplace_back(all.data() + r * kUuidChars, kUuidChars);
+    const detail::SharedDevice shared = detail::first_shared_device(uuids);
+    nccl_path_ = shared.found() ? NcclPath::staged : NcclPath::nccl;
+    static bool noticed = false;  // one line per process, however many groups share
+    if (shared.found() && rank_ == 0 && !noticed) {
+      noticed = true;
+      std::fprintf(stderr,
+                   "tessera: ranks %d and %d of a %d-rank group share GPU %s; NCCL refuses that, so CUDA "
+                   "collectives of such groups go through MPI with host staging\n",
+                   shared.first, shared.second, size_, uuids[static_cast<std::size_t>(shared.first)].c_str());
+    }
+  }
+  return nccl_path_ == NcclPath::nccl;
+}
 
 detail::NcclCommunicator& Communicator::nccl_for(const Tensor& t, const char* op) {
   if (!nccl_) nccl_ = detail::NcclCommunicator::create(comm_, rank_, size_, t.device().index);

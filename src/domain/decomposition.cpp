@@ -185,7 +185,7 @@ void Decomposition::scatter(const Tensor& global, Tensor& local, int root) const
   Tensor packed;
   if (rank_ == root) {
     packed = Tensor::empty({blocks.total}, global.dtype());
-    const Tensor g = global.device().is_host() ? global : global.to(Device::host());
+    const Tensor g = global.to(Device::host());  // the tensor itself on the host
     for (int r = 0; r < size(); ++r) {
       const Tensor src = box_view(g, box_of(r));
       packed.narrow(0, blocks.displs[r], blocks.counts[r]).reshape(src.shape()).copy_from(src);
@@ -214,7 +214,7 @@ void Decomposition::gather(const Tensor& local, Tensor& global, int root) const 
     global.copy_from(local);
     return;
   }
-  const Tensor mine = local.device().is_host() && local.is_contiguous() ? local : local.to(Device::host()).contiguous();
+  const Tensor mine = local.to(Device::host()).contiguous();  // no copy for a contiguous host tensor
   Tensor packed;
   if (rank_ == root) packed = Tensor::empty({blocks.total}, local.dtype());
   const MPI_Datatype type = tessera::detail::mpi_datatype(local.dtype());

@@ -554,8 +554,8 @@ Shape HaloExchange::padded_shape(const Shape& leading) const {
 
 Shape HaloExchange::padded_shape() const { return padded_shape(plan_->decomposition.leading_shape()); }
 
-Tensor HaloExchange::allocate(DType dtype, const Shape& leading) const {
-  return Tensor::zeros(padded_shape(leading), dtype);
+Tensor HaloExchange::allocate(DType dtype, const Shape& leading, Device device) const {
+  return Tensor::zeros(padded_shape(leading), dtype, device);
 }
 
 Tensor HaloExchange::interior(const Tensor& padded) const {

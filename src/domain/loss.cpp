@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "backend/compute.hpp"
 #include "tessera/agree.hpp"
 
 namespace tessera::domain {
@@ -36,29 +37,6 @@ Tensor latitude_weights(const Decomposition& d, LatitudeGrid grid) {
   return w;
 }
 
-namespace {
-
-template <class T>
-double weighted_sum(const Tensor& pred, const Tensor& target, const double* w, std::int64_t rows, std::int64_t cols,
-                    double grad_scale, Tensor& grad) {
-  const T* p = pred.data<T>();
-  const T* t = target.data<T>();
-  T* g = grad.data<T>();
-  const std::int64_t planes = pred.numel() / (rows * cols);
-  double sum = 0.0;
-  for (std::int64_t b = 0; b < planes; ++b)
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t j = 0; j < cols; ++j) {
-        const std::int64_t k = (b * rows + i) * cols + j;
-        const double diff = static_cast<double>(p[k]) - static_cast<double>(t[k]);
-        sum += w[i] * diff * diff;
-        g[k] = static_cast<T>(grad_scale * w[i] * diff);
-      }
-  return sum;
-}
-
-}  // namespace
-
 LossResult lat_weighted_mse(const Tensor& prediction, const Tensor& target, const Decomposition& d,
                             LatitudeGrid grid) {
   const LocalBox box = d.box();
@@ -78,23 +56,23 @@ LossResult lat_weighted_mse(const Tensor& prediction, const Tensor& target, cons
     if (prediction.dtype() != DType::f32 && prediction.dtype() != DType::f64) {
       throw ShapeError(what + ": prediction " + prediction.str() + " must be f32 or f64");
     }
-    if (!prediction.device().is_host() || !target.device().is_host()) {
-      throw UnsupportedError(what + ": device tensors come with the CUDA backend");
+    if (!(target.device() == prediction.device())) {
+      throw InvalidArgument(what + ": target " + target.str() + " and prediction " + prediction.str() +
+                            " are on different devices");
     }
+    backend_for(prediction.device()).require_usable(prediction, what + ": prediction");
   });
   const Tensor p = prediction.contiguous(), t = target.contiguous();
-  const Tensor w = latitude_weights(d, grid);
   const std::int64_t planes = p.numel() / (box.lat.length * box.lon.length);
   const double count = static_cast<double>(planes) * static_cast<double>(d.global_lat()) *
                        static_cast<double>(d.global_lon());
   LossResult result;
-  result.grad = Tensor::empty(p.shape(), p.dtype());
-  double local = 0.0;
-  if (p.dtype() == DType::f32) {
-    local = weighted_sum<float>(p, t, w.data<double>(), box.lat.length, box.lon.length, 2.0 / count, result.grad);
-  } else {
-    local = weighted_sum<double>(p, t, w.data<double>(), box.lat.length, box.lon.length, 2.0 / count, result.grad);
-  }
+  result.grad = Tensor::empty(p.shape(), p.dtype(), p.device());
+  const Tensor w = latitude_weights(d, grid).to(p.device());
+  const double local = tessera::detail::compute_for(p, "lat_weighted_mse: prediction")
+                           .weighted_squared_error(p.dtype(), p.data(), t.data(), w.data<double>(), planes,
+                                                   box.lat.length, box.lon.length, 2.0 / count, result.grad.data(),
+                                                   p.device().index);
   Tensor total = Tensor::from_vector<double>({local}, {1});
   d.comm().all_reduce(total, ReduceOp::sum);
   result.value = total.to_vector<double>()[0] / count;

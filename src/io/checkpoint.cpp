@@ -220,7 +220,7 @@ std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& para
     e.section = std::move(section);
     e.name = name;
     if (!value.defined()) throw InvalidArgument("checkpoint: " + e.path() + " has an undefined value");
-    e.host = value.device().is_host() ? value.contiguous() : value.to(Device::host());
+    e.host = value.to(Device::host()).contiguous();  // no copy for a contiguous host tensor
     e.global_shape = global;
     e.placement = placement;
     e.offset = offset;

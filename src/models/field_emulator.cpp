@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "backend/compute.hpp"
 #include "tessera/domain/domain_conv2d.hpp"
 #include "tessera/error.hpp"
 #include "tessera/mesh.hpp"
@@ -256,24 +257,24 @@ Tensor FieldEmulator::backward(const Tensor& grad_output) {
 
 namespace {
 
-// field [B, channels, ...] f32: x = x * scale[c] + shift[c] per channel.
+// field [B, channels, ...] f32: x = x * scale[c] + shift[c] per channel, on the field's
+// device.
 void affine_per_channel(Tensor& field, const std::vector<double>& scale, const std::vector<double>& shift,
                         const std::string& what) {
   if (!field.defined() || field.dim() < 2 || static_cast<std::size_t>(field.size(1)) != scale.size() ||
-      field.dtype() != DType::f32 || !field.is_contiguous() || field.device().type != DeviceType::host) {
+      field.dtype() != DType::f32 || !field.is_contiguous()) {
     throw ShapeError(what + ": field " + (field.defined() ? field.str() : std::string("undefined")) +
-                     " must be a contiguous host f32 [B, " + std::to_string(scale.size()) + ", ...]");
+                     " must be a contiguous f32 [B, " + std::to_string(scale.size()) + ", ...]");
   }
-  float* p = field.data<float>();
   const std::int64_t batch = field.size(0), channels = field.size(1);
   const std::int64_t inner = channels ? field.numel() / (batch * channels) : 0;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t c = 0; c < channels; ++c) {
-      float* q = p + (b * channels + c) * inner;
-      const double s = scale[c], t = shift[c];
-      for (std::int64_t i = 0; i < inner; ++i) q[i] = static_cast<float>(q[i] * s + t);
-    }
-  }
+  std::vector<double> coefficients(scale);
+  coefficients.insert(coefficients.end(), shift.begin(), shift.end());
+  const Tensor on_device =
+      Tensor::from_vector<double>(coefficients, {static_cast<std::int64_t>(coefficients.size())}).to(field.device());
+  const double* c = on_device.data<double>();
+  tessera::detail::compute_for(field, what + ": field")
+      .channel_affine(field.dtype(), field.data(), c, c + channels, batch, channels, inner, field.device().index);
 }
 
 }  // namespace

@@ -95,8 +95,8 @@ class HaloExchange {
   // (leading..., padded lat, padded lon) of this rank's fields.
   Shape padded_shape(const Shape& leading) const;
   Shape padded_shape() const;  // leading dims of the decomposition's global shape
-  // A zero-filled host field of padded_shape(leading).
-  Tensor allocate(DType dtype, const Shape& leading) const;
+  // A zero-filled field of padded_shape(leading) on `device`.
+  Tensor allocate(DType dtype, const Shape& leading, Device device = Device::host()) const;
   // The owned part of a padded field (a view sharing its storage).
   Tensor interior(const Tensor& padded) const;
 

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_blas.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_field.hpp"
 #include "backend/cuda/cuda_optim.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
@@ -402,6 +403,16 @@ class CudaCompute final : public Compute {
   }
   void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, int device) override {
     cuda_cast(src_dtype, src, dst_dtype, dst, n, device);
+  }
+  double weighted_squared_error(DType dtype, const void* prediction, const void* target, const double* row_weights,
+                                std::int64_t planes, std::int64_t rows, std::int64_t cols, double grad_scale,
+                                void* grad, int device) override {
+    return cuda_weighted_squared_error(dtype, prediction, target, row_weights, planes, rows, cols, grad_scale, grad,
+                                       device);
+  }
+  void channel_affine(DType dtype, void* x, const double* scale, const double* shift, std::int64_t outer,
+                      std::int64_t channels, std::int64_t inner, int device) override {
+    cuda_channel_affine(dtype, x, scale, shift, outer, channels, inner, device);
   }
   void sgd_update(DType dtype, std::int64_t n, void* value, const void* grad, void* momentum_buffer,
                   const SgdStep& step, int device) override {

@@ -9,6 +9,7 @@
 //   host_softmax.cpp     row_max, sum_exp_and_target, cross_entropy_grad
 //   host_attention.cpp   attention (+backward), fused per head, double accumulation
 //   host_embedding.cpp   embedding_gather, embedding_scatter_add
+//   host_field.cpp       weighted_squared_error, channel_affine (field losses, normalisation)
 //   host_im2col.cpp      im2col, col2im_add
 //   host_init.cpp        init_uniform
 //   host_halo.cpp        halo_pack, halo_unpack, halo_zero
@@ -80,6 +81,13 @@ class HostCompute final : public Compute {
   void attention_backward(DType dtype, const void* dout, const void* q, const void* k, const void* v,
                           const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
                           int device) override;
+
+  // host_field.cpp
+  double weighted_squared_error(DType dtype, const void* prediction, const void* target, const double* row_weights,
+                                std::int64_t planes, std::int64_t rows, std::int64_t cols, double grad_scale,
+                                void* grad, int device) override;
+  void channel_affine(DType dtype, void* x, const double* scale, const double* shift, std::int64_t outer,
+                      std::int64_t channels, std::int64_t inner, int device) override;
 
   // host_im2col.cpp
   void im2col(DType dtype, const void* x, void* cols, const Im2colGeometry& g, int device) override;
