@@ -44,12 +44,12 @@ DomainConv2d::DomainConv2d(const Decomposition& decomposition, std::int64_t in_c
       options_(options),
       halo_(decomposition, conv_halo_spec(in_channels, out_channels, kernel_h, kernel_w, options)) {
   // nn::Conv2d's parameters and initialisation, replicated over the domain.
-  weight = Parameter(Tensor::zeros({out_channels, in_channels, kernel_h, kernel_w}, options.dtype),
+  weight = Parameter(Tensor::zeros({out_channels, in_channels, kernel_h, kernel_w}, options.dtype, options.device),
                      InitSpec::kaiming_uniform(std::sqrt(5.0)));
   register_parameter("weight", weight);
   if (options.bias) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_channels) * kernel_h * kernel_w);
-    bias = Parameter(Tensor::zeros({out_channels}, options.dtype), InitSpec::uniform(-bound, bound));
+    bias = Parameter(Tensor::zeros({out_channels}, options.dtype, options.device), InitSpec::uniform(-bound, bound));
     register_parameter("bias", bias);
   }
 }
@@ -71,11 +71,13 @@ Tensor DomainConv2d::forward(const Tensor& input) {
     const LocalBox box = d.box();
     if (!input.defined()) throw InvalidArgument(describe() + ": forward input is undefined");
     if (input.dim() != 4 || input.size(1) != in_channels_ || input.size(2) != box.lat.length ||
-        input.size(3) != box.lon.length || input.dtype() != weight.value.dtype()) {
+        input.size(3) != box.lon.length || input.dtype() != weight.value.dtype() ||
+        !(input.device() == weight.value.device())) {
       throw ShapeError(describe() + ": input " + input.str() + " on domain rank " + std::to_string(d.rank()) +
                        " must be " + std::string(dtype_name(weight.value.dtype())) + "[N, " +
                        std::to_string(in_channels_) + ", " + std::to_string(box.lat.length) + ", " +
-                       std::to_string(box.lon.length) + "] (" + box.str() + ")");
+                       std::to_string(box.lon.length) + "] on " + weight.value.device().str() + " (" + box.str() +
+                       ")");
     }
   };
   // A shape that is wrong on one rank only (uneven splits make that easy) must throw on
@@ -85,7 +87,7 @@ Tensor DomainConv2d::forward(const Tensor& input) {
     agreed_input_shape_ = input.shape();
   }
   validate();
-  Tensor padded = halo_.allocate(input.dtype(), {input.size(0), in_channels_});
+  Tensor padded = halo_.allocate(input.dtype(), {input.size(0), in_channels_}, input.device());
   halo_.interior(padded).copy_from(input);
   halo_.exchange(padded);
   padded_input_ = padded;

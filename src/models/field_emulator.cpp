@@ -205,11 +205,12 @@ FieldEmulator::FieldEmulator(const FieldEmulatorConfig& config, const Mesh& mesh
   domain::DomainConv2dOptions conv;
   conv.pole = config_.pole;
   conv.lon_padding = domain::LonPadding::periodic;
+  conv.device = mesh.device();  // the model lives on the mesh's device
   register_child("encoder", std::make_unique<domain::DomainConv2d>(*decomposition_, config_.channels, config_.width,
                                                                    config_.kernel, config_.kernel, conv));
   auto blocks = std::make_unique<nn::Sequential>();
   for (std::int64_t i = 0; i < config_.n_blocks; ++i) {
-    blocks->append(std::make_unique<ChannelMlpBlock>(config_.width, config_.mlp_hidden));
+    blocks->append(std::make_unique<ChannelMlpBlock>(config_.width, config_.mlp_hidden, DType::f32, mesh.device()));
   }
   register_child("blocks", std::move(blocks));
   register_child("act", std::make_unique<nn::GELU>());

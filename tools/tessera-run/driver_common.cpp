@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tessera/agree.hpp"
+#include "tessera/backend.hpp"
 #include "tessera/clip.hpp"
 #include "tessera/check.hpp"
 #include "tessera/io/checkpoint.hpp"
@@ -42,6 +43,22 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, NamedParamet
                                SgdOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
 }
 
+Device run_device(const RunConfig& cfg) {
+  // Every rank must decide alike: the fewest GPUs any rank sees decides for all.
+  Communicator world(MPI_COMM_WORLD);
+  Tensor visible = Tensor::from_vector<std::int64_t>({cuda_device_count()}, {1});
+  world.all_reduce(visible, ReduceOp::min);
+  const bool every_rank_has_a_gpu = visible.to_vector<std::int64_t>()[0] > 0;
+  if (cfg.device == "host" || (cfg.device == "auto" && !every_rank_has_a_gpu)) return Device::host();
+  if (!every_rank_has_a_gpu) {
+    throw ConfigError(cfg.source + ": device: cuda, but " +
+                      (cuda_device_count() == 0 ? "this rank sees no GPU (" + cuda_unavailable_reason() + ")"
+                                                : std::string("another rank sees no GPU")) +
+                      "; use device: host or auto to train on the CPU cores");
+  }
+  return Device::cuda();
+}
+
 void start_run(const Log& log, const RunConfig& cfg, const Mesh& mesh) {
   // OpenBLAS starts one thread per core in every process; with several ranks on a node
   // that oversubscribes every GEMM. Each rank gets its share, unless the user said.
@@ -54,7 +71,8 @@ void start_run(const Log& log, const RunConfig& cfg, const Mesh& mesh) {
            std::to_string(mesh.tp_size()) + " x domain " + std::to_string(mesh.domain_size()) + " (data " +
            std::string(data_parallel_mode_name(c.data)) + "), " + std::to_string(mesh.local_size()) +
            " ranks on rank 0's node, wait policy " + std::string(wait_policy_name(mesh.wait_policy())) +
-           ", BLAS threads per rank " + std::to_string(ops::host_threads()));
+           ", BLAS threads per rank " + std::to_string(ops::host_threads()) + ", device " +
+           mesh.device().str() + " (device: " + cfg.device + ")");
 }
 
 void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& range_label, std::int64_t range_start,

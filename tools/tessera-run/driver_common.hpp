@@ -51,6 +51,11 @@ std::string fmt(const char* format, double a);
 dp::OptimizerKind optimizer_kind(const OptimizerConfig& o);
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, NamedParameters params);
 
+// The device the run trains on, from the `device` key: host; cuda (every rank must see a
+// GPU, otherwise every rank throws the same ConfigError naming the key and the reason);
+// auto (cuda when every rank sees a GPU, else host). Collective over MPI_COMM_WORLD.
+Device run_device(const RunConfig& cfg);
+
 // Gives each rank its share of the node's cores for OpenBLAS (unless OPENBLAS_NUM_THREADS
 // is set) and prints the version and mesh lines.
 void start_run(const Log& log, const RunConfig& cfg, const Mesh& mesh);

@@ -129,7 +129,7 @@ std::int64_t activation_bytes_per_sample(const models::FieldEmulatorConfig& m, s
 }
 
 int train_field_emulator(const RunConfig& cfg, const Options& opts) {
-  Mesh mesh(MPI_COMM_WORLD, cfg.parallelism);
+  Mesh mesh(MPI_COMM_WORLD, cfg.parallelism, run_device(cfg));
   const MPI_Comm world = mesh.world().mpi_comm();
   const Log log(mesh.global_rank() == 0, cfg.log_level);
   start_run(log, cfg, mesh);
@@ -240,7 +240,7 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
            cfg.optimizer.type + " lr " + fmt("%g", cfg.optimizer.lr) + ", seed " +
            std::to_string(cfg.schedule.seed));
 
-  Tensor x, y;
+  Tensor x_read, y_read, x, y;  // as read (host, reused between steps) and as trained (mesh's device)
   Communicator& dp_comm = mesh.dp();
   double window_loss = 0, window_persistence = 0, window_time = 0;
   std::int64_t window_steps = 0;
@@ -251,9 +251,11 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   for (std::int64_t step = start_step + 1; step <= cfg.schedule.steps; ++step) {
     const std::int64_t position = step - 1;
     sampler.set_epoch(position / batches_per_epoch);
-    data->batch(sampler.batch(position % batches_per_epoch, local_batch), x, y);
+    data->batch(sampler.batch(position % batches_per_epoch, local_batch), x_read, y_read);
+    x = x_read.to(mesh.device());  // no copy on the host
+    y = y_read.to(mesh.device());
 
-    MPI_Barrier(world);  // so the step time is the slowest rank's, not rank 0's share
+    mesh.world().barrier();  // so the step time is the slowest rank's, not rank 0's share
     const auto t0 = std::chrono::steady_clock::now();
     optimizer->zero_grad();
     const Tensor prediction = model->forward(x);

@@ -367,6 +367,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
             }},
          });
        }},
+      {"device", [&](const YAML::Node& v, const std::string& key) {
+         c.device = p.choice(v, key, {"auto", "host", "cuda"});
+       }},
       {"resume", [&](const YAML::Node& v, const std::string& key) {
          c.resume = v.IsNull() ? "" : p.string(v, key);
        }},
@@ -394,8 +397,8 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
     if (!found) {
       throw ConfigError(p.where(item.first, key) +
                         ": unknown key '" + key +
-                        "' (expected parallelism, trainer, model, data, optimizer, schedule, checkpoint, resume, "
-                        "logging)");
+                        "' (expected parallelism, trainer, model, data, optimizer, schedule, checkpoint, device, "
+                        "resume, logging)");
     }
   }
 

@@ -96,6 +96,7 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   std::string resume;  // "" (start fresh), "latest" (checkpoint.dir's latest, if any), or a path
   LogLevel log_level = LogLevel::info;
+  std::string device = "auto";  // auto | host | cuda: where the model, its state and the batches live
 };
 
 // Parses `path` with `overrides` ("key.sub=value", value as YAML) applied first.

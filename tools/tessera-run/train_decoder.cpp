@@ -102,7 +102,7 @@ std::int64_t activation_bytes_per_sequence(const models::DecoderConfig& a, std::
 }  // namespace
 
 int train_decoder(const RunConfig& cfg, const Options& opts) {
-  Mesh mesh(MPI_COMM_WORLD, cfg.parallelism);
+  Mesh mesh(MPI_COMM_WORLD, cfg.parallelism, run_device(cfg));
   const MPI_Comm world = mesh.world().mpi_comm();
   const Log log(mesh.global_rank() == 0, cfg.log_level);
   start_run(log, cfg, mesh);
@@ -128,7 +128,7 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   if (!plan.reason.empty()) log.info("note: " + plan.reason);
   const bool sp = plan.sequence_parallel && tp_size > 1;
 
-  auto model = std::make_unique<models::Decoder>(arch);
+  auto model = std::make_unique<models::Decoder>(arch, DType::f32, mesh.device());
   std::int64_t global_parameters = 0;
   for (const auto& [name, p] : model->named_parameters()) global_parameters += shape_numel(p->global_shape);
   log.info("model: " + model->describe() + (arch.tie_embeddings ? ", tied embeddings" : "") + ", " +
@@ -247,8 +247,10 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
     const std::int64_t position = step - 1;
     sampler.set_epoch(position / batches_per_epoch);
     data->batch(sampler.batch(position % batches_per_epoch, local_batch), ids, targets);
+    ids = ids.to(mesh.device());  // read on the host, trained on the mesh's device
+    targets = targets.to(mesh.device());
 
-    MPI_Barrier(world);  // so the step time is the slowest rank's, not rank 0's share
+    mesh.world().barrier();  // so the step time is the slowest rank's, not rank 0's share
     const auto t0 = std::chrono::steady_clock::now();
     optimizer->zero_grad();
     const Tensor logits = model->forward(ids);

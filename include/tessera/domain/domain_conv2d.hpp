@@ -36,6 +36,7 @@ struct DomainConv2dOptions {
   PolePolicy pole = PolePolicy::zero;
   bool bias = true;
   DType dtype = DType::f32;
+  Device device = Device::host();  // where the parameters live (inputs must live there too)
 };
 
 // The halo a "same" convolution needs (the padding split described above).

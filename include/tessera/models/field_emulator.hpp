@@ -80,13 +80,13 @@ class FieldEmulator : public nn::Module {
  public:
   // Collective over mesh.domain() (plans the halo exchanges) and, with tensor
   // parallelism, over mesh.tp(): the blocks are converted by apply_tensor_parallel.
-  // Parameters are zero; call nn::initialize_parameters(model, seed) or load a
+  // The parameters live on mesh.device() (inputs must too) and are zero; call nn::initialize_parameters(model, seed) or load a
   // checkpoint. The mesh must outlive the model.
   FieldEmulator(const FieldEmulatorConfig& config, const Mesh& mesh);
   ~FieldEmulator() override;
 
   // x: normalised local field [B, channels, local_lat, local_lon] (this rank's
-  // latitude band, decomposition().box()), f32, identical on every tp rank.
+  // latitude band, decomposition().box()), f32 on mesh.device(), identical on every tp rank.
   // Returns the predicted next state, same shape. Collective over tp and domain.
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output) override;
