@@ -2,6 +2,9 @@
 #   MODE      demo | resume | layouts | bad_config | dry_run (the field emulator)
 #             decoder_train | decoder_layouts | decoder_resume | decoder_bad_config |
 #             decoder_dry_run (model.type: decoder)
+#             device (the `device` key, any machine) | device_cuda (training on a GPU against
+#             the host run; prints "SKIPPED: no GPU" when none is visible, which CTest reports
+#             as skipped)
 #   MPIEXEC, NUMPROC_FLAG, RUN (tessera-run), CKPT (tessera-ckpt), SOURCE_DIR, WORK_DIR
 # Every tessera-run call runs in SOURCE_DIR (the configs name data/rossby_haurwitz.h5
 # relative to it) and writes checkpoints under WORK_DIR only.
@@ -135,6 +138,78 @@ elseif(MODE STREQUAL "bad_config")
   if(rc EQUAL 0 OR NOT out MATCHES "optimizer.learning_rate")
     message(FATAL_ERROR "--set optimizer.learning_rate: expected an error naming the key; got ${rc}:\n${out}")
   endif()
+
+elseif(MODE STREQUAL "device")
+  # device: an unknown value is rejected naming the key and the choices; auto on a
+  # machine without a GPU trains on the host exactly as device: host; device: cuda
+  # without a GPU fails before training, once, naming the key and the reason.
+  run_driver(out rc 2 ${tiny} ${data} "--set=parallelism={data: none, domain: 2}" --set=device=gpu "--set=checkpoint.dir=${WORK_DIR}/x")
+  if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: [^\n]*device: unknown value 'gpu' \\(expected auto, host, cuda\\)")
+    message(FATAL_ERROR "device: gpu: expected an error naming the key and the choices; got ${rc}:\n${out}")
+  endif()
+  expect_success(2 ${tiny} ${data} "--set=parallelism={data: none, domain: 2}" --set=device=host "--set=checkpoint.dir=${WORK_DIR}/host")
+  set(host_output "${last_output}")
+  if(NOT host_output MATCHES "device host \\(device: host\\)")
+    message(FATAL_ERROR "device: host: the mesh line does not name the device:\n${host_output}")
+  endif()
+  string(REGEX MATCH "final loss [0-9.e+-]+" host_loss "${host_output}")
+  run_driver(out rc 2 ${tiny} ${data} "--set=parallelism={data: none, domain: 2}" --set=device=cuda "--set=checkpoint.dir=${WORK_DIR}/cuda")
+  if(out MATCHES "sees no GPU")
+    if(rc EQUAL 0 OR out MATCHES "\nstep " OR EXISTS "${WORK_DIR}/cuda")
+      message(FATAL_ERROR "device: cuda without a GPU must fail before training:\n${out}")
+    endif()
+    if(NOT out MATCHES "tessera-run: error: [^\n]*device: cuda, but this rank sees no GPU")
+      message(FATAL_ERROR "device: cuda without a GPU: the error must name the key and why:\n${out}")
+    endif()
+    string(REGEX MATCHALL "tessera-run: error:" errors "${out}")
+    list(LENGTH errors n)
+    if(NOT n EQUAL 1)
+      message(FATAL_ERROR "device: cuda: expected the error once (rank 0 only), got ${n} times:\n${out}")
+    endif()
+    expect_success(2 ${tiny} ${data} "--set=parallelism={data: none, domain: 2}" --set=device=auto "--set=checkpoint.dir=${WORK_DIR}/auto")
+    string(REGEX MATCH "final loss [0-9.e+-]+" auto_loss "${last_output}")
+    if(NOT last_output MATCHES "device host \\(device: auto\\)" OR NOT auto_loss STREQUAL host_loss)
+      message(FATAL_ERROR "device: auto without a GPU must train on the host like device: host (${host_loss}):\n${last_output}")
+    endif()
+  elseif(NOT rc EQUAL 0)
+    message(FATAL_ERROR "device: cuda on a machine with a GPU failed (${rc}):\n${out}")
+  endif()
+
+elseif(MODE STREQUAL "device_cuda")
+  # On a GPU: the field emulator and the decoder train on the device at 1 and 2 ranks (one
+  # GPU shared: the collectives fall back to staged MPI) and their final losses equal the
+  # host runs' to 1e-4 relative.
+  run_driver(out rc 1 ${tiny} ${data} --set=device=cuda "--set=parallelism={data: none}" "--set=checkpoint.dir=")
+  if(out MATCHES "sees no GPU")
+    message("SKIPPED: no GPU: ${out}")
+    return()
+  endif()
+  foreach(case "1|${tiny}|{data: none}" "2|${tiny}|{data: none, domain: 2}" "2|${dtiny}|{data: none, tensor: 2}"
+               "2|${dtiny}|{data: ddp}")
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 np)
+    list(GET case 1 config)
+    list(GET case 2 layout)
+    set(losses "")
+    foreach(device host cuda)
+      expect_success(${np} ${config} ${data} --set=device=${device} "--set=parallelism=${layout}" "--set=checkpoint.dir=")
+      if(NOT last_output MATCHES "device ${device}")
+        message(FATAL_ERROR "${config} device: ${device}: not trained on ${device}:\n${last_output}")
+      endif()
+      string(REGEX MATCH "final loss ([0-9.e+-]+)" loss "${last_output}")
+      list(APPEND losses "${CMAKE_MATCH_1}")
+    endforeach()
+    list(GET losses 0 host_loss)
+    list(GET losses 1 cuda_loss)
+    # |cuda - host| <= 1e-4 |host|, in CMake arithmetic on scaled integers.
+    execute_process(COMMAND /usr/bin/env python3 -c
+                    "import sys; h, c = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(c - h) <= 1e-4 * abs(h) else 1)"
+                    ${host_loss} ${cuda_loss} RESULT_VARIABLE close)
+    if(NOT close EQUAL 0)
+      message(FATAL_ERROR "${config} at ${np} ranks (${layout}): final loss on cuda ${cuda_loss} vs host ${host_loss}")
+    endif()
+    message(STATUS "${config} np ${np} ${layout}: final loss host ${host_loss}, cuda ${cuda_loss}")
+  endforeach()
 
 elseif(MODE STREQUAL "dry_run")
   expect_success(4 "${SOURCE_DIR}/data/configs/demo.yaml" --dry-run "--set=checkpoint.dir=${WORK_DIR}/none")
