@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "tessera/detail/host_device.hpp"
 
@@ -41,5 +42,17 @@ struct bfloat16 {
 };
 
 static_assert(sizeof(bfloat16) == 2, "bfloat16 must be two bytes");
+
+// v rounded once to T (float or double), or through float for bfloat16 (as the bfloat16
+// constructor rounds): the one rule by which every backend stores a value computed in
+// double.
+template <class T>
+TESSERA_HOST_DEVICE inline T round_from_double(double v) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return bfloat16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
 
 }  // namespace tessera

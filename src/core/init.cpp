@@ -188,15 +188,6 @@ Sampler make_sampler(const InitSpec& spec, const Shape& global_shape, std::strin
   return s;
 }
 
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    return bfloat16(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
 // Walks the local block in row-major order; element i of the block has the global flat
 // index sum_d (offset[d] + i[d]) * global_stride[d].
 template <class T>
@@ -208,9 +199,9 @@ void fill_block(Tensor& local, const Shape& global_shape, const Shape& offset, c
   if (local.numel() == 0) return;
   T* base = local.data<T>();
   const bool constant = sampler.kind == InitType::constant;
-  const T constant_value = from_double<T>(sampler.a);
+  const T constant_value = round_from_double<T>(sampler.a);
   if (nd == 0) {
-    *base = constant ? constant_value : from_double<T>(sampler(detail::philox_element_block(key, 0)));
+    *base = constant ? constant_value : round_from_double<T>(sampler(detail::philox_element_block(key, 0)));
     return;
   }
   Shape global_strides(nd, 1);
@@ -229,7 +220,7 @@ void fill_block(Tensor& local, const Shape& global_shape, const Shape& offset, c
     T* row = base + at;
     for (std::int64_t i = 0; i < inner; ++i) {
       row[i * inner_stride] = constant ? constant_value
-                                       : from_double<T>(sampler(detail::philox_element_block(
+                                       : round_from_double<T>(sampler(detail::philox_element_block(
                                              key, static_cast<std::uint64_t>(g + i))));
     }
     int d = nd - 2;

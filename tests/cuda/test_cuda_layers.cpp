@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/init.hpp"
@@ -38,53 +39,7 @@ namespace {
 using namespace tessera;
 namespace F = tessera::nn::functional;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-Tensor random_host(const Shape& shape, DType dtype, unsigned seed, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> dist(-scale, scale);
-  std::vector<double> values(static_cast<std::size_t>(shape_numel(shape)));
-  for (auto& v : values) v = dist(rng);
-  Tensor t = Tensor::from_vector<double>(values, shape);
-  if (dtype == DType::f64) return t;
-  std::vector<float> f(values.begin(), values.end());
-  return Tensor::from_vector<float>(f, shape);
-}
-
-std::vector<double> doubles(const Tensor& t) {
-  const Tensor h = t.to(Device::host()).contiguous();
-  if (h.dtype() == DType::f64) return h.to_vector<double>();
-  std::vector<double> out;
-  for (float v : h.to_vector<float>()) out.push_back(v);
-  return out;
-}
-
-// fp32 tolerance of DESIGN.md's testing section: ~1e-5 relative (with an absolute floor
-// for values near zero).
-void expect_close(const Tensor& device, const Tensor& host, double rtol, const std::string& what) {
-  ASSERT_EQ(device.shape(), host.shape()) << what;
-  const auto d = doubles(device), h = doubles(host);
-  double scale = 0;
-  for (double v : h) scale = std::max(scale, std::abs(v));
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    ASSERT_NEAR(d[i], h[i], rtol * std::max(1.0, scale)) << what << " element " << i;
-  }
-}
-
-bool bit_identical(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor ha = a.to(Device::host()).contiguous(), hb = b.to(Device::host()).contiguous();
-  return std::memcmp(ha.data(), hb.data(), ha.nbytes()) == 0;
-}
+using namespace tessera::cuda_test;
 
 class CudaLayers : public ::testing::Test {
  protected:

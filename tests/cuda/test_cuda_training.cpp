@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/clip.hpp"
 #include "tessera/comm.hpp"
@@ -45,53 +46,16 @@
 namespace {
 
 using namespace tessera;
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using namespace tessera::cuda_test;
 
 Communicator& world() {
   static Communicator comm(MPI_COMM_WORLD);
   return comm;
 }
 
+// The suite's random data: seed first, f32 unless said.
 Tensor random_host(const Shape& shape, std::uint64_t seed, double scale = 1.0, DType dtype = DType::f32) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uni(-scale, scale);
-  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (double& x : v) x = uni(rng);
-  if (dtype == DType::f64) return Tensor::from_vector(v, shape);
-  return Tensor::from_vector(std::vector<float>(v.begin(), v.end()), shape);
-}
-
-std::vector<double> doubles(const Tensor& t) {
-  const Tensor h = t.to(Device::host()).contiguous();
-  if (h.dtype() == DType::f64) return h.to_vector<double>();
-  std::vector<double> out;
-  for (float v : h.to_vector<float>()) out.push_back(v);
-  return out;
-}
-
-// max |device - host| <= rtol * max(1, max |host|).
-void expect_close(const Tensor& device, const Tensor& host, double rtol, const std::string& what) {
-  ASSERT_EQ(device.shape(), host.shape()) << what;
-  const auto d = doubles(device), h = doubles(host);
-  double scale = 1.0, diff = 0.0;
-  for (double v : h) scale = std::max(scale, std::abs(v));
-  for (std::size_t i = 0; i < d.size(); ++i) diff = std::max(diff, std::abs(d[i] - h[i]));
-  EXPECT_LE(diff, rtol * scale) << what << ": max difference " << diff << " (scale " << scale << ")";
-}
-
-bool bit_identical(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(Device::host()).contiguous(), hb = b.to(Device::host()).contiguous();
-  return ha.shape() == hb.shape() && ha.dtype() == hb.dtype() && std::memcmp(ha.data(), hb.data(), ha.nbytes()) == 0;
+  return cuda_test::random_host(shape, dtype, static_cast<unsigned>(seed), scale);
 }
 
 class CudaTraining : public ::testing::Test {
@@ -318,18 +282,23 @@ TEST_F(CudaTraining, CheckpointsMoveBitExactlyBetweenDeviceAndHostModels) {
   if (world_rank() == 0) std::filesystem::remove_all(root);
 }
 
+models::DecoderConfig tiny_decoder(std::int64_t heads, std::int64_t layers) {
+  models::DecoderConfig arch;
+  arch.vocab = 16;
+  arch.d_model = 8;
+  arch.n_heads = heads;
+  arch.hidden = 16;
+  arch.n_layers = layers;
+  return arch;
+}
+
 TEST_F(CudaTraining, DdpAndFsdp2StepsOnTheDeviceEqualTheHost) {
   if (world_size() < 2) GTEST_SKIP() << "needs two data-parallel replicas";
   for (DataParallelMode mode : {DataParallelMode::ddp, DataParallelMode::fsdp2}) {
     ParallelismConfig config;
     config.data = mode;
     Mesh mesh_h(MPI_COMM_WORLD, config), mesh_d(MPI_COMM_WORLD, config, Device::cuda());
-    models::DecoderConfig arch;
-    arch.vocab = 16;
-    arch.d_model = 8;
-    arch.n_heads = 2;
-    arch.hidden = 16;
-    arch.n_layers = 1;
+    const models::DecoderConfig arch = tiny_decoder(2, 1);
     models::Decoder model_h(arch), model_d(arch, DType::f32, mesh_d.device());
     nn::initialize_parameters(model_h, 9);
     nn::initialize_parameters(model_d, 9);
@@ -369,12 +338,7 @@ TEST_F(CudaTraining, TensorParallelDecoderOnTheDeviceTracksTheHost) {
   config.data = DataParallelMode::none;
   config.tensor = world_size();
   Mesh mesh_h(MPI_COMM_WORLD, config), mesh_d(MPI_COMM_WORLD, config, Device::cuda());
-  models::DecoderConfig arch;
-  arch.vocab = 16;
-  arch.d_model = 8;
-  arch.n_heads = 4;
-  arch.hidden = 16;
-  arch.n_layers = 2;
+  const models::DecoderConfig arch = tiny_decoder(4, 2);
   for (bool sp : {false, true}) {
     models::Decoder model_h(arch), model_d(arch, DType::f32, mesh_d.device());
     nn::initialize_parameters(model_h, 4);

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_blas.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
 #include "backend/kernel_math.hpp"
@@ -69,9 +70,6 @@ cublasOperation_t op(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_O
 // Kernels
 // ---------------------------------------------------------------------------
 
-#define TESSERA_GRID_STRIDE(i, count)                                                                   \
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
-       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
 template <class T>
 __global__ void axpy_kernel(std::int64_t n, T alpha, const T* x, T* y) {
@@ -121,13 +119,6 @@ __global__ void sum_partials_kernel(const double* partials, unsigned count, doub
   if (threadIdx.x == 0) *out = acc;
 }
 
-template <class F>
-decltype(auto) float_dispatch(DType dtype, const char* what, F&& f) {
-  if (dtype == DType::f32) return f(float{});
-  if (dtype == DType::f64) return f(double{});
-  throw ShapeError(std::string("cuda ") + what + ": dtype " + std::string(dtype_name(dtype)) +
-                   " is not f32 or f64");
-}
 
 }  // namespace
 
@@ -230,6 +221,10 @@ double cuda_dot(DType dtype, const void* x, const void* y, std::int64_t n, int d
                                                                      static_cast<const T*>(y), n, partials);
   });
   TESSERA_CHECK_LAUNCH();
+  return sum_partials(partials, blocks, stream);
+}
+
+double sum_partials(double* partials, unsigned blocks, cudaStream_t stream) {
   sum_partials_kernel<<<1, kThreadsPerBlock, 0, stream>>>(partials, blocks, partials + blocks);
   TESSERA_CHECK_LAUNCH();
   double result = 0;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_field.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
@@ -15,9 +16,6 @@
 namespace tessera::detail {
 namespace {
 
-#define TESSERA_GRID_STRIDE(i, count)                                                                   \
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
-       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
 template <class T>
 __global__ void weighted_error_kernel(const T* p, const T* t, const double* w, std::int64_t count, std::int64_t rows,
@@ -33,31 +31,12 @@ __global__ void weighted_error_kernel(const T* p, const T* t, const double* w, s
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-__global__ void add_partials_kernel(const double* partials, unsigned count, double* out) {
-  double acc = 0;
-  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) *out = acc;
-}
-
 template <class T>
 __global__ void channel_affine_kernel(T* x, const double* scale, const double* shift, std::int64_t count,
                                       std::int64_t channels, std::int64_t inner) {
   TESSERA_GRID_STRIDE(k, count) {
     const std::int64_t c = (k / inner) % channels;
     x[k] = static_cast<T>(__dadd_rn(__dmul_rn(static_cast<double>(x[k]), scale[c]), shift[c]));
-  }
-}
-
-template <class F>
-void for_float(DType dtype, const char* what, F&& f) {
-  if (dtype == DType::f32) {
-    f(float{});
-  } else if (dtype == DType::f64) {
-    f(double{});
-  } else {
-    throw ShapeError(std::string("cuda ") + what + ": dtype " + std::string(dtype_name(dtype)) +
-                     " is not f32 or f64");
   }
 }
 
@@ -73,19 +52,14 @@ double cuda_weighted_squared_error(DType dtype, const void* prediction, const vo
   const unsigned blocks = grid_for(count);
   DeviceScratch scratch((blocks + 1) * sizeof(double), guard.device());
   double* partials = scratch.as<double>();
-  for_float(dtype, "weighted_squared_error", [&](auto tag) {
+  float_dispatch(dtype, "weighted_squared_error", [&](auto tag) {
     using T = decltype(tag);
     weighted_error_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(
         static_cast<const T*>(prediction), static_cast<const T*>(target), row_weights, count, rows, cols, grad_scale,
         static_cast<T*>(grad), partials);
   });
   TESSERA_CHECK_LAUNCH();
-  add_partials_kernel<<<1, kThreadsPerBlock, 0, stream>>>(partials, blocks, partials + blocks);
-  TESSERA_CHECK_LAUNCH();
-  double result = 0;
-  TESSERA_CHECK_CUDA(cudaMemcpyAsync(&result, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
-  TESSERA_CHECK_CUDA(cudaStreamSynchronize(stream));
-  return result;
+  return sum_partials(partials, blocks, stream);
 }
 
 void cuda_channel_affine(DType dtype, void* x, const double* scale, const double* shift, std::int64_t outer,
@@ -94,7 +68,7 @@ void cuda_channel_affine(DType dtype, void* x, const double* scale, const double
   if (count == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
-  for_float(dtype, "channel_affine", [&](auto tag) {
+  float_dispatch(dtype, "channel_affine", [&](auto tag) {
     using T = decltype(tag);
     channel_affine_kernel<T><<<grid_for(count), kThreadsPerBlock, 0, stream>>>(static_cast<T*>(x), scale, shift,
                                                                               count, channels, inner);

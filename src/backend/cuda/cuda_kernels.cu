@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_blas.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_field.hpp"
 #include "backend/cuda/cuda_optim.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
@@ -29,9 +30,6 @@
 namespace tessera::detail {
 namespace {
 
-#define TESSERA_GRID_STRIDE(i, count)                                                                   \
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
-       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 // One block per row, striding when there are more rows than the grid holds.
 #define TESSERA_BLOCK_ROWS(r, rows) for (std::int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
 
@@ -39,13 +37,6 @@ unsigned row_grid(std::int64_t rows) {
   return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows));
 }
 
-template <class F>
-decltype(auto) float_dispatch(DType dtype, const char* what, F&& f) {
-  if (dtype == DType::f32) return f(float{});
-  if (dtype == DType::f64) return f(double{});
-  throw ShapeError(std::string("cuda ") + what + ": dtype " + std::string(dtype_name(dtype)) +
-                   " is not f32 or f64");
-}
 
 // ---- Activations (the formulas of functional_activation.cpp / swiglu.cpp)
 
@@ -325,15 +316,6 @@ struct BlockIndex {
 };
 
 template <class T>
-__device__ T from_double(double v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ bfloat16 from_double<bfloat16>(double v) {
-  return bfloat16(static_cast<float>(v));
-}
-
-template <class T>
 __global__ void init_uniform_kernel(T* data, StridedLayout local, BlockIndex index, std::uint64_t key, double a,
                                     double b, bool constant, std::int64_t count) {
   TESSERA_GRID_STRIDE(e, count) {
@@ -343,7 +325,7 @@ __global__ void init_uniform_kernel(T* data, StridedLayout local, BlockIndex ind
       const Philox4x32 r = philox_element_block(key, g);
       v = uniform_in(a, b, uniform53(r.v[0], r.v[1]));
     }
-    data[strided_offset(e, local)] = from_double<T>(v);
+    data[strided_offset(e, local)] = round_from_double<T>(v);
   }
 }
 
@@ -374,6 +356,17 @@ __global__ void halo_unpack_kernel<double>(double* field, StridedLayout layout, 
   TESSERA_GRID_STRIDE(e, count) {
     double& dst = field[halo_element_offset(e, layout, rect)];
     dst = accumulate ? dst + in[e] : in[e];
+  }
+}
+
+// Calls f(Word{}) with the unsigned word as wide as one element of `dtype`: packing and
+// zeroing move bits, whatever the element type.
+template <class F>
+void word_dispatch(DType dtype, F&& f) {
+  switch (dtype_size(dtype)) {
+    case 2: f(std::uint16_t{}); break;
+    case 4: f(std::uint32_t{}); break;
+    default: f(std::uint64_t{}); break;
   }
 }
 
@@ -702,22 +695,11 @@ class CudaCompute final : public Compute {
     const std::int64_t count = halo_count(layout, rect);
     if (count == 0) return;
     DeviceGuard guard(device);
-    cudaStream_t s = compute_stream(guard.device());
-    const unsigned grid = grid_for(count);
-    switch (dtype_size(dtype)) {
-      case 2:
-        halo_pack_kernel<std::uint16_t><<<grid, kThreadsPerBlock, 0, s>>>(
-            static_cast<const std::uint16_t*>(field), layout, rect, static_cast<std::uint16_t*>(out), count);
-        break;
-      case 4:
-        halo_pack_kernel<std::uint32_t><<<grid, kThreadsPerBlock, 0, s>>>(
-            static_cast<const std::uint32_t*>(field), layout, rect, static_cast<std::uint32_t*>(out), count);
-        break;
-      default:
-        halo_pack_kernel<std::uint64_t><<<grid, kThreadsPerBlock, 0, s>>>(
-            static_cast<const std::uint64_t*>(field), layout, rect, static_cast<std::uint64_t*>(out), count);
-        break;
-    }
+    word_dispatch(dtype, [&](auto word) {
+      using Word = decltype(word);
+      halo_pack_kernel<Word><<<grid_for(count), kThreadsPerBlock, 0, compute_stream(guard.device())>>>(
+          static_cast<const Word*>(field), layout, rect, static_cast<Word*>(out), count);
+    });
     TESSERA_CHECK_LAUNCH();
   }
 
@@ -750,22 +732,11 @@ class CudaCompute final : public Compute {
     const std::int64_t count = halo_count(layout, rect);
     if (count == 0) return;
     DeviceGuard guard(device);
-    cudaStream_t s = compute_stream(guard.device());
-    const unsigned grid = grid_for(count);
-    switch (dtype_size(dtype)) {
-      case 2:
-        halo_zero_kernel<std::uint16_t><<<grid, kThreadsPerBlock, 0, s>>>(static_cast<std::uint16_t*>(field), layout,
-                                                                           rect, count);
-        break;
-      case 4:
-        halo_zero_kernel<std::uint32_t><<<grid, kThreadsPerBlock, 0, s>>>(static_cast<std::uint32_t*>(field), layout,
-                                                                           rect, count);
-        break;
-      default:
-        halo_zero_kernel<std::uint64_t><<<grid, kThreadsPerBlock, 0, s>>>(static_cast<std::uint64_t*>(field), layout,
-                                                                           rect, count);
-        break;
-    }
+    word_dispatch(dtype, [&](auto word) {
+      using Word = decltype(word);
+      halo_zero_kernel<Word><<<grid_for(count), kThreadsPerBlock, 0, compute_stream(guard.device())>>>(
+          static_cast<Word*>(field), layout, rect, count);
+    });
     TESSERA_CHECK_LAUNCH();
   }
 

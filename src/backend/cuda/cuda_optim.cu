@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_optim.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
@@ -18,9 +19,6 @@
 namespace tessera::detail {
 namespace {
 
-#define TESSERA_GRID_STRIDE(i, count)                                                                   \
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
-       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
 // Widening as the host does it: bf16 and f32 through float, f64 as is.
 template <class T>
@@ -43,13 +41,6 @@ __global__ void sum_squares_partials_kernel(const T* x, std::int64_t n, double* 
   }
   acc = block_sum(acc);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
-}
-
-__global__ void add_partials_kernel(const double* partials, unsigned count, double* out) {
-  double acc = 0;
-  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) *out = acc;
 }
 
 __global__ void scale_bf16_kernel(std::int64_t n, double alpha, bfloat16* y) {
@@ -101,18 +92,6 @@ __global__ void adamw_kernel(std::int64_t n, T* value, const T* grad, T* m, T* v
   }
 }
 
-template <class F>
-void for_float(DType dtype, const char* what, F&& f) {
-  if (dtype == DType::f32) {
-    f(float{});
-  } else if (dtype == DType::f64) {
-    f(double{});
-  } else {
-    throw ShapeError(std::string("cuda ") + what + ": dtype " + std::string(dtype_name(dtype)) +
-                     " is not f32 or f64");
-  }
-}
-
 // Calls f(T{}) for f32, f64 and bf16.
 template <class F>
 void for_any_float(DType dtype, F&& f) {
@@ -139,12 +118,7 @@ double cuda_sum_squares(DType dtype, const void* x, std::int64_t n, int device) 
     sum_squares_partials_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x), n, partials);
   });
   TESSERA_CHECK_LAUNCH();
-  add_partials_kernel<<<1, kThreadsPerBlock, 0, stream>>>(partials, blocks, partials + blocks);
-  TESSERA_CHECK_LAUNCH();
-  double result = 0;
-  TESSERA_CHECK_CUDA(cudaMemcpyAsync(&result, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
-  TESSERA_CHECK_CUDA(cudaStreamSynchronize(stream));
-  return result;
+  return sum_partials(partials, blocks, stream);
 }
 
 void cuda_scale_bf16(std::int64_t n, double alpha, void* y, int device) {
@@ -175,7 +149,7 @@ void cuda_sgd_update(DType dtype, std::int64_t n, void* value, const void* grad,
   if (n == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
-  for_float(dtype, "sgd_update", [&](auto tag) {
+  float_dispatch(dtype, "sgd_update", [&](auto tag) {
     using T = decltype(tag);
     sgd_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(n, static_cast<T*>(value), static_cast<const T*>(grad),
                                                                  static_cast<T*>(momentum_buffer), step);
@@ -188,7 +162,7 @@ void cuda_adamw_update(DType dtype, std::int64_t n, void* value, const void* gra
   if (n == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
-  for_float(dtype, "adamw_update", [&](auto tag) {
+  float_dispatch(dtype, "adamw_update", [&](auto tag) {
     using T = decltype(tag);
     adamw_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(n, static_cast<T*>(value),
                                                                    static_cast<const T*>(grad),

@@ -11,19 +11,6 @@
 
 namespace tessera::detail {
 
-namespace {
-
-template <class F>
-void for_float(DType dtype, F&& f) {
-  if (dtype == DType::f32) {
-    f(float{});
-  } else {
-    f(double{});
-  }
-}
-
-}  // namespace
-
 void HostCompute::attention(DType dtype, const void* q, const void* k, const void* v, void* out, void* probs,
                             const AttentionShape& shape, int) {
   const std::int64_t B = shape.batch, S = shape.seq, W = shape.width, heads = shape.heads, hd = shape.head_dim();

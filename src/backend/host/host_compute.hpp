@@ -115,4 +115,15 @@ class HostCompute final : public Compute {
 
 HostCompute& host_compute();
 
+// Calls f(T{}) with T = float or double after `dtype` (the front ends checked that it is
+// one of the two).
+template <class F>
+void for_float(DType dtype, F&& f) {
+  if (dtype == DType::f32) {
+    f(float{});
+  } else {
+    f(double{});
+  }
+}
+
 }  // namespace tessera::detail

@@ -35,16 +35,6 @@ double silu_derivative(double x) {
   return s * (1.0 + x * (1.0 - s));
 }
 
-// Calls f(T{}) with T = float or double after `dtype` (checked floating by the caller).
-template <class F>
-void for_float(DType dtype, F&& f) {
-  if (dtype == DType::f32) {
-    f(float{});
-  } else {
-    f(double{});
-  }
-}
-
 template <class T>
 void map_forward(double (*fn)(double), const void* x, void* y, std::int64_t n) {
   const T* in = static_cast<const T*>(x);

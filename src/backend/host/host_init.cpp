@@ -12,21 +12,12 @@ namespace tessera::detail {
 namespace {
 
 template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    return bfloat16(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-template <class T>
 void init_typed(T* data, const StridedLayout& local, const std::int64_t* offset, const std::int64_t* global_strides,
                 std::uint64_t key, double a, double b, bool constant) {
   auto value = [&](std::int64_t g) {
-    if (constant) return from_double<T>(a);
+    if (constant) return round_from_double<T>(a);
     const Philox4x32 r = philox_element_block(key, static_cast<std::uint64_t>(g));
-    return from_double<T>(uniform_in(a, b, uniform53(r.v[0], r.v[1])));
+    return round_from_double<T>(uniform_in(a, b, uniform53(r.v[0], r.v[1])));
   };
   const int nd = local.ndim;
   if (nd == 0) {

@@ -11,19 +11,6 @@
 
 namespace tessera::detail {
 
-namespace {
-
-template <class F>
-void for_float(DType dtype, F&& f) {
-  if (dtype == DType::f32) {
-    f(float{});
-  } else {
-    f(double{});
-  }
-}
-
-}  // namespace
-
 void HostCompute::layer_norm(DType dtype, const void* x_, const void* gamma_, const void* beta_, double eps, void* y_,
                              void* mean_, void* rstd_, std::int64_t rows, std::int64_t n, int) {
   for_float(dtype, [&](auto tag) {

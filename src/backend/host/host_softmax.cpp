@@ -10,19 +10,6 @@
 
 namespace tessera::detail {
 
-namespace {
-
-template <class F>
-void for_float(DType dtype, F&& f) {
-  if (dtype == DType::f32) {
-    f(float{});
-  } else {
-    f(double{});
-  }
-}
-
-}  // namespace
-
 void HostCompute::row_max(DType dtype, const void* x_, std::int64_t n, std::int64_t v, double* out, int) {
   for_float(dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -1,0 +1,34 @@
+#pragma once
+// Private to the CUDA kernels: what every kernel file shares — the grid-stride loop,
+// the f32/f64 dtype dispatch, and the second pass of a two-pass reduction.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/dtype.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::detail {
+
+// for (i over [0, count)) in grid-stride form: any grid covers any count.
+#define TESSERA_GRID_STRIDE(i, count)                                                                   \
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+// Calls f(T{}) with T = float or double after `dtype`; other dtypes are a ShapeError
+// naming the kernel.
+template <class F>
+decltype(auto) float_dispatch(DType dtype, const char* what, F&& f) {
+  if (dtype == DType::f32) return f(float{});
+  if (dtype == DType::f64) return f(double{});
+  throw ShapeError(std::string("cuda ") + what + ": dtype " + std::string(dtype_name(dtype)) + " is not f32 or f64");
+}
+
+// The second pass of a reduction whose first pass left one double per block in
+// partials[0, blocks): adds them in one block in a fixed order (deterministic), and
+// returns the sum to the host (synchronising `stream`). partials[blocks] is scratch.
+double sum_partials(double* partials, unsigned blocks, cudaStream_t stream);
+
+}  // namespace tessera::detail
