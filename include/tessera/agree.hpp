@@ -1,5 +1,5 @@
 #pragma once
-// Collective agreement on failure. DESIGN's rule: a collective operation either
+// Collective agreement on failure. tessera's rule: a collective operation either
 // succeeds on every rank or throws the same error on every rank; no rank may be left
 // waiting in a collective that another rank abandoned.
 //

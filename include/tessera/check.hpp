@@ -6,7 +6,7 @@
 //   TESSERA_CHECK_MPI(call)                   throw MpiError naming the call and MPI's text
 //
 // Backend-specific macros live beside the code that includes the vendor header
-// (DESIGN: nothing outside src/backend and src/comm includes CUDA/NCCL headers):
+// (the layering rule: nothing outside src/backend and src/comm includes CUDA/NCCL headers):
 //   TESSERA_CHECK_CUDA, TESSERA_CHECK_CUBLAS  src/backend/cuda/cuda_check.hpp
 //   TESSERA_CHECK_NCCL                        src/comm/nccl_check.hpp
 //   TESSERA_CHECK_HDF5                        src/io/hdf5_check.hpp (an expression that

@@ -156,4 +156,8 @@ class Communicator {
   enum class NcclPath { undecided, nccl, staged } nccl_path_ = NcclPath::undecided;
 };
 
+// Broadcasts `text` from `root` to every rank of `comm` (two broadcasts: the length, then
+// the bytes), through the communicator's wait policy. Collective.
+void broadcast_text(Communicator& comm, std::string& text, int root = 0);
+
 }  // namespace tessera

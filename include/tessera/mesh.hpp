@@ -30,7 +30,9 @@ struct MeshCoords {
   bool operator==(const MeshCoords&) const = default;
 };
 
-// The layout formula, exposed so tests and tools can check against it.
+// The layout formula, exposed so tests and tools can check against it. InvalidArgument
+// for tensor or domain < 1, a product of the two or a rank that overflows int, and a
+// negative rank.
 MeshCoords mesh_coords_of(int global_rank, int tensor, int domain);
 int mesh_global_rank_of(const MeshCoords& coords, int tensor, int domain);
 

@@ -7,8 +7,9 @@
 //
 // or a bare top-level `parallelism:` block. Absent keys take their defaults
 // (data: none, tensor: 1, domain: 1); a document without either block is the default
-// configuration. Unknown keys inside the block, values that are not positive integers
-// and unknown data modes are ConfigErrors naming the key and the value.
+// configuration. Unknown keys inside the block, values that are not positive integers,
+// unknown data modes and a tensor × domain product that overflows int are ConfigErrors
+// naming the keys and the values.
 
 #include <string>
 #include <string_view>
@@ -25,7 +26,7 @@ struct ParallelismConfig {
   int tensor = 1;  // tensor-parallel degree, >= 1
   int domain = 1;  // domain-parallel degree, >= 1
 
-  // Throws ConfigError when tensor or domain < 1.
+  // Throws ConfigError when tensor or domain < 1, or when tensor * domain overflows int.
   void validate() const;
   std::string str() const;  // "{data: fsdp2, tensor: 2, domain: 2}"
   bool operator==(const ParallelismConfig&) const = default;

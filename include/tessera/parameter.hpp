@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "tessera/init.hpp"
+#include "tessera/init_spec.hpp"
 #include "tessera/placement.hpp"
 #include "tessera/tensor.hpp"
 

@@ -18,6 +18,8 @@ namespace tessera {
 
 using Shape = std::vector<std::int64_t>;
 
+// Element count and row-major strides; ShapeError on a negative extent or a count or
+// stride that overflows int64 (detail/checked_math.hpp).
 std::int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
 Shape contiguous_strides(const Shape& shape);
@@ -30,6 +32,9 @@ class Tensor {
  public:
   Tensor() = default;  // undefined tensor: defined() == false
 
+  // Every way of making a tensor checks its sizes: an element count, stride, span or
+  // byte size that overflows is a ShapeError naming the function, so numel() and
+  // nbytes() of an existing tensor never overflow.
   // Uninitialised / zero-filled owning tensors, allocated on `device`.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::host());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::host());

@@ -44,10 +44,20 @@
 extern "C" {
 #endif
 
+/* Seen from C++ (the library itself, C++ callers) every enum below has int as its fixed
+ * underlying type, so any int a caller passes is a value of the type: out-of-range
+ * values are TESSERA_ERR_INVALID_ARGUMENT, never undefined behaviour. In C the types
+ * are plain enums, passed as ints all the same. */
+#ifdef __cplusplus
+#define TESSERA_ENUM_INT_ : int
+#else
+#define TESSERA_ENUM_INT_
+#endif
+
 /* ------------------------------------------------------------------------------------
  * Status codes (== tessera::ErrorCode)
  * ---------------------------------------------------------------------------------- */
-typedef enum tessera_status {
+typedef enum tessera_status TESSERA_ENUM_INT_ {
   TESSERA_OK = 0,
   TESSERA_ERR_INVALID_ARGUMENT = 1, /* NULL handle or pointer, bad enum or value */
   TESSERA_ERR_CONFIG = 2,           /* a configuration key or value is wrong */
@@ -77,29 +87,30 @@ int tessera_abort(int code);
 /* ------------------------------------------------------------------------------------
  * Enums
  * ---------------------------------------------------------------------------------- */
-typedef enum tessera_dtype { TESSERA_F32 = 0, TESSERA_F64 = 1 } tessera_dtype_t;
-typedef enum tessera_order { TESSERA_ORDER_C = 0, TESSERA_ORDER_FORTRAN = 1 } tessera_order_t;
-typedef enum tessera_data_mode {
+typedef enum tessera_dtype TESSERA_ENUM_INT_ { TESSERA_F32 = 0, TESSERA_F64 = 1 } tessera_dtype_t;
+typedef enum tessera_order TESSERA_ENUM_INT_ { TESSERA_ORDER_C = 0, TESSERA_ORDER_FORTRAN = 1 } tessera_order_t;
+typedef enum tessera_data_mode TESSERA_ENUM_INT_ {
   TESSERA_DATA_NONE = 0,
   TESSERA_DATA_DDP = 1,
   TESSERA_DATA_FSDP2 = 2
 } tessera_data_mode_t;
 /* A mesh dimension, or the whole mesh (TESSERA_MESH_WORLD). */
-typedef enum tessera_mesh_dim {
+typedef enum tessera_mesh_dim TESSERA_ENUM_INT_ {
   TESSERA_MESH_DP = 0,
   TESSERA_MESH_TP = 1,
   TESSERA_MESH_DOMAIN = 2,
   TESSERA_MESH_WORLD = 3
 } tessera_mesh_dim_t;
-typedef enum tessera_pole {
+typedef enum tessera_pole TESSERA_ENUM_INT_ {
   TESSERA_POLE_ZERO = 0,        /* zero beyond the poles */
   TESSERA_POLE_REPLICATE = 1,   /* the edge row repeated (zero-gradient boundary) */
   TESSERA_POLE_ACROSS_POLE = 2  /* the mirrored row, half the circle round */
 } tessera_pole_t;
-typedef enum tessera_layout {
+typedef enum tessera_layout TESSERA_ENUM_INT_ {
   TESSERA_LAYOUT_SHARED = 0,   /* one file, parallel HDF5 */
   TESSERA_LAYOUT_PER_RANK = 1  /* one file per writing rank plus an index */
 } tessera_layout_t;
+#undef TESSERA_ENUM_INT_
 
 /* The most dims an array may have. */
 #define TESSERA_MAX_DIMS 8
@@ -114,8 +125,8 @@ typedef struct tessera_model tessera_model_t;
  * Mesh: dp x tp x domain over a parent communicator (rank g: domain = g % D,
  * tp = (g / D) % T, dp = g / (T D)).
  * ---------------------------------------------------------------------------------- */
-/* Collective over parent. TESSERA_ERR_CONFIG when the world size is not divisible by
- * tensor * domain (or data NONE leaves more than one replica). */
+/* Collective over parent. TESSERA_ERR_CONFIG when tensor * domain overflows int, when the
+ * world size is not divisible by it (or data NONE leaves more than one replica). */
 int tessera_mesh_create(MPI_Comm parent, tessera_data_mode_t data, int tensor, int domain,
                         tessera_mesh_t** mesh);
 int tessera_mesh_create_f(MPI_Fint parent, tessera_data_mode_t data, int tensor, int domain,
@@ -201,7 +212,9 @@ int tessera_halo_clear_fields(tessera_halo_t* halo);
 int tessera_halo_num_fields(const tessera_halo_t* halo, int* count);
 
 /* Collective: fill every registered field's halo. The first exchange of a field set
- * checks (collectively) that every rank registered matching fields. */
+ * checks (collectively) that every rank registered matching fields (the same count,
+ * dtypes and leading extents; a rank with none counts). Change the field set on every
+ * rank alike. */
 int tessera_halo_exchange(tessera_halo_t* halo);
 /* Split for overlap: between start and finish read only the interior, write nothing. */
 int tessera_halo_start(tessera_halo_t* halo);
@@ -284,8 +297,9 @@ int tessera_model_box(const tessera_model_t* model, int64_t* lat_start, int64_t*
 /* Collective over the mesh's tp and domain groups. predict: physical units in and out
  * (normalised with the stored per-channel mean/std); forward: normalised fields.
  * `output` has the input's shape and may be the input array itself. dtype must be
- * TESSERA_F32 (TESSERA_ERR_INVALID_ARGUMENT otherwise); a shape that is not this rank's
- * band is TESSERA_ERR_SHAPE on every rank. */
+ * TESSERA_F32 (TESSERA_ERR_INVALID_ARGUMENT otherwise), B >= 1 (B = 0 is
+ * TESSERA_ERR_INVALID_ARGUMENT on every rank); a shape that is not this rank's band is
+ * TESSERA_ERR_SHAPE on every rank. */
 int tessera_model_predict(tessera_model_t* model, const void* input, void* output, tessera_dtype_t dtype,
                           tessera_order_t order, int ndim, const int64_t* shape);
 int tessera_model_forward(tessera_model_t* model, const void* input, void* output, tessera_dtype_t dtype,

@@ -2,8 +2,8 @@
 // Index and rounding math of the CUDA backend, as host/device inline functions with no
 // vendor header: the kernels call exactly these, and tests/cuda/test_kernel_math.cpp
 // exercises them on the host (so this part of the backend is tested on machines
-// without a GPU). DESIGN.md "Backends": shared index math lives in __host__ __device__
-// functions.
+// without a GPU). Index math shared by host and device lives in __host__ __device__
+// functions (docs/architecture.md, "Floors and folders").
 
 #include <cstddef>
 #include <cstdint>

@@ -32,8 +32,8 @@ void require_same_device(const Tensor& a, const Tensor& b, const char* op) {
   }
 }
 
-tessera::detail::Compute& compute_for(const Tensor& t, const char* op) {
-  return tessera::detail::compute_for(t, std::string("ops::") + op);
+tessera::detail::Compute& compute_for(const Tensor& t, const char* op, const char* role) {
+  return tessera::detail::compute_for(t, who(op, role));
 }
 
 void require_same(const Tensor& a, const Tensor& b, const char* op) {
@@ -98,7 +98,7 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   args.ldc = n;
   args.alpha = alpha;
   args.beta = beta;
-  compute_for(a, "gemm").gemm(args, a.device().index);
+  compute_for(a, "gemm", "A").gemm(args, a.device().index);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
@@ -116,12 +116,15 @@ void axpy(double alpha, const Tensor& x, Tensor& y) {
   require_float(y, "axpy", "y");
   require_same(x, y, "axpy");
   if (x.shape() != y.shape()) throw ShapeError("ops::axpy: x " + x.str() + " and y " + y.str() + " differ in shape");
-  compute_for(x, "axpy").axpy(x.dtype(), x.numel(), alpha, x.data(), y.data(), x.device().index);
+  compute_for(x, "axpy", "x").axpy(x.dtype(), x.numel(), alpha, x.data(), y.data(), x.device().index);
 }
 
 void scale(Tensor& y, double alpha) {
   require_float(y, "scale", "y");
-  compute_for(y, "scale").scale(y.dtype(), y.numel(), alpha, y.data(), y.device().index);
+  // An f32 tensor is multiplied by float(alpha), as ops::scale always has: the entry
+  // multiplies in double and rounds once, which for a float alpha is the f32 product.
+  const double a = y.dtype() == DType::f32 ? static_cast<double>(static_cast<float>(alpha)) : alpha;
+  compute_for(y, "scale", "y").scale(y.dtype(), y.numel(), a, y.data(), y.device().index);
 }
 
 void add_bias(Tensor& y, const Tensor& bias, int channel_dim) {
@@ -134,7 +137,8 @@ void add_bias(Tensor& y, const Tensor& bias, int channel_dim) {
   if (bias.numel() != channels) {
     throw ShapeError("ops::add_bias: bias " + bias.str() + " does not match dim " + std::to_string(d) + " of " + y.str());
   }
-  compute_for(y, "add_bias").add_bias(y.dtype(), y.data(), bias.data(), outer, channels, inner, y.device().index);
+  compute_for(y, "add_bias", "y")
+      .add_bias(y.dtype(), y.data(), bias.data(), outer, channels, inner, y.device().index);
 }
 
 void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim) {
@@ -148,13 +152,13 @@ void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim) 
     throw ShapeError("ops::accumulate_bias_grad: grad_bias " + grad_bias.str() + " does not match dim " +
                      std::to_string(d) + " of " + dy.str());
   }
-  compute_for(dy, "accumulate_bias_grad")
+  compute_for(dy, "accumulate_bias_grad", "dy")
       .accumulate_bias_grad(dy.dtype(), dy.data(), grad_bias.data(), outer, channels, inner, dy.device().index);
 }
 
 double sum(const Tensor& x) {
   require_float(x, "sum", "x");
-  return compute_for(x, "sum").sum(x.dtype(), x.data(), x.numel(), x.device().index);
+  return compute_for(x, "sum", "x").sum(x.dtype(), x.data(), x.numel(), x.device().index);
 }
 
 double dot(const Tensor& x, const Tensor& y) {
@@ -162,7 +166,7 @@ double dot(const Tensor& x, const Tensor& y) {
   require_float(y, "dot", "y");
   require_same(x, y, "dot");
   if (x.numel() != y.numel()) throw ShapeError("ops::dot: " + x.str() + " and " + y.str() + " differ in size");
-  return compute_for(x, "dot").dot(x.dtype(), x.data(), y.data(), x.numel(), x.device().index);
+  return compute_for(x, "dot", "x").dot(x.dtype(), x.data(), y.data(), x.numel(), x.device().index);
 }
 
 int host_thread_share(int usable_cores, int ranks_on_node) noexcept {

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "capi/capi_internal.hpp"
+#include "tessera/detail/checked_math.hpp"
 
 using namespace tessera;
 using tessera::capi::guarded;
@@ -103,11 +104,16 @@ void add(tessera_checkpoint_t& c, const std::string& name, Tensor value, Shape g
     throw ShapeError(what + ": global shape, local offset and local shape differ in rank");
   }
   for (std::size_t d = 0; d < local.size(); ++d) {
-    if (global[d] < 0 || offset[d] < 0 || offset[d] + local[d] > global[d]) {
+    if (global[d] < 0 || offset[d] < 0 ||
+        detail::checked_add(offset[d], local[d], what + ": local offset + local extent of dim " + std::to_string(d)) >
+            global[d]) {
       throw ShapeError(what + ": local block " + shape_str(local) + " at offset " + shape_str(offset) +
                        " lies outside the global shape " + shape_str(global));
     }
   }
+  // The file holds the global array: its element and byte counts must fit as well.
+  detail::checked_bytes(detail::checked_numel(global, what + ": global shape"), value.element_size(),
+                        what + ": global shape " + shape_str(global));
   // Members set directly: the Parameter constructor would allocate a gradient as large
   // as the array, which a restart never needs.
   auto p = std::make_unique<Parameter>();

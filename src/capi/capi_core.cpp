@@ -85,14 +85,22 @@ Shape declared_shape(const void* data, int dtype, int order, int ndim, const std
   return out;
 }
 
-Tensor logical_view(void* data, DType dtype, const Shape& logical) {
-  return Tensor::view(data, logical, dtype, Device::host());
+Tensor caller_view(void* data, DType dtype, const Shape& shape, const Shape& strides, const std::string& what) {
+  try {
+    return Tensor::view(data, shape, dtype, Device::host(), strides);
+  } catch (const Error& e) {
+    throw_error(e.code(), what + ": " + e.what());
+  }
+}
+
+Tensor logical_view(void* data, DType dtype, const Shape& logical, const std::string& what) {
+  return caller_view(data, dtype, logical, {}, what);
 }
 
 Tensor array_view(void* data, int dtype, int order, int ndim, const std::int64_t* shape, const std::string& what) {
   Shape s = declared_shape(data, dtype, order, ndim, shape, what);
   if (order == TESSERA_ORDER_FORTRAN) std::reverse(s.begin(), s.end());
-  return logical_view(data, to_dtype(dtype, what), s);
+  return logical_view(data, to_dtype(dtype, what), s, what);
 }
 
 const domain::Decomposition& decomposition_of(const tessera_decomp* d) {

@@ -2,6 +2,7 @@
 
 #include "capi/capi_internal.hpp"
 #include "tessera/agree.hpp"
+#include "tessera/detail/checked_math.hpp"
 
 using namespace tessera;
 using tessera::capi::guarded;
@@ -13,11 +14,21 @@ namespace {
 
 ProcessGrid grid_of(const Communicator& comm, int grid_lat, int grid_lon) {
   if (grid_lat == 0 && grid_lon == 0) return ProcessGrid{comm.size(), 1};
+  // The decomposition compares grid_lat * grid_lon with the rank count: wrapped, INT_MAX^2
+  // was 1 and matched a one-rank communicator.
+  if (!detail::try_mul(grid_lat, grid_lon)) {
+    throw InvalidArgument("process grid grid_lat (" + std::to_string(grid_lat) + ") * grid_lon (" +
+                          std::to_string(grid_lon) + ") overflows int; it must hold exactly the " +
+                          std::to_string(comm.size()) + " ranks of the communicator");
+  }
   return ProcessGrid{grid_lat, grid_lon};
 }
 
 void create(std::shared_ptr<Communicator> comm, std::int64_t nlat, std::int64_t nlon, int grid_lat, int grid_lon,
             tessera_decomp_t** out) {
+  // Negative extents are the decomposition's argument error; a product that overflows
+  // is a shape error here, before any global field size is computed from it.
+  if (nlat > 0 && nlon > 0) detail::checked_mul(nlat, nlon, "the global grid nlat * nlon");
   auto state = std::make_shared<tessera_decomp_state>();
   state->comm = std::move(comm);
   state->d.emplace(*state->comm, Shape{nlat, nlon}, grid_of(*state->comm, grid_lat, grid_lon));
@@ -85,7 +96,8 @@ void scatter_gather(const Decomposition& d, bool gather, const void* global, voi
     local = to_local(view);
     if (d.rank() == root) {
       if (global == nullptr) throw InvalidArgument(what + ": the global array is NULL on the root rank");
-      whole = logical_view(const_cast<void*>(global), to_dtype(dtype, what), global_logical(d, local.shape()));
+      whole = logical_view(const_cast<void*>(global), to_dtype(dtype, what), global_logical(d, local.shape()),
+                           what + ": the global array");
     }
   });
   if (gather) {

@@ -1,6 +1,7 @@
 // C API: halo exchange on caller-owned arrays.
 
 #include "capi/capi_internal.hpp"
+#include "tessera/agree.hpp"
 
 using namespace tessera;
 using tessera::capi::guarded;
@@ -24,6 +25,31 @@ PolePolicy to_pole(int pole) {
 
 std::string field_label(const tessera_halo_t* halo) {
   return "field " + std::to_string(halo->fields.size());
+}
+
+// HaloExchange agrees on a field set collectively only when it differs from the set it
+// last validated, and its "last validated" starts out equal to the empty set: a rank
+// with no fields skipped the agreement the other ranks waited in, and the first
+// exchange hung. So the first exchange of a handle (start, exchange or adjoint) agrees
+// on the field count first; on a mismatch every rank fails with the same message.
+HaloExchange& agreed_exchange(tessera_halo_t* halo) {
+  HaloExchange& ex = capi::exchange_of(halo);
+  if (halo->field_count_agreed) return ex;
+  Communicator& comm = ex.decomposition().comm();
+  const auto mine = static_cast<std::int64_t>(halo->fields.size());
+  if (!same_on_all_ranks(comm.mpi_comm(), std::to_string(mine))) {
+    // Every rank is here: learn the counts to name the first rank that differs from rank 0.
+    Tensor counts = Tensor::empty({comm.size()}, DType::i64);
+    comm.all_gather(Tensor::from_vector<std::int64_t>({mine}, {1}), counts);
+    const std::vector<std::int64_t> all = counts.to_vector<std::int64_t>();
+    std::size_t r = 1;
+    while (r + 1 < all.size() && all[r] == all[0]) ++r;
+    throw InvalidArgument("the ranks of the halo's communicator registered different fields: rank 0 registered " +
+                          std::to_string(all[0]) + " field(s), rank " + std::to_string(r) + " registered " +
+                          std::to_string(all[r]) + "; every rank registers the same fields before an exchange");
+  }
+  halo->field_count_agreed = true;
+  return ex;
 }
 
 void register_field(tessera_halo_t* halo, Tensor view, int* index) {
@@ -96,7 +122,7 @@ int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dty
     for (std::int64_t x : st) {
       if (x < 1) throw InvalidArgument(what + ": stride " + std::to_string(x) + " is not positive");
     }
-    register_field(halo, Tensor::view(data, s, capi::to_dtype(dtype, what), Device::host(), st), index);
+    register_field(halo, capi::caller_view(data, capi::to_dtype(dtype, what), s, st, what), index);
   });
 }
 
@@ -117,11 +143,11 @@ int tessera_halo_num_fields(const tessera_halo_t* halo, int* count) {
 }
 
 int tessera_halo_exchange(tessera_halo_t* halo) {
-  return guarded("tessera_halo_exchange", [&] { capi::exchange_of(halo).exchange(halo->fields); });
+  return guarded("tessera_halo_exchange", [&] { agreed_exchange(halo).exchange(halo->fields); });
 }
 
 int tessera_halo_start(tessera_halo_t* halo) {
-  return guarded("tessera_halo_start", [&] { capi::exchange_of(halo).start(halo->fields); });
+  return guarded("tessera_halo_start", [&] { agreed_exchange(halo).start(halo->fields); });
 }
 
 int tessera_halo_finish(tessera_halo_t* halo) {
@@ -129,11 +155,11 @@ int tessera_halo_finish(tessera_halo_t* halo) {
 }
 
 int tessera_halo_exchange_adjoint(tessera_halo_t* halo) {
-  return guarded("tessera_halo_exchange_adjoint", [&] { capi::exchange_of(halo).exchange_adjoint(halo->fields); });
+  return guarded("tessera_halo_exchange_adjoint", [&] { agreed_exchange(halo).exchange_adjoint(halo->fields); });
 }
 
 int tessera_halo_start_adjoint(tessera_halo_t* halo) {
-  return guarded("tessera_halo_start_adjoint", [&] { capi::exchange_of(halo).start_adjoint(halo->fields); });
+  return guarded("tessera_halo_start_adjoint", [&] { agreed_exchange(halo).start_adjoint(halo->fields); });
 }
 
 int tessera_halo_finish_adjoint(tessera_halo_t* halo) {

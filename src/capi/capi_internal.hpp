@@ -37,6 +37,7 @@ struct tessera_halo {
   std::shared_ptr<tessera_decomp_state> decomp;
   std::optional<tessera::domain::HaloExchange> exchange;
   std::vector<tessera::Tensor> fields;
+  bool field_count_agreed = false;  // the first exchange agreed the field count on every rank
 };
 
 struct tessera_checkpoint {
@@ -90,6 +91,9 @@ MPI_Comm comm_from_fortran(MPI_Fint comm);
 DType to_dtype(int dtype, const std::string& what);
 std::string dtype_label(int dtype);
 
+// Tensor::view of caller memory (row-major unless `strides` are given); its errors (an
+// element count, span or byte size that overflows) are prefixed with `what`, the array.
+Tensor caller_view(void* data, DType dtype, const Shape& shape, const Shape& strides, const std::string& what);
 // Checks (data, dtype, order, ndim, shape) and returns the declaration-order extents.
 Shape declared_shape(const void* data, int dtype, int order, int ndim, const std::int64_t* shape,
                      const std::string& what);
@@ -97,7 +101,7 @@ Shape declared_shape(const void* data, int dtype, int order, int ndim, const std
 // C order, reversed for Fortran order (same memory, no strides needed).
 Tensor array_view(void* data, int dtype, int order, int ndim, const std::int64_t* shape, const std::string& what);
 // Same shape, other memory: the view of `data` with `logical` (C-order) extents.
-Tensor logical_view(void* data, DType dtype, const Shape& logical);
+Tensor logical_view(void* data, DType dtype, const Shape& logical, const std::string& what);
 
 const domain::Decomposition& decomposition_of(const tessera_decomp* d);
 domain::HaloExchange& exchange_of(tessera_halo* h);

@@ -43,6 +43,11 @@ void run(tessera_model_t* handle, const void* input, void* output, int dtype, in
                        std::to_string(c.channels) + ", " + std::to_string(box.lat.length) + ", " +
                        std::to_string(box.lon.length) + "): B fields of this rank's band " + box.str());
     }
+    // An empty batch has nothing to predict, and the normalisation divides by B.
+    if (in.size(0) == 0) {
+      throw InvalidArgument("model input " + shape_str(in.shape()) +
+                            " (tessera view) has batch B = 0; pass at least one field");
+    }
   });
   const Tensor x = in.clone();  // the model may keep its input; the caller's array may be the output
   Tensor y = physical ? model.predict(x) : model.forward(x);

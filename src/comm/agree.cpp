@@ -6,9 +6,20 @@
 #include "comm/request_state.hpp"
 #include "tessera/check.hpp"
 #include "tessera/error.hpp"
-#include "tessera/init.hpp"
+#include "tessera/detail/fnv1a.hpp"
+#include "tessera/wait_policy.hpp"
 
 namespace tessera {
+
+namespace {
+
+// Agreement is off the hot path: it always sleep-polls, which keeps it cheap on
+// oversubscribed nodes, at the interval the communicators use (TESSERA_WAIT_SLEEP_US).
+WaitOptions agreement_wait() {
+  return WaitOptions{WaitPolicy::sleep, resolve_sleep_interval(WaitOptions{}.sleep_interval)};
+}
+
+}  // namespace
 
 void agree_on_success(MPI_Comm comm, const std::function<void()>& step) {
   int rank = 0, size = 1;
@@ -27,8 +38,7 @@ void agree_on_success(MPI_Comm comm, const std::function<void()>& step) {
     message = e.what();
   }
 
-  // Agreement is off the hot path; sleep-polling keeps it cheap on oversubscribed nodes.
-  const WaitOptions wait{WaitPolicy::sleep, std::chrono::microseconds(20)};
+  const WaitOptions wait = agreement_wait();
   int failing = code == ErrorCode::ok ? INT_MAX : rank;
   int first = INT_MAX;
   MPI_Request request = MPI_REQUEST_NULL;
@@ -52,11 +62,11 @@ bool same_on_all_ranks(MPI_Comm comm, std::string_view description) {
   if (size == 1) return true;
   // min over ranks of (h, ~h) recovers the min and the max of h: every rank reaches the
   // same verdict from one all-reduce.
-  const std::uint64_t h = name_key(description);
+  const std::uint64_t h = detail::fnv1a64(description);
   std::uint64_t mine[2] = {h, ~h}, least[2] = {0, 0};
   MPI_Request request = MPI_REQUEST_NULL;
   TESSERA_CHECK_MPI(MPI_Iallreduce(mine, least, 2, MPI_UINT64_T, MPI_MIN, comm, &request));
-  detail::wait_request(request, WaitOptions{WaitPolicy::sleep, std::chrono::microseconds(20)});
+  detail::wait_request(request, agreement_wait());
   return least[0] == h && least[1] == ~h;
 }
 

@@ -275,6 +275,18 @@ bool mpi_cuda_aware() {
 #endif
 }
 
+void broadcast_text(Communicator& comm, std::string& text, int root) {
+  if (comm.size() == 1) return;
+  Tensor length = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(text.size())}, {1});
+  comm.broadcast(length, root);
+  const auto n = static_cast<std::size_t>(length.to_vector<std::int64_t>()[0]);
+  // Whole 64-bit words (plus one), so any length fits a dtype the collectives take.
+  Tensor words = Tensor::zeros({static_cast<std::int64_t>((n + 7) / 8 + 1)}, DType::i64);
+  if (comm.rank() == root) std::memcpy(words.data(), text.data(), n);
+  comm.broadcast(words, root);
+  text.assign(static_cast<const char*>(words.data()), n);
+}
+
 bool mpi_can_address(Device device) { return device.is_host() || mpi_cuda_aware(); }
 
 CommRequest Communicator::all_reduce_impl(Tensor& tensor, ReduceOp op, bool blocking) {

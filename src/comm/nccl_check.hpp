@@ -5,7 +5,8 @@
 //   TESSERA_CHECK_NCCL(call)  throw NcclError naming the call and NCCL's error text
 //
 // Only code under src/comm and src/backend (and tests of it) may include this header:
-// it pulls in nccl.h, which DESIGN.md keeps out of every other folder.
+// it pulls in nccl.h, which the layering keeps out of every other folder
+// (docs/architecture.md, "Floors and folders").
 
 #include <nccl.h>
 

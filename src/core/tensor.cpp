@@ -1,9 +1,10 @@
 #include "tessera/tensor.hpp"
 
 #include <cstring>
-#include <sstream>
+#include <optional>
 
 #include "tessera/backend.hpp"
+#include "tessera/detail/checked_math.hpp"
 
 namespace tessera {
 
@@ -29,18 +30,47 @@ struct Storage {
 
 namespace {
 
-void check_shape(const Shape& shape, const char* what) {
+// Checks the dim count and the extents, and returns the element count (checked: every
+// constructor of a Tensor passes here, so numel() and nbytes() never overflow later).
+std::int64_t check_shape(const Shape& shape, const char* what) {
   if (shape.size() > static_cast<std::size_t>(detail::kMaxDims)) {
     throw ShapeError(std::string(what) + ": shape " + shape_str(shape) + " has " +
                      std::to_string(shape.size()) + " dims; tessera supports at most " +
                      std::to_string(detail::kMaxDims));
   }
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] < 0) {
-      throw ShapeError(std::string(what) + ": shape " + shape_str(shape) + " has a negative extent in dim " +
-                       std::to_string(d));
-    }
+  return detail::checked_numel(shape, what);
+}
+
+// Row-major strides in elements. An empty shape has a count that fits whatever its
+// extents, but its strides must fit too. (Messages are built only on failure: this runs
+// for every new tensor.)
+Shape strides_of(const Shape& shape, const char* what) {
+  Shape strides(shape.size());
+  std::int64_t stride = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    if (d == 0) break;
+    const auto next = detail::try_mul(stride, shape[d]);
+    if (!next) throw ShapeError(std::string(what) + ": the strides of shape " + shape_str(shape) + " overflow int64");
+    stride = *next;
   }
+  return strides;
+}
+
+// Elements from the first to the last one a strided view addresses (strides >= 0).
+std::int64_t span_of(const Shape& shape, const Shape& strides, std::int64_t numel, const char* what) {
+  if (numel == 0) return 0;
+  std::optional<std::int64_t> last = 0;
+  for (std::size_t d = 0; d < shape.size() && last; ++d) {
+    const auto step = detail::try_mul(shape[d] - 1, strides[d]);
+    last = step ? detail::try_add(*last, *step) : std::nullopt;
+  }
+  if (last) last = detail::try_add(*last, std::int64_t{1});
+  if (!last) {
+    throw ShapeError(std::string(what) + ": shape " + shape_str(shape) + " with strides " + shape_str(strides) +
+                     " addresses more elements than int64 can count");
+  }
+  return *last;
 }
 
 void check_concrete_device(Device device, const char* what) {
@@ -63,39 +93,21 @@ detail::StridedLayout layout_of(const Shape& shape, const Shape& strides) {
 
 }  // namespace
 
-std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
-  for (auto e : shape) n *= e;
-  return n;
-}
+std::int64_t shape_numel(const Shape& shape) { return detail::checked_numel(shape, "shape_numel"); }
 
-std::string shape_str(const Shape& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (std::size_t d = 0; d < shape.size(); ++d) out << (d ? ", " : "") << shape[d];
-  out << ']';
-  return out.str();
-}
+std::string shape_str(const Shape& shape) { return detail::extents_str(shape); }
 
-Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
-  std::int64_t stride = 1;
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= shape[d];
-  }
-  return strides;
-}
+Shape contiguous_strides(const Shape& shape) { return strides_of(shape, "contiguous_strides"); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  check_shape(shape, "Tensor::empty");
+  const std::int64_t numel = check_shape(shape, "Tensor::empty");
   check_concrete_device(device, "Tensor::empty");
   Tensor t;
   t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
+  t.strides_ = strides_of(shape, "Tensor::empty");
   t.dtype_ = dtype;
   t.device_ = device;
-  const std::size_t bytes = t.nbytes();
+  const std::size_t bytes = detail::checked_bytes(numel, t.element_size(), "Tensor::empty");
   void* ptr = bytes ? backend_for(device).allocate(bytes, device.index) : nullptr;
   t.storage_ = std::make_shared<detail::Storage>(ptr, bytes, device, true);
   return t;
@@ -109,7 +121,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::view(void* data, const Shape& shape, DType dtype, Device device,
                     const Shape& strides) {
-  check_shape(shape, "Tensor::view");
+  const std::int64_t numel = check_shape(shape, "Tensor::view");
   check_concrete_device(device, "Tensor::view");
   if (!strides.empty() && strides.size() != shape.size()) {
     throw ShapeError("Tensor::view: " + std::to_string(strides.size()) + " strides given for shape " +
@@ -118,16 +130,20 @@ Tensor Tensor::view(void* data, const Shape& shape, DType dtype, Device device,
   for (auto s : strides) {
     if (s < 0) throw ShapeError("Tensor::view: negative stride in " + shape_str(strides));
   }
-  if (data == nullptr && shape_numel(shape) != 0) {
+  if (data == nullptr && numel != 0) {
     throw InvalidArgument("Tensor::view: null data pointer for a non-empty " +
                           std::string(dtype_name(dtype)) + shape_str(shape) + " view");
   }
   Tensor t;
   t.shape_ = shape;
-  t.strides_ = strides.empty() ? contiguous_strides(shape) : strides;
+  t.strides_ = strides.empty() ? strides_of(shape, "Tensor::view") : strides;
   t.dtype_ = dtype;
   t.device_ = device;
-  t.storage_ = std::make_shared<detail::Storage>(data, t.nbytes(), device, false);
+  // The caller's memory must hold every addressed element: the span, not the count, of
+  // a strided view (a wrapped span would describe less memory than the view touches).
+  const std::size_t bytes =
+      detail::checked_bytes(span_of(shape, t.strides_, numel, "Tensor::view"), t.element_size(), "Tensor::view");
+  t.storage_ = std::make_shared<detail::Storage>(data, bytes, device, false);
   return t;
 }
 
@@ -186,10 +202,10 @@ Tensor Tensor::narrow(int d, std::int64_t start, std::int64_t length) const {
   if (d < 0 || d >= dim()) {
     throw InvalidArgument("Tensor::narrow: dim " + std::to_string(d) + " out of range for " + str());
   }
-  if (start < 0 || length < 0 || start + length > shape_[d]) {
-    throw InvalidArgument("Tensor::narrow: indices [" + std::to_string(start) + ", " +
-                          std::to_string(start + length) + ") out of range for dim " +
-                          std::to_string(d) + " of " + str());
+  // Written so that nothing overflows: start + length may not fit in int64.
+  if (start < 0 || length < 0 || start > shape_[d] || length > shape_[d] - start) {
+    throw InvalidArgument("Tensor::narrow: " + std::to_string(length) + " indices from " + std::to_string(start) +
+                          " out of range for dim " + std::to_string(d) + " of " + str());
   }
   Tensor t = *this;
   t.shape_[d] = length;
@@ -198,8 +214,7 @@ Tensor Tensor::narrow(int d, std::int64_t start, std::int64_t length) const {
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
-  check_shape(shape, "Tensor::reshape");
-  if (shape_numel(shape) != numel()) {
+  if (check_shape(shape, "Tensor::reshape") != numel()) {
     throw ShapeError("Tensor::reshape: cannot view " + str() + " as " + shape_str(shape) +
                      " (element counts differ)");
   }
@@ -208,7 +223,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
   }
   Tensor t = *this;
   t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
+  t.strides_ = strides_of(shape, "Tensor::reshape");
   return t;
 }
 

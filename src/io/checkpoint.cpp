@@ -89,17 +89,6 @@ namespace {
 // oversubscribed), so checkpointing adds no busy-waiting ranks.
 // ---------------------------------------------------------------------------
 
-void broadcast_string(Communicator& comm, std::string& text, int root) {
-  if (comm.size() == 1) return;
-  Tensor length = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(text.size())}, {1});
-  comm.broadcast(length, root);
-  const auto n = static_cast<std::size_t>(length.to_vector<std::int64_t>()[0]);
-  Tensor words = Tensor::zeros({static_cast<std::int64_t>((n + 7) / 8 + 1)}, DType::i64);
-  if (comm.rank() == root) std::memcpy(words.data(), text.data(), n);
-  comm.broadcast(words, root);
-  text.assign(static_cast<const char*>(words.data()), n);
-}
-
 // Sums 64-bit checksums modulo 2^64 over `comm`: each is split into 32-bit halves so
 // the signed 64-bit reduction never overflows.
 void all_reduce_checksums(Communicator& comm, std::vector<std::uint64_t>& sums) {
@@ -587,7 +576,7 @@ std::string save_checkpoint(const std::string& root, const Mesh& mesh, const Nam
   check_same_tensors_everywhere(world, entries, optimizer);
 
   std::string nonce = rank == 0 ? make_nonce() : std::string();
-  broadcast_string(world, nonce, 0);
+  broadcast_text(world, nonce, 0);
   const std::string temp_dir = (fs::path(root) / ("." + checkpoint_directory_name(options.step) + ".tmp-" + nonce)).string();
   agree_on_success(comm, [&] {
     if (rank != 0) return;
@@ -677,7 +666,7 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
   agree_on_success(comm, [&] {
     if (world.rank() == 0) file = resolve_checkpoint_file(path);
   });
-  broadcast_string(world, file, 0);
+  broadcast_text(world, file, 0);
 
   LoadResult result;
   result.file = file;

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "io/format.hpp"
+#include "tessera/agree.hpp"
 #include "tessera/io/checksum.hpp"
 
 namespace fs = std::filesystem;
@@ -71,6 +72,19 @@ CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_un
 
 CheckpointReader::~CheckpointReader() = default;
 CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
+
+CheckpointMetadata read_checkpoint_metadata(const std::string& path, Communicator& comm) {
+  CheckpointMetadata out;
+  agree_on_success(comm.mpi_comm(), [&] {
+    if (comm.rank() != 0) return;
+    CheckpointReader reader(path);
+    out.metadata = reader.header().metadata;
+    out.file = reader.file();
+  });
+  broadcast_text(comm, out.metadata, 0);
+  broadcast_text(comm, out.file, 0);
+  return out;
+}
 CheckpointReader& CheckpointReader::operator=(CheckpointReader&&) noexcept = default;
 
 const std::string& CheckpointReader::file() const { return impl_->file; }

@@ -1,20 +1,48 @@
 #include "tessera/mesh.hpp"
 
+#include <optional>
 #include <string>
 
 #include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/check.hpp"
+#include "tessera/detail/checked_math.hpp"
 #include "tessera/node.hpp"
 
 namespace tessera {
 
+namespace {
+
+// tensor * domain, the ranks of one data-parallel replica; the formula divides by it.
+int replica_size(int tensor, int domain, const char* who) {
+  const auto product = tensor >= 1 && domain >= 1 ? detail::try_mul(tensor, domain) : std::nullopt;
+  if (!product) {
+    throw InvalidArgument(std::string(who) + ": tensor " + std::to_string(tensor) + " and domain " +
+                          std::to_string(domain) + " must be >= 1 with a product that fits in an int");
+  }
+  return *product;
+}
+
+}  // namespace
+
 MeshCoords mesh_coords_of(int global_rank, int tensor, int domain) {
-  return {global_rank / (tensor * domain), (global_rank / domain) % tensor, global_rank % domain};
+  const int replica = replica_size(tensor, domain, "mesh_coords_of");
+  if (global_rank < 0) throw InvalidArgument("mesh_coords_of: rank " + std::to_string(global_rank) + " is negative");
+  return {global_rank / replica, (global_rank / domain) % tensor, global_rank % domain};
 }
 
 int mesh_global_rank_of(const MeshCoords& c, int tensor, int domain) {
-  return (c.dp * tensor + c.tp) * domain + c.domain;
+  replica_size(tensor, domain, "mesh_global_rank_of");
+  std::optional<int> rank = detail::try_mul(c.dp, tensor);
+  if (rank) rank = detail::try_add(*rank, c.tp);
+  if (rank) rank = detail::try_mul(*rank, domain);
+  if (rank) rank = detail::try_add(*rank, c.domain);
+  if (!rank) {
+    throw InvalidArgument("mesh_global_rank_of: coordinates (dp " + std::to_string(c.dp) + ", tp " +
+                          std::to_string(c.tp) + ", domain " + std::to_string(c.domain) +
+                          ") give a rank that overflows int");
+  }
+  return *rank;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "tessera/detail/checked_math.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {
@@ -122,6 +123,12 @@ DataParallelMode parse_data_parallel_mode(std::string_view text, std::string_vie
 void ParallelismConfig::validate() const {
   if (tensor < 1) throw ConfigError("parallelism.tensor must be >= 1, got " + std::to_string(tensor));
   if (domain < 1) throw ConfigError("parallelism.domain must be >= 1, got " + std::to_string(domain));
+  // tensor * domain is a rank count that the world size is divided by: wrapped, it was 0
+  // (a division by zero) or a small number (a mesh over the wrong groups).
+  if (!detail::try_mul(tensor, domain)) {
+    throw ConfigError("parallelism.tensor (" + std::to_string(tensor) + ") * parallelism.domain (" +
+                      std::to_string(domain) + ") overflows int: no launch has that many ranks");
+  }
 }
 
 std::string ParallelismConfig::str() const {
@@ -136,7 +143,13 @@ ParallelismConfig ParallelismConfig::from_yaml_string(std::string_view yaml, std
   } catch (const YAML::Exception& e) {
     throw ConfigError(std::string(source) + ": invalid YAML: " + e.what());
   }
-  return parse_document(root, source);
+  const ParallelismConfig config = parse_document(root, source);
+  try {
+    config.validate();  // what the keys cannot say alone: their product
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string(source) + ": " + e.what());
+  }
+  return config;
 }
 
 ParallelismConfig ParallelismConfig::from_yaml_file(const std::string& path) {

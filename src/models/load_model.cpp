@@ -46,24 +46,10 @@ FieldEmulatorConfig read_model_config(const std::string& checkpoint_path) {
 }  // namespace models
 
 std::unique_ptr<models::FieldEmulator> load_model(const std::string& checkpoint_path, const Mesh& mesh) {
-  // Rank 0 reads the header and broadcasts the text, so a large job does not open the
-  // file from every rank just to read one attribute.
-  const MPI_Comm world = mesh.world().mpi_comm();
-  std::string metadata, file;
-  agree_on_success(world, [&] {
-    if (mesh.global_rank() != 0) return;
-    io::CheckpointReader reader(checkpoint_path);
-    metadata = reader.header().metadata;
-    file = reader.file();
-  });
-  auto broadcast = [&](std::string& s) {
-    unsigned long long n = s.size();
-    TESSERA_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, world));
-    s.resize(n);
-    if (n) TESSERA_CHECK_MPI(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, world));
-  };
-  broadcast(metadata);
-  broadcast(file);
+  // Rank 0 reads the header and broadcasts the text (io::read_checkpoint_metadata).
+  const io::CheckpointMetadata header = io::read_checkpoint_metadata(checkpoint_path, mesh.world());
+  const std::string& metadata = header.metadata;
+  const std::string& file = header.file;
   // Same text on every rank, so parsing fails alike everywhere.
   const models::FieldEmulatorConfig config = models::model_config_from_metadata(metadata, file);
   std::unique_ptr<models::FieldEmulator> model;

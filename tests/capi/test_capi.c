@@ -5,6 +5,7 @@
  * Runs at 1, 2 and 4 ranks (45 latitudes: uneven splits at 2 and 4). Exit status 0 when
  * every check passed on every rank; failures are printed with their rank and line.
  */
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -138,6 +139,16 @@ static void test_mesh(void) {
   CHECK(mesh == NULL);
   EXPECT_STATUS(tessera_mesh_create_f(MPI_Comm_c2f(MPI_COMM_WORLD), TESSERA_DATA_NONE, -1, 1, &mesh),
                 TESSERA_ERR_CONFIG);
+  /* tensor * domain overflowing int: 65536^2 wrapped to 0 (SIGFPE), INT_MAX^2 to 1 (a
+   * wrapped mesh returned OK). The error names both arguments. */
+  EXPECT_STATUS(tessera_mesh_create(MPI_COMM_WORLD, TESSERA_DATA_NONE, 65536, 65536, &mesh), TESSERA_ERR_CONFIG);
+  EXPECT_MESSAGE("tensor (65536)");
+  EXPECT_MESSAGE("domain (65536)");
+  EXPECT_STATUS(tessera_mesh_create(MPI_COMM_WORLD, TESSERA_DATA_NONE, INT_MAX, INT_MAX, &mesh), TESSERA_ERR_CONFIG);
+  EXPECT_MESSAGE("overflows");
+  EXPECT_STATUS(tessera_mesh_create_f(MPI_Comm_c2f(MPI_COMM_WORLD), TESSERA_DATA_DDP, INT_MAX, INT_MAX, &mesh),
+                TESSERA_ERR_CONFIG);
+  CHECK(mesh == NULL);
 
   /* From a YAML file. */
   char good[600], bad[600], missing[600];
@@ -293,6 +304,15 @@ static void test_decomp(void) {
                 TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_decomp_gather(NULL, local, back, TESSERA_F64, TESSERA_ORDER_C, 3, local_shape, 0),
                 TESSERA_ERR_INVALID_ARGUMENT);
+  /* Leading extents whose element counts overflow int64 (they used to wrap to small
+   * counts): a shape error on every rank, naming the array. */
+  const int64_t huge_shape[3] = {INT64_MAX / 2, b, e};
+  EXPECT_STATUS(tessera_decomp_scatter(d, global, local, TESSERA_F64, TESSERA_ORDER_C, 3, huge_shape, 0),
+                TESSERA_ERR_SHAPE);
+  EXPECT_MESSAGE("scatter: the local array");
+  const int64_t huge_f[4] = {e, b, 2, (int64_t)1 << 61}; /* 2^62 * b * e elements: wraps */
+  EXPECT_STATUS(tessera_decomp_gather(d, local, back, TESSERA_F64, TESSERA_ORDER_FORTRAN, 4, huge_f, 0),
+                TESSERA_ERR_SHAPE);
   EXPECT_STATUS(tessera_decomp_scatter(NULL, global, local, TESSERA_F64, TESSERA_ORDER_C, 3, local_shape, 0),
                 TESSERA_ERR_INVALID_ARGUMENT);
   free(global);
@@ -315,6 +335,13 @@ static void test_decomp(void) {
   EXPECT_STATUS(tessera_decomp_create(MPI_COMM_WORLD, 0, NLON, 0, 0, &d), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_decomp_create_f(MPI_Comm_c2f(MPI_COMM_WORLD), -3, NLON, 0, 0, &d),
                 TESSERA_ERR_INVALID_ARGUMENT);
+  /* A process grid whose rank count overflows int (INT_MAX^2 wrapped to 1 rank), and a
+   * global grid whose cell count overflows int64. */
+  EXPECT_STATUS(tessera_decomp_create(MPI_COMM_WORLD, NLAT, NLON, INT_MAX, INT_MAX, &d),
+                TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("grid_lat (2147483647) * grid_lon (2147483647)");
+  EXPECT_STATUS(tessera_decomp_create(MPI_COMM_WORLD, INT64_MAX / 2, NLON, 0, 0, &d), TESSERA_ERR_SHAPE);
+  EXPECT_MESSAGE("nlat");
   EXPECT_STATUS(tessera_decomp_create_from_mesh(NULL, NLAT, NLON, 0, 0, &d), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_MESSAGE("mesh handle is NULL");
   CHECK(d == NULL);
@@ -420,6 +447,15 @@ static void test_halo(void) {
   EXPECT_STATUS(tessera_halo_add_field_strided(h, s, TESSERA_F64, 3, strided_shape, zero_strides, NULL),
                 TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_halo_add_field_strided(h, s, TESSERA_F64, 3, wrong, strides, NULL), TESSERA_ERR_SHAPE);
+  /* Extents and strides that overflow int64 used to register a field whose size had
+   * wrapped; the next exchange wrote out of bounds. */
+  const int64_t huge_c[3] = {INT64_MAX / 4, pl, pn};
+  EXPECT_STATUS(tessera_halo_add_field(h, a, TESSERA_F64, TESSERA_ORDER_C, 3, huge_c, NULL), TESSERA_ERR_SHAPE);
+  EXPECT_MESSAGE("field 3");
+  const int64_t huge_strides[3] = {INT64_MAX / 2, L, L * pl};
+  EXPECT_STATUS(tessera_halo_add_field_strided(h, s, TESSERA_F64, 3, strided_shape, huge_strides, NULL),
+                TESSERA_ERR_SHAPE);
+  EXPECT_MESSAGE("field 3");
   EXPECT_STATUS(tessera_halo_add_field_strided(h, NULL, TESSERA_F64, 3, strided_shape, strides, NULL),
                 TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_halo_add_field_strided(h, s, TESSERA_F32 + 7, 3, strided_shape, strides, NULL),
@@ -571,6 +607,46 @@ static void test_halo(void) {
   free(s);
 }
 
+/* A rank that registered no fields and one that registered a field: the first exchange
+ * used to hang (the empty field set looked already agreed on, so that rank skipped the
+ * collective check the others waited in). Every rank must get the same error instead,
+ * for each way of starting an exchange, and the handle must stay usable. */
+static void test_halo_field_count(void) {
+  tessera_decomp_t* d = NULL;
+  EXPECT_OK(tessera_decomp_create(MPI_COMM_WORLD, NLAT, NLON, 0, 0, &d));
+  int64_t pl = 0, pn = 0;
+  int (*const starts[4])(tessera_halo_t*) = {tessera_halo_exchange, tessera_halo_start, tessera_halo_exchange_adjoint,
+                                             tessera_halo_start_adjoint};
+  for (int k = 0; k < 4; ++k) {
+    tessera_halo_t* h = NULL;
+    EXPECT_OK(tessera_halo_create(d, 1, 1, 1, 1, 1, TESSERA_POLE_ZERO, &h));
+    EXPECT_OK(tessera_halo_padded(h, &pl, &pn));
+    double* q = calloc((size_t)(pl * pn), sizeof(double));
+    const int64_t shape[2] = {pl, pn};
+    if (world_rank != 0) EXPECT_OK(tessera_halo_add_field(h, q, TESSERA_F64, TESSERA_ORDER_C, 2, shape, NULL));
+    if (world_size > 1) {
+      EXPECT_STATUS(starts[k](h), TESSERA_ERR_INVALID_ARGUMENT);
+      EXPECT_MESSAGE("rank 0 registered 0 field(s), rank 1 registered 1");
+      int flight = -1;
+      EXPECT_OK(tessera_halo_in_flight(h, &flight));
+      CHECK(flight == 0);
+    }
+    /* Once every rank registers the same field, exchanges run. */
+    EXPECT_OK(tessera_halo_clear_fields(h));
+    EXPECT_OK(tessera_halo_add_field(h, q, TESSERA_F64, TESSERA_ORDER_C, 2, shape, NULL));
+    EXPECT_OK(starts[k](h));
+    if (k % 2 == 1) EXPECT_OK(k == 1 ? tessera_halo_finish(h) : tessera_halo_finish_adjoint(h));
+    EXPECT_OK(tessera_halo_destroy(&h));
+    free(q);
+  }
+  /* No fields on any rank is consistent, not an error. */
+  tessera_halo_t* h = NULL;
+  EXPECT_OK(tessera_halo_create(d, 1, 1, 1, 1, 1, TESSERA_POLE_ZERO, &h));
+  EXPECT_OK(tessera_halo_exchange(h));
+  EXPECT_OK(tessera_halo_destroy(&h));
+  EXPECT_OK(tessera_decomp_destroy(&d));
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 static void test_checkpoint(void) {
@@ -651,6 +727,18 @@ static void test_checkpoint(void) {
                                                vec_shape, ""),
                   TESSERA_ERR_SHAPE);
     EXPECT_MESSAGE("outside the global shape");
+    /* offset + local extent overflowing int64 used to wrap negative and pass the check;
+     * so did a global shape whose element count overflows. */
+    const int64_t far_offset[1] = {INT64_MAX - 1};
+    EXPECT_STATUS(tessera_checkpoint_add_array(ck, "p2", params, TESSERA_F64, TESSERA_ORDER_C, 1, vec_shape,
+                                               far_offset, vec_shape, ""),
+                  TESSERA_ERR_SHAPE);
+    EXPECT_MESSAGE("array 'p2'");
+    const int64_t huge_global[2] = {INT64_MAX / 2, 4}, zero_offset[2] = {0, 0}, one_by_three[2] = {1, 3};
+    EXPECT_STATUS(tessera_checkpoint_add_array(ck, "p2", params, TESSERA_F64, TESSERA_ORDER_C, 2, huge_global,
+                                               zero_offset, one_by_three, ""),
+                  TESSERA_ERR_SHAPE);
+    EXPECT_MESSAGE("global shape");
     EXPECT_STATUS(tessera_checkpoint_add_array(ck, "p2", params, TESSERA_F64, TESSERA_ORDER_C, 1, vec_shape,
                                                vec_offset, vec_shape, "domain: Shard(1)"),
                   TESSERA_ERR_INVALID_ARGUMENT);
@@ -816,6 +904,7 @@ int main(int argc, char** argv) {
   test_mesh();
   test_decomp();
   test_halo();
+  test_halo_field_count();
   test_checkpoint();
 
   int total = 0;

@@ -1,11 +1,13 @@
 // The C API's model inference (tessera_model_*): a small field emulator is initialised
 // and checkpointed through the C++ API, then loaded and run through the C API on caller
 // arrays in C and in Fortran order; the outputs must equal the C++ model's bit for bit.
-// Error paths: NULL handle / pointer, wrong dtype, mismatched shape, missing checkpoint.
+// Error paths: NULL handle / pointer, wrong dtype, mismatched shape, an empty or
+// overflowing batch, missing checkpoint.
 // Runs at 1, 2 and 4 ranks (9 latitudes: uneven bands).
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -33,6 +35,17 @@ void check(bool ok, const char* what, int line) {
 }
 #define CHECK(cond) check((cond), #cond, __LINE__)
 #define EXPECT_STATUS(call, code) check((call) == (code), #call " == " #code, __LINE__)
+
+// Seen from C++, every C enum of the header holds any int: a caller's out-of-range value
+// (the C API rejects it with TESSERA_ERR_INVALID_ARGUMENT) must not be an invalid enum
+// value inside the library (undefined behaviour, reported by UBSan), which needs a fixed
+// underlying type; only such enums can be list-initialised from an int.
+template <class E>
+concept holds_every_int = requires(int v) { E{v}; };
+static_assert(holds_every_int<tessera_dtype_t> && holds_every_int<tessera_order_t> &&
+              holds_every_int<tessera_data_mode_t> && holds_every_int<tessera_mesh_dim_t> &&
+              holds_every_int<tessera_pole_t> && holds_every_int<tessera_layout_t> &&
+              holds_every_int<tessera_status_t>);
 
 }  // namespace
 
@@ -125,6 +138,27 @@ int main(int argc, char** argv) {
     const std::int64_t wrong_channels[4] = {B, C + 1, nl, nn};
     EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, wrong_channels),
                   TESSERA_ERR_SHAPE);
+    // Batch 0 used to divide by zero in the normalisation; it is rejected on every rank.
+    // A batch whose element count overflows used to wrap.
+    const std::int64_t empty_batch[4] = {0, C, nl, nn};
+    EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, empty_batch),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    CHECK(std::strstr(tessera_last_error(), "batch") != nullptr);
+    EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, empty_batch),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    const std::int64_t empty_fortran[4] = {nn, nl, C, 0};
+    EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_FORTRAN, 4,
+                                        empty_fortran),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    const std::int64_t huge_batch[4] = {INT64_MAX / 4, C, nl, nn};
+    EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, huge_batch),
+                  TESSERA_ERR_SHAPE);
+    CHECK(std::strstr(tessera_last_error(), "model input") != nullptr);
+    // Out-of-range enum values are argument errors (not undefined behaviour).
+    EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), tessera_dtype_t{-5}, TESSERA_ORDER_C, 4, shape_c),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, tessera_order_t{1000}, 4, shape_c),
+                  TESSERA_ERR_INVALID_ARGUMENT);
     EXPECT_STATUS(tessera_model_predict(model, nullptr, y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
                   TESSERA_ERR_INVALID_ARGUMENT);
     EXPECT_STATUS(tessera_model_forward(model, x.data(), nullptr, TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),

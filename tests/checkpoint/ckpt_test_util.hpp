@@ -13,6 +13,7 @@
 
 #include "mpi_test.hpp"
 #include "tessera/comm.hpp"
+#include "tessera/init.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/nn/linear.hpp"
 #include "tessera/nn/sequential.hpp"

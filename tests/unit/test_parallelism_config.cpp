@@ -1,12 +1,15 @@
-// ParallelismConfig parsing, validation and the dp arithmetic. Every invalid input must
-// be a ConfigError whose message names the key and the bad value.
+// ParallelismConfig parsing, validation, the dp arithmetic and the mesh layout formula.
+// Every invalid input must be a ConfigError whose message names the key and the bad value.
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
 
+#include <climits>
+
 #include "tessera/error.hpp"
+#include "tessera/mesh.hpp"
 #include "tessera/parallelism.hpp"
 
 using namespace tessera;
@@ -137,4 +140,50 @@ TEST(DpWorldSize, DataNoneAllowsOnlyOneReplica) {
     EXPECT_NE(std::string(e.what()).find("parallelism.data is none"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("4 data-parallel replicas"), std::string::npos);
   }
+}
+
+// tensor * domain used to be computed in int: 65536 * 65536 wrapped to 0 and the world
+// size was divided by it (SIGFPE); INT_MAX * INT_MAX wrapped to 1 and a one-rank mesh was
+// accepted. The product must fit in an int (a rank count) and the error names both keys.
+TEST(ParallelismConfig, DegreesWhoseProductOverflowsAreRejected) {
+  for (const auto& [t, d] : {std::pair{65536, 65536}, std::pair{INT_MAX, INT_MAX}, std::pair{2, INT_MAX / 2 + 1}}) {
+    const ParallelismConfig c{DataParallelMode::none, t, d};
+    try {
+      c.validate();
+      ADD_FAILURE() << "no error for " << c.str();
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("parallelism.tensor (" + std::to_string(t) + ")"), std::string::npos) << what;
+      EXPECT_NE(what.find("parallelism.domain (" + std::to_string(d) + ")"), std::string::npos) << what;
+    }
+    EXPECT_THROW(dp_world_size(c, 4), ConfigError);
+  }
+  EXPECT_NO_THROW((ParallelismConfig{DataParallelMode::none, INT_MAX, 1}.validate()));
+  // From YAML, the error also names the source.
+  expect_config_error("parallelism: {tensor: 65536, domain: 65536}",
+                      {"test.yaml", "parallelism.tensor (65536)", "parallelism.domain (65536)"});
+}
+
+// The layout formula divides by tensor * domain and by domain: bad degrees are errors,
+// not SIGFPE, and so is a rank or coordinate whose global rank does not fit in an int.
+TEST(MeshLayout, FormulaRejectsDegreesItCannotDivideBy) {
+  EXPECT_EQ(mesh_coords_of(7, 2, 2), (MeshCoords{1, 1, 1}));
+  EXPECT_EQ(mesh_global_rank_of({1, 1, 1}, 2, 2), 7);
+  EXPECT_THROW(mesh_coords_of(5, 65536, 65536), InvalidArgument);
+  EXPECT_THROW(mesh_coords_of(5, 0, 1), InvalidArgument);
+  EXPECT_THROW(mesh_coords_of(5, 1, 0), InvalidArgument);
+  EXPECT_THROW(mesh_coords_of(-1, 1, 1), InvalidArgument);
+  EXPECT_THROW(mesh_global_rank_of({INT_MAX, 1, 0}, 2, 1), InvalidArgument);
+  EXPECT_THROW(mesh_global_rank_of({0, 0, 0}, 65536, 65536), InvalidArgument);
+}
+
+// The Mesh constructor validates in an agreed step: every rank gets the ConfigError.
+TEST(MeshLayout, MeshWithOverflowingDegreesIsAConfigError) {
+  try {
+    Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, 65536, 65536});
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallelism.domain (65536)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, INT_MAX, INT_MAX}), ConfigError);
 }

@@ -159,6 +159,47 @@ TEST(Tensor, ReshapeCloneContiguousTo) {
   EXPECT_EQ(t.to(Device::host()).data(), t.data());
 }
 
+// Sizes whose products wrap used to be accepted: an element or byte count that wrapped to
+// a small number allocated (or described) too little memory, and the next write ran past
+// it. Each must be a ShapeError (InvalidArgument for narrow's indices) naming the caller.
+TEST(Tensor, SizesThatOverflowAreErrorsNamingTheCaller) {
+  constexpr std::int64_t big = std::int64_t{1} << 62;
+  auto expect_shape_error = [](auto&& make, const std::string& who) {
+    try {
+      make();
+      ADD_FAILURE() << "no error; expected one naming " << who;
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find(who), std::string::npos) << e.what();
+    }
+  };
+  // numel wraps (2^62 * 4 = 2^64 -> 0), bytes wrap (2^61 * 8 = 2^64 -> 0).
+  expect_shape_error([&] { (void)Tensor::empty({big, 4}, DType::f32); }, "Tensor::empty");
+  expect_shape_error([&] { (void)Tensor::empty({big / 2}, DType::f64); }, "Tensor::empty");
+  // No elements, but the stride of dim 0 (2^62 * 2^62) does not fit.
+  expect_shape_error([&] { (void)Tensor::zeros({0, big, big}, DType::f32); }, "Tensor::empty");
+  std::vector<float> buffer(16);
+  expect_shape_error([&] { (void)Tensor::view(buffer.data(), {big, 4}, DType::f32); }, "Tensor::view");
+  expect_shape_error([&] { (void)Tensor::view(buffer.data(), {big / 2}, DType::f64); }, "Tensor::view");
+  // Strides that address past int64: (4 - 1) * 2^62 overflows even though numel is 8.
+  expect_shape_error([&] { (void)Tensor::view(buffer.data(), {4, 2}, DType::f32, Device::host(), {big, 1}); },
+                     "Tensor::view");
+  // (2^62 + 1) * 4 wraps to 4: reshape used to accept it as a view of 4 elements.
+  const Tensor four = Tensor::zeros({4}, DType::f32);
+  expect_shape_error([&] { (void)four.reshape({big + 1, 4}); }, "Tensor::reshape");
+  expect_shape_error([&] { (void)contiguous_strides({2, big, big}); }, "contiguous_strides");
+  expect_shape_error([&] { (void)shape_numel({big, big}); }, "shape_numel");
+  // start + length wraps negative: narrow used to accept it and offset the data pointer.
+  EXPECT_THROW(four.narrow(0, std::numeric_limits<std::int64_t>::max(), 2), InvalidArgument);
+  EXPECT_THROW(four.narrow(0, 2, std::numeric_limits<std::int64_t>::max()), InvalidArgument);
+
+  // Empty shapes stay valid whatever the other extents, as long as the strides fit.
+  EXPECT_EQ(Tensor::zeros({0, big}, DType::f32).numel(), 0);
+  EXPECT_EQ(Tensor::view(nullptr, {big, 0}, DType::f64).numel(), 0);
+  // A strided view's span, not its element count, is what must fit.
+  const Tensor sparse = Tensor::view(buffer.data(), {2, 2}, DType::f32, Device::host(), {8, 1});
+  EXPECT_EQ(sparse.numel(), 4);
+}
+
 TEST(Tensor, CopyFromHandlesStridesOnBothSides) {
   Tensor src = Tensor::from_vector(iota_f32(12), {3, 4});
   Tensor dst = Tensor::zeros({4, 6}, DType::f32);

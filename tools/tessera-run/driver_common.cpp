@@ -127,26 +127,6 @@ std::optional<std::string> resume_path(const RunConfig& cfg, const Log& log) {
   return path;
 }
 
-CheckpointMetadata read_checkpoint_metadata(const std::string& path, const Mesh& mesh) {
-  const MPI_Comm world = mesh.world().mpi_comm();
-  CheckpointMetadata out;
-  agree_on_success(world, [&] {
-    if (mesh.global_rank() != 0) return;
-    io::CheckpointReader reader(path);
-    out.metadata = reader.header().metadata;
-    out.file = reader.file();
-  });
-  auto broadcast = [&](std::string& s) {
-    unsigned long long n = s.size();
-    TESSERA_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, world));
-    s.resize(n);
-    if (n) TESSERA_CHECK_MPI(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, world));
-  };
-  broadcast(out.metadata);
-  broadcast(out.file);
-  return out;
-}
-
 double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimizer& optimizer, const Mesh& mesh,
                      std::int64_t step, bool log_step) {
   double grad_norm = NAN;

@@ -72,13 +72,6 @@ std::string first_difference(const std::string& a, const std::string& b);
 // The checkpoint `resume` names (nullopt: start from step 0; logged).
 std::optional<std::string> resume_path(const RunConfig& cfg, const Log& log);
 
-// The checkpoint.h5 that `path` (file, step or root directory) names and its metadata
-// text: rank 0 reads the header and broadcasts both, so the architecture is checked
-// before any weight is read. Collective over mesh.world(); failures are agreed.
-struct CheckpointMetadata {
-  std::string file, metadata;
-};
-CheckpointMetadata read_checkpoint_metadata(const std::string& path, const Mesh& mesh);
 
 // The end of every training step, whatever the model: the global gradient norm (clipped
 // when optimizer.clip_grad_norm > 0, otherwise measured on log steps), the divergence

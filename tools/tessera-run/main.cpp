@@ -38,6 +38,7 @@
 #include "tessera/error.hpp"
 #include "tessera/init.hpp"
 #include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/models/load_model.hpp"
@@ -195,7 +196,7 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
     if (path) {
       // The architecture must match, checked before any weight is read: the same FQNs
       // could hold different shapes or meaning.
-      const CheckpointMetadata header = read_checkpoint_metadata(*path, mesh);
+      const io::CheckpointMetadata header = io::read_checkpoint_metadata(*path, mesh.world());
       const auto saved = models::model_config_from_metadata(header.metadata, header.file);
       if (!(saved == arch)) {
         throw ConfigError("resume: the model in '" + header.file + "' differs from this config's: " +

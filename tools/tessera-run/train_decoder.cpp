@@ -18,6 +18,7 @@
 #include "tessera/error.hpp"
 #include "tessera/init.hpp"
 #include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/placement.hpp"
 #include "tessera/tp/cross_entropy.hpp"
@@ -179,7 +180,8 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   if (const std::optional<std::string> path = resume_path(cfg, log)) {
     // The architecture must match before any weight is read: the same FQNs could hold
     // other shapes, and a missing layer would otherwise be reported as a dataset.
-    const CheckpointMetadata header = read_checkpoint_metadata(*path, mesh);
+    // The architecture is checked before any weight is read.
+    const io::CheckpointMetadata header = io::read_checkpoint_metadata(*path, mesh.world());
     const models::DecoderConfig saved = decoder_from_metadata(header.metadata, header.file);
     if (!same_architecture(saved, arch)) {
       throw ConfigError("resume: the model in '" + header.file + "' differs from this config's: " +

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/comm.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/parallelism.hpp"
 #include "tessera/tensor.hpp"
@@ -69,6 +70,15 @@ class CheckpointReader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The checkpoint.h5 that `path` (file, step or root directory) names and its metadata
+// text, read by rank 0 of `comm` and broadcast to every rank, so a large job does not
+// open the file from every rank to read one attribute. Collective over `comm`; a failure
+// to read (on rank 0) is thrown on every rank.
+struct CheckpointMetadata {
+  std::string file, metadata;
+};
+CheckpointMetadata read_checkpoint_metadata(const std::string& path, Communicator& comm);
 
 struct VerifyReport {
   std::vector<std::string> passed;  // "/model/fc.weight"

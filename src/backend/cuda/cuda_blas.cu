@@ -39,7 +39,7 @@ class HandleTable {
     TESSERA_CHECK_CUBLAS(cublasCreate(&handle));
     TESSERA_CHECK_CUBLAS(cublasSetStream(handle, stream));
     // Full-precision f32: no TF32 tensor-core shortcut, so device GEMMs stay within
-    // fp32 tolerance of the host's OpenBLAS (DESIGN.md tests compare at ~1e-5).
+    // fp32 tolerance of the host's OpenBLAS (the CUDA twin tests compare at ~1e-5).
     TESSERA_CHECK_CUBLAS(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
     handles_.emplace(key, handle);
     return handle;

@@ -7,7 +7,8 @@
 //   TESSERA_CHECK_CUBLAS(call)  throw CublasError naming the call and cuBLAS's status
 //
 // Only code under src/backend (and tests of it) may include this header: it pulls in
-// the vendor headers, which DESIGN.md keeps out of every other folder.
+// the vendor headers, which the layering keeps out of every other folder
+// (docs/architecture.md, "Floors and folders").
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>

@@ -2,7 +2,7 @@
 // Private to src/backend/cuda (and src/comm/nccl_*): the CUDA runtime pieces every
 // translation unit of the backend shares — the device guard, the per-device compute
 // stream, the caching allocator and launch geometry. Pulls in the CUDA runtime header,
-// so nothing outside src/backend and src/comm may include it (DESIGN.md).
+// so nothing outside src/backend and src/comm may include it (docs/architecture.md).
 //
 // Stream model: every operation tessera issues on device d (copies, memsets, kernels,
 // cuBLAS, NCCL) goes on one non-blocking stream per device, compute_stream(d). That

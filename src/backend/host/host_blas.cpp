@@ -87,8 +87,10 @@ double sum_squares_typed(const void* data, std::int64_t n) {
 void HostCompute::gemm(const GemmArgs& g, int) {
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) {
-    // C = beta * C: the product of empty operands is zero.
-    scale(g.c, g.m * g.ldc, g.beta, g.out, 0);
+    // C = beta * C: the product of empty operands is zero. f32 and bf16 inputs run sgemm,
+    // whose beta is a float: round it first, so C is scaled exactly as sgemm would.
+    const double beta = g.ab == DType::f64 ? g.beta : static_cast<double>(static_cast<float>(g.beta));
+    scale(g.c, g.m * g.ldc, beta, g.out, 0);
     return;
   }
   if (g.ab == DType::bf16) {
@@ -119,9 +121,10 @@ void HostCompute::axpy(DType dtype, std::int64_t n, double alpha, const void* x,
 
 void HostCompute::scale(DType dtype, std::int64_t n, double alpha, void* y, int) {
   if (dtype == DType::f32) {
+    // The product in double, rounded once (gradient clipping's rule); ops::scale rounds
+    // alpha to float first, and the product of two floats is exact in double.
     auto* ys = static_cast<float*>(y);
-    const float a = static_cast<float>(alpha);
-    for (std::int64_t i = 0; i < n; ++i) ys[i] *= a;
+    for (std::int64_t i = 0; i < n; ++i) ys[i] = static_cast<float>(ys[i] * alpha);
   } else if (dtype == DType::f64) {
     auto* ys = static_cast<double*>(y);
     for (std::int64_t i = 0; i < n; ++i) ys[i] *= alpha;

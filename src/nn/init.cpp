@@ -9,7 +9,6 @@
 #include "tessera/init.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <numbers>
 #include <sstream>
@@ -27,11 +26,6 @@
 namespace tessera {
 
 namespace {
-
-constexpr std::array<InitType, 10> kAllTypes = {
-    InitType::zeros,          InitType::ones,          InitType::constant,       InitType::normal,
-    InitType::uniform,        InitType::trunc_normal,  InitType::xavier_normal,  InitType::xavier_uniform,
-    InitType::kaiming_normal, InitType::kaiming_uniform};
 
 bool needs_fans(InitType type) {
   return type == InitType::xavier_normal || type == InitType::xavier_uniform ||
@@ -233,54 +227,6 @@ void fill_block(Tensor& local, const Shape& global_shape, const Shape& offset, c
 }
 
 }  // namespace
-
-std::string_view init_type_name(InitType type) noexcept {
-  switch (type) {
-    case InitType::zeros: return "zeros";
-    case InitType::ones: return "ones";
-    case InitType::constant: return "constant";
-    case InitType::normal: return "normal";
-    case InitType::uniform: return "uniform";
-    case InitType::trunc_normal: return "trunc_normal";
-    case InitType::xavier_normal: return "xavier_normal";
-    case InitType::xavier_uniform: return "xavier_uniform";
-    case InitType::kaiming_normal: return "kaiming_normal";
-    case InitType::kaiming_uniform: return "kaiming_uniform";
-  }
-  return "?";
-}
-
-InitType parse_init_type(std::string_view text, std::string_view what) {
-  for (InitType t : kAllTypes) {
-    if (init_type_name(t) == text) return t;
-  }
-  std::string known;
-  for (InitType t : kAllTypes) known += (known.empty() ? "" : ", ") + std::string(init_type_name(t));
-  // The seed's types that need the whole master matrix (orthogonal: a QR of it) or are
-  // not yet provided; naming them tells the user it is a known gap, not a typo.
-  const bool seed_only = text == "orthogonal" || text == "biased_normal" || text == "dirac";
-  throw ConfigError(std::string(what) + ": init type '" + std::string(text) + "' is " +
-                    (seed_only ? "not supported by tessera" : "unknown") + " (supported: " + known + ")");
-}
-
-Fans compute_fans(const Shape& global_shape) {
-  if (global_shape.size() < 2) {
-    throw InvalidArgument("compute_fans: fan_in/fan_out need a tensor of at least 2 dims, got shape " +
-                          shape_str(global_shape));
-  }
-  std::int64_t receptive = 1;
-  for (std::size_t d = 2; d < global_shape.size(); ++d) receptive *= global_shape[d];
-  return {global_shape[1] * receptive, global_shape[0] * receptive};
-}
-
-std::uint64_t name_key(std::string_view name) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 0x100000001b3ull;  // FNV 64-bit prime
-  }
-  return h;
-}
 
 void initialize(Tensor& local, const Shape& global_shape, const Shape& local_offset, const InitSpec& spec,
                 std::uint64_t seed, std::string_view name) {

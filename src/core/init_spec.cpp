@@ -1,0 +1,65 @@
+// The vocabulary of initialisation (init_spec.hpp): init type names, PyTorch's fan rule
+// and the per-parameter stream key. The values themselves are drawn by initialize()
+// (src/nn/init.cpp), which runs on the block's compute backend.
+
+#include "tessera/init_spec.hpp"
+
+#include <array>
+#include <string>
+
+#include "tessera/detail/fnv1a.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+namespace {
+
+constexpr std::array<InitType, 10> kAllTypes = {
+    InitType::zeros,          InitType::ones,          InitType::constant,       InitType::normal,
+    InitType::uniform,        InitType::trunc_normal,  InitType::xavier_normal,  InitType::xavier_uniform,
+    InitType::kaiming_normal, InitType::kaiming_uniform};
+
+}  // namespace
+
+std::string_view init_type_name(InitType type) noexcept {
+  switch (type) {
+    case InitType::zeros: return "zeros";
+    case InitType::ones: return "ones";
+    case InitType::constant: return "constant";
+    case InitType::normal: return "normal";
+    case InitType::uniform: return "uniform";
+    case InitType::trunc_normal: return "trunc_normal";
+    case InitType::xavier_normal: return "xavier_normal";
+    case InitType::xavier_uniform: return "xavier_uniform";
+    case InitType::kaiming_normal: return "kaiming_normal";
+    case InitType::kaiming_uniform: return "kaiming_uniform";
+  }
+  return "?";
+}
+
+InitType parse_init_type(std::string_view text, std::string_view what) {
+  for (InitType t : kAllTypes) {
+    if (init_type_name(t) == text) return t;
+  }
+  std::string known;
+  for (InitType t : kAllTypes) known += (known.empty() ? "" : ", ") + std::string(init_type_name(t));
+  // The seed's types that need the whole master matrix (orthogonal: a QR of it) or are
+  // not yet provided; naming them tells the user it is a known gap, not a typo.
+  const bool seed_only = text == "orthogonal" || text == "biased_normal" || text == "dirac";
+  throw ConfigError(std::string(what) + ": init type '" + std::string(text) + "' is " +
+                    (seed_only ? "not supported by tessera" : "unknown") + " (supported: " + known + ")");
+}
+
+Fans compute_fans(const Shape& global_shape) {
+  if (global_shape.size() < 2) {
+    throw InvalidArgument("compute_fans: fan_in/fan_out need a tensor of at least 2 dims, got shape " +
+                          shape_str(global_shape));
+  }
+  std::int64_t receptive = 1;
+  for (std::size_t d = 2; d < global_shape.size(); ++d) receptive *= global_shape[d];
+  return {global_shape[1] * receptive, global_shape[0] * receptive};
+}
+
+std::uint64_t name_key(std::string_view name) noexcept { return detail::fnv1a64(name); }
+
+}  // namespace tessera
