@@ -86,7 +86,9 @@ class Compute {
   // C bf16 or f32); host bf16 converts to f32 and runs the f32 GEMM.
   virtual void gemm(const GemmArgs& args, int device) = 0;
   virtual void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device) = 0;
-  // y *= alpha; dtype f32, f64 or bf16 (bf16: y = bf16(float(y) * alpha), as clipping needs).
+  // y *= alpha; dtype f32, f64 or bf16. f32: y = float(double(y) * alpha), one rounding
+  // (ops::scale passes float(alpha), which makes that the float product); bf16:
+  // y = bf16(float(y) * alpha), as clipping needs.
   virtual void scale(DType dtype, std::int64_t n, double alpha, void* y, int device) = 0;
   // y viewed as [outer, channels, inner]: y[o, c, i] += bias[c]
   virtual void add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,

@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "comm/request_state.hpp"
@@ -399,7 +400,9 @@ struct HaloExchange::Plan {
   std::vector<FieldView> views;
   Device device = Device::host();  // where this exchange's fields live
   std::vector<MPI_Request> requests;
-  std::string validated_signature;  // the field set last agreed on collectively
+  // The field set last agreed on collectively; none before the first exchange, so even an
+  // empty field set on one rank is agreed (never mistaken for "already agreed").
+  std::optional<std::string> validated_signature;
 
   Plan(const Decomposition& d, HaloSpec s) : decomposition(d), spec(s) {}
 

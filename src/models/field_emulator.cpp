@@ -268,7 +268,7 @@ void affine_per_channel(Tensor& field, const std::vector<double>& scale, const s
                      " must be a contiguous f32 [B, " + std::to_string(scale.size()) + ", ...]");
   }
   const std::int64_t batch = field.size(0), channels = field.size(1);
-  const std::int64_t inner = channels ? field.numel() / (batch * channels) : 0;
+  const std::int64_t inner = batch > 0 && channels > 0 ? field.numel() / (batch * channels) : 0;
   std::vector<double> coefficients(scale);
   coefficients.insert(coefficients.end(), shift.begin(), shift.end());
   const Tensor on_device =

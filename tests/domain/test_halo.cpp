@@ -461,3 +461,17 @@ TEST(HaloExchange, FieldErrorOnOneRankThrowsEverywhere) {
 }
 
 }  // namespace
+
+// Regression: one rank with no fields and another with one used to hang, because an
+// empty field set compared equal to "nothing agreed yet" and skipped the agreement.
+TEST(HaloExchange, RanksPassingDifferentFieldCountsFailTogetherInsteadOfHanging) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Decomposition d(world(), {8, 6});
+  HaloExchange ex(d, HaloSpec{{1, 1, 1, 1}, true, PolePolicy::zero});
+  std::vector<Tensor> fields;
+  if (world_rank() == 1) fields.push_back(ex.allocate(DType::f64, {}));
+  EXPECT_THROW(ex.exchange(fields), InvalidArgument);
+  // The plan stays usable once the ranks agree again.
+  std::vector<Tensor> agreed{ex.allocate(DType::f64, {})};
+  EXPECT_NO_THROW(ex.exchange(agreed));
+}

@@ -77,8 +77,9 @@ __global__ void axpy_kernel(std::int64_t n, T alpha, const T* x, T* y) {
 }
 
 template <class T>
-__global__ void scale_kernel(std::int64_t n, T alpha, T* y) {
-  TESSERA_GRID_STRIDE(i, n) { y[i] *= alpha; }
+__global__ void scale_kernel(std::int64_t n, double alpha, T* y) {
+  // In double, rounded once (the host's rule; ops::scale passes float(alpha) for f32).
+  TESSERA_GRID_STRIDE(i, n) { y[i] = static_cast<T>(static_cast<double>(y[i]) * alpha); }
 }
 
 template <class T>
@@ -176,7 +177,7 @@ void cuda_scale(DType dtype, std::int64_t n, double alpha, void* y, int device) 
   cudaStream_t stream = compute_stream(guard.device());
   float_dispatch(dtype, "scale", [&](auto tag) {
     using T = decltype(tag);
-    scale_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(n, static_cast<T>(alpha), static_cast<T*>(y));
+    scale_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(n, alpha, static_cast<T*>(y));
   });
   TESSERA_CHECK_LAUNCH();
 }
