@@ -2,7 +2,8 @@
 // entry, against values worked out by hand: the entries the layer suites do not reach
 // directly (casts, bf16 scaling and sums of squares, the optimizer updates, the field
 // loss and normalisation, halo zeroing), and the dispatch rule itself. Every one of these
-// has a CUDA twin in tests/cuda/test_cuda_backend.cpp that compares the two backends.
+// has a CUDA twin (tests/cuda/test_cuda_optim.cpp, test_cuda_training.cpp) that compares
+// the two backends.
 
 #include <gtest/gtest.h>
 

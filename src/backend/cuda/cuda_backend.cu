@@ -2,8 +2,8 @@
 // device, pinned host staging buffers for host<->device copies, and a strided copy
 // kernel. Every runtime call is checked (TESSERA_CHECK_CUDA) and runs with the
 // tensor's device made current by a DeviceGuard, so callers never manage the runtime's
-// per-thread "current device" themselves. The compute entries live in cuda_blas.cu and
-// cuda_kernels.cu (device_compute()).
+// per-thread "current device" themselves. The compute entries are CudaCompute's
+// (cuda_compute.hpp lists the file of each).
 //
 // Stream model (cuda_runtime.hpp): all work on a device is queued on its compute
 // stream. Copies to the host wait for that stream, so a kernel followed by

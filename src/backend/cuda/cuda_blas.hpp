@@ -1,6 +1,6 @@
 #pragma once
-// Private to src/backend/cuda: the BLAS-like entries of cuda_blas.cu, which the
-// Compute implementation in cuda_kernels.cu forwards to. Same contracts as the
+// Private to src/backend/cuda: the BLAS-like entries of cuda_blas.cu, which
+// CudaCompute (cuda_compute.hpp) forwards to. Same contracts as the
 // Compute methods of the same names.
 
 #include <cstdint>

@@ -1,24 +1,26 @@
-// CUDA backend, optimizer half: the sum of squares behind gradient clipping, casts
-// between f32/f64/bf16, the bf16 scale, and the SGD and AdamW element updates. Each
-// kernel runs the double arithmetic of its host twin (backend/host/host_optim.cpp,
-// host_blas.cpp, host_elementwise.cpp) per element, so results equal the host's up to
-// the last-bit differences of the device's sqrt (none: sqrt is correctly rounded).
+// CudaCompute, optimizer and clipping family: the sum of squares behind gradient
+// clipping, the scale that applies the clip (bf16 here, f32/f64 in cuda_blas.cu), casts
+// between f32/f64/bf16, and the SGD and AdamW element updates. Each kernel runs the
+// double arithmetic of its host twin (host_optim.cpp, host_blas.cpp, host_elementwise.cpp)
+// per element, rounding at the same steps (the device's double sqrt and division are
+// correctly rounded), so results equal the host's to the last bit of the dtype unless
+// the host compiler contracts a*b + c into an FMA.
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/cuda_blas.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_compute.hpp"
 #include "backend/cuda/cuda_launch.cuh"
-#include "backend/cuda/cuda_optim.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
 #include "tessera/bfloat16.hpp"
 
 namespace tessera::detail {
 namespace {
-
 
 // Widening as the host does it: bf16 and f32 through float, f64 as is.
 template <class T>
@@ -60,15 +62,17 @@ __global__ void cast_kernel(const From* src, To* dst, std::int64_t n) {
   }
 }
 
+// The _rn intrinsics keep nvcc from contracting a*b + c into an FMA (here and in
+// adamw_kernel), so every step rounds as the host's (x86-64 without -mfma) does.
 template <class T>
 __global__ void sgd_kernel(std::int64_t n, T* value, const T* grad, T* buf, SgdStep s) {
   TESSERA_GRID_STRIDE(i, n) {
     const double v = static_cast<double>(value[i]);
     double d = __dadd_rn(static_cast<double>(grad[i]), __dmul_rn(s.weight_decay, v));
     if (buf != nullptr) {
-      const double b = s.first ? d
-                               : __dadd_rn(__dmul_rn(s.momentum, static_cast<double>(buf[i])),
-                                           __dmul_rn(1.0 - s.dampening, d));
+      const double b =
+          s.first ? d
+                  : __dadd_rn(__dmul_rn(s.momentum, static_cast<double>(buf[i])), __dmul_rn(1.0 - s.dampening, d));
       buf[i] = static_cast<T>(b);
       d = s.nesterov ? __dadd_rn(d, __dmul_rn(s.momentum, b)) : b;
     }
@@ -76,8 +80,6 @@ __global__ void sgd_kernel(std::int64_t n, T* value, const T* grad, T* buf, SgdS
   }
 }
 
-// The _rn intrinsics keep nvcc from contracting a*b + c into an FMA, so every step
-// rounds as the host's (x86-64 without -mfma) does.
 template <class T>
 __global__ void adamw_kernel(std::int64_t n, T* value, const T* grad, T* m, T* v, AdamWStep s) {
   TESSERA_GRID_STRIDE(i, n) {
@@ -106,7 +108,7 @@ void for_any_float(DType dtype, F&& f) {
 
 }  // namespace
 
-double cuda_sum_squares(DType dtype, const void* x, std::int64_t n, int device) {
+double CudaCompute::sum_squares(DType dtype, const void* x, std::int64_t n, int device) {
   if (n == 0) return 0.0;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
@@ -121,7 +123,11 @@ double cuda_sum_squares(DType dtype, const void* x, std::int64_t n, int device) 
   return sum_partials(partials, blocks, stream);
 }
 
-void cuda_scale_bf16(std::int64_t n, double alpha, void* y, int device) {
+void CudaCompute::scale(DType dtype, std::int64_t n, double alpha, void* y, int device) {
+  if (dtype != DType::bf16) {
+    cuda_scale(dtype, n, alpha, y, device);
+    return;
+  }
   if (n == 0) return;
   DeviceGuard guard(device);
   scale_bf16_kernel<<<grid_for(n), kThreadsPerBlock, 0, compute_stream(guard.device())>>>(
@@ -129,7 +135,7 @@ void cuda_scale_bf16(std::int64_t n, double alpha, void* y, int device) {
   TESSERA_CHECK_LAUNCH();
 }
 
-void cuda_cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, int device) {
+void CudaCompute::cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n, int device) {
   if (n == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
@@ -137,37 +143,36 @@ void cuda_cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std
     using To = decltype(to_tag);
     for_any_float(src_dtype, [&](auto from_tag) {
       using From = decltype(from_tag);
-      cast_kernel<To, From><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(static_cast<const From*>(src),
-                                                                          static_cast<To*>(dst), n);
+      cast_kernel<To, From>
+          <<<grid_for(n), kThreadsPerBlock, 0, stream>>>(static_cast<const From*>(src), static_cast<To*>(dst), n);
     });
   });
   TESSERA_CHECK_LAUNCH();
 }
 
-void cuda_sgd_update(DType dtype, std::int64_t n, void* value, const void* grad, void* momentum_buffer,
-                     const SgdStep& step, int device) {
+void CudaCompute::sgd_update(DType dtype, std::int64_t n, void* value, const void* grad, void* momentum_buffer,
+                             const SgdStep& step, int device) {
   if (n == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
   float_dispatch(dtype, "sgd_update", [&](auto tag) {
     using T = decltype(tag);
-    sgd_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(n, static_cast<T*>(value), static_cast<const T*>(grad),
-                                                                 static_cast<T*>(momentum_buffer), step);
+    sgd_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
+        n, static_cast<T*>(value), static_cast<const T*>(grad), static_cast<T*>(momentum_buffer), step);
   });
   TESSERA_CHECK_LAUNCH();
 }
 
-void cuda_adamw_update(DType dtype, std::int64_t n, void* value, const void* grad, void* exp_avg, void* exp_avg_sq,
-                       const AdamWStep& step, int device) {
+void CudaCompute::adamw_update(DType dtype, std::int64_t n, void* value, const void* grad, void* exp_avg,
+                               void* exp_avg_sq, const AdamWStep& step, int device) {
   if (n == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
   float_dispatch(dtype, "adamw_update", [&](auto tag) {
     using T = decltype(tag);
-    adamw_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(n, static_cast<T*>(value),
-                                                                   static_cast<const T*>(grad),
-                                                                   static_cast<T*>(exp_avg),
-                                                                   static_cast<T*>(exp_avg_sq), step);
+    adamw_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
+        n, static_cast<T*>(value), static_cast<const T*>(grad), static_cast<T*>(exp_avg),
+        static_cast<T*>(exp_avg_sq), step);
   });
   TESSERA_CHECK_LAUNCH();
 }

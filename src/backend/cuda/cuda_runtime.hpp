@@ -20,7 +20,7 @@
 namespace tessera::detail {
 
 class Compute;
-// The CUDA backend's compute entries (cuda_kernels.cu).
+// The CUDA backend's compute entries (cuda_compute.cu; the class: cuda_compute.hpp).
 Compute& cuda_compute();
 
 // Makes `device_index` the current device for its lifetime and restores the previous
