@@ -5,6 +5,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "comm/flat_buckets.hpp"
 #include "dp/units.hpp"
 #include "tessera/ops.hpp"
 
@@ -304,38 +305,9 @@ DeviceKey key_of(const Tensor& t) { return {t.dtype(), t.device().type, t.device
 
 // dp rank 0's values everywhere: flat broadcasts per dtype/device, at most bucket_bytes each.
 void broadcast_values(std::vector<ParamState>& params, Communicator& dp, std::size_t bucket_bytes) {
-  std::map<DeviceKey, std::vector<std::vector<Parameter*>>> chunks;
-  std::map<DeviceKey, std::size_t> open_bytes;
-  for (ParamState& s : params) {
-    if (s.p->value.numel() == 0) continue;
-    const DeviceKey k = key_of(s.p->value);
-    auto& list = chunks[k];
-    const std::size_t bytes = s.p->value.nbytes();
-    if (list.empty() || (open_bytes[k] > 0 && open_bytes[k] + bytes > bucket_bytes)) {
-      list.emplace_back();
-      open_bytes[k] = 0;
-    }
-    list.back().push_back(s.p);
-    open_bytes[k] += bytes;
-  }
-  for (auto& [k, list] : chunks) {
-    for (auto& chunk : list) {
-      std::int64_t total = 0;
-      for (Parameter* p : chunk) total += p->value.numel();
-      Tensor flat = Tensor::empty({total}, k.dtype, chunk.front()->value.device());
-      std::int64_t off = 0;
-      for (Parameter* p : chunk) {
-        flat.narrow(0, off, p->value.numel()).copy_from(p->value.contiguous().reshape({p->value.numel()}));
-        off += p->value.numel();
-      }
-      dp.broadcast(flat, 0);
-      off = 0;
-      for (Parameter* p : chunk) {
-        p->value.copy_from(flat.narrow(0, off, p->value.numel()).reshape(p->value.shape()));
-        off += p->value.numel();
-      }
-    }
-  }
+  std::vector<Tensor> values;
+  for (ParamState& s : params) values.push_back(s.p->value);
+  tessera::detail::bucketed_in_place(values, {}, bucket_bytes, [&](Tensor& flat, int) { dp.broadcast(flat, 0); });
 }
 
 }  // namespace
@@ -432,38 +404,31 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
     }
   }
 
-  // Buckets over the dp-replicated gradients, in reverse registration order.
+  // Buckets over the dp-replicated gradients, in reverse registration order (the order
+  // backward produces them); each parameter's gradient becomes a view into its bucket.
   {
-    std::map<detail::DeviceKey, int> open;
-    std::vector<std::size_t> bytes;
+    std::vector<int> replicated;
+    std::vector<tessera::detail::BucketItem> items;
     for (int i = static_cast<int>(e.params.size()) - 1; i >= 0; --i) {
-      ParamState& s = e.params[i];
-      if (s.sharded || s.p->grad.numel() == 0) continue;
-      const detail::DeviceKey k = detail::key_of(s.p->grad);
-      const std::size_t nb = s.p->grad.nbytes();
-      auto it = open.find(k);
-      if (it == open.end() || bytes[it->second] + nb > options.bucket_bytes) {
-        open[k] = static_cast<int>(e.buckets.size());
-        e.buckets.emplace_back();
-        bytes.push_back(0);
-        it = open.find(k);
-      }
-      e.buckets[it->second].params.push_back(i);
-      bytes[it->second] += nb;
-      s.bucket = it->second;
+      const Tensor& grad = e.params[i].p->grad;
+      if (e.params[i].sharded || grad.numel() == 0) continue;
+      replicated.push_back(i);
+      items.push_back({grad.dtype(), grad.device(), 0, grad.nbytes()});
     }
-    for (detail::Bucket& b : e.buckets) {
-      std::int64_t total = 0;
-      for (int i : b.params) total += e.params[i].p->grad.numel();
-      const Tensor& first = e.params[b.params.front()].p->grad;
-      b.flat = Tensor::zeros({total}, first.dtype(), first.device());
-      std::int64_t off = 0;
+    for (const std::vector<int>& members : tessera::detail::plan_buckets(items, options.bucket_bytes)) {
+      detail::Bucket& b = e.buckets.emplace_back();
+      std::vector<Tensor> grads;
+      for (int m : members) {
+        b.params.push_back(replicated[m]);
+        e.params[replicated[m]].bucket = static_cast<int>(e.buckets.size()) - 1;
+        grads.push_back(e.params[replicated[m]].p->grad);
+      }
+      b.flat = tessera::detail::flatten(grads);  // keeps what was accumulated so far
+      std::int64_t offset = 0;
       for (int i : b.params) {
         Parameter& p = *e.params[i].p;
-        Tensor view = b.flat.narrow(0, off, p.grad.numel()).reshape(p.grad.shape());
-        view.copy_from(p.grad);  // keep what was accumulated so far
-        p.grad = view;
-        off += view.numel();
+        p.grad = b.flat.narrow(0, offset, p.grad.numel()).reshape(p.grad.shape());
+        offset += p.grad.numel();
       }
     }
   }

@@ -1,8 +1,8 @@
 #include "tessera/tp/parallelize.hpp"
 
 #include <map>
-#include <tuple>
 
+#include "comm/flat_buckets.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/nn/conv2d.hpp"
 #include "tessera/nn/embedding.hpp"
@@ -355,51 +355,18 @@ Tensor SequenceShardWrapper::backward(const Tensor& grad_y) {
 
 void sync_replicated_gradients(nn::Module& model, Communicator& tp, std::size_t bucket_bytes) {
   if (tp.size() == 1) return;
-  // Buckets never mix dtypes, devices or reductions; parameters go in FQN order, the
-  // same on every rank, so the all-reduces pair up.
-  struct Bucket {
-    std::vector<Parameter*> params;
-    std::size_t bytes = 0;
-  };
-  auto flush = [&](Bucket& bucket, ReduceOp op) {
-    if (bucket.params.empty()) return;
-    const Tensor& first = bucket.params.front()->grad;
-    std::int64_t total = 0;
-    for (Parameter* p : bucket.params) total += p->grad.numel();
-    Tensor buffer = Tensor::empty({total}, first.dtype(), first.device());
-    std::int64_t offset = 0;
-    for (Parameter* p : bucket.params) {
-      buffer.narrow(0, offset, p->grad.numel()).copy_from(p->grad.contiguous().reshape({p->grad.numel()}));
-      offset += p->grad.numel();
-    }
-    tp.all_reduce(buffer, op);
-    offset = 0;
-    for (Parameter* p : bucket.params) {
-      p->grad.copy_from(buffer.narrow(0, offset, p->grad.numel()).reshape(p->grad.shape()));
-      offset += p->grad.numel();
-    }
-    bucket = Bucket{};
-  };
-  struct Key {
-    DType dtype;
-    DeviceType device;
-    int index;
-    bool sum;
-    bool operator<(const Key& o) const {
-      return std::tie(dtype, device, index, sum) < std::tie(o.dtype, o.device, o.index, o.sum);
-    }
-  };
-  std::map<Key, Bucket> open;
+  // Parameters in FQN order, the same on every rank; a gradient that is only this rank's
+  // part (partial_grad_over_tp) is summed, a replicated one averaged (kind 1 / 0).
+  std::vector<Tensor> grads;
+  std::vector<int> sums;
   for (auto& [name, p] : model.named_parameters()) {
-    if (p->placement.tp.is_shard() || !p->grad.defined() || p->grad.numel() == 0) continue;
-    const Key key{p->grad.dtype(), p->grad.device().type, p->grad.device().index, p->partial_grad_over_tp};
-    Bucket& bucket = open[key];
-    const std::size_t bytes = p->grad.nbytes();
-    if (!bucket.params.empty() && bucket.bytes + bytes > bucket_bytes) flush(bucket, key.sum ? ReduceOp::sum : ReduceOp::avg);
-    bucket.params.push_back(p);
-    bucket.bytes += bytes;
+    if (p->placement.tp.is_shard() || !p->grad.defined()) continue;
+    grads.push_back(p->grad);
+    sums.push_back(p->partial_grad_over_tp ? 1 : 0);
   }
-  for (auto& [key, bucket] : open) flush(bucket, key.sum ? ReduceOp::sum : ReduceOp::avg);
+  tessera::detail::bucketed_in_place(grads, sums, bucket_bytes, [&](Tensor& flat, int sum) {
+    tp.all_reduce(flat, sum ? ReduceOp::sum : ReduceOp::avg);
+  });
 }
 
 }  // namespace tessera::tp

@@ -1,7 +1,5 @@
 #include "driver_common.hpp"
 
-#include <cmath>
-#include <csignal>
 
 #include <mpi.h>
 
@@ -11,10 +9,7 @@
 
 #include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
-#include "tessera/clip.hpp"
 #include "tessera/check.hpp"
-#include "tessera/io/checkpoint.hpp"
-#include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/version.hpp"
 
@@ -116,44 +111,6 @@ std::string first_difference(const std::string& a, const std::string& b) {
     if (!ga) la = "(nothing)";
     if (!gb) lb = "(nothing)";
     if (la != lb || !ga || !gb) return "checkpoint has '" + la + "', this run has '" + lb + "'";
-  }
-}
-
-std::optional<std::string> resume_path(const RunConfig& cfg, const Log& log) {
-  if (cfg.resume.empty()) return std::nullopt;
-  if (cfg.resume != "latest") return cfg.resume;
-  auto path = io::latest_checkpoint(cfg.checkpoint.dir);
-  if (!path) log.info("resume: no checkpoint in '" + cfg.checkpoint.dir + "' yet; starting from step 0");
-  return path;
-}
-
-double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimizer& optimizer, const Mesh& mesh,
-                     std::int64_t step, bool log_step) {
-  double grad_norm = NAN;
-  if (cfg.optimizer.clip_grad_norm > 0) {
-    grad_norm = clip_grad_norm(params, cfg.optimizer.clip_grad_norm, mesh);
-  } else if (log_step) {
-    grad_norm = global_grad_norm(params, mesh);
-  }
-  if ((cfg.optimizer.clip_grad_norm > 0 || log_step) && !std::isfinite(grad_norm)) {
-    throw InvalidArgument("training diverged at step " + std::to_string(step) + ": gradient norm " +
-                          fmt("%g", grad_norm) + " (lower optimizer.lr or set optimizer.clip_grad_norm)");
-  }
-  optimizer.set_learning_rate(learning_rate_at(cfg.optimizer, step, cfg.schedule.steps));
-  optimizer.step();
-  return grad_norm;
-}
-
-void after_step(const RunConfig& cfg, const Options& opts, const Log& log, std::int64_t step,
-                const std::function<std::string(std::int64_t)>& save, std::string& last_checkpoint) {
-  const bool final_step = step == cfg.schedule.steps;
-  if (!cfg.checkpoint.dir.empty() &&
-      (final_step || (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0))) {
-    last_checkpoint = save(step);
-  }
-  if (opts.kill_after_step == step) {
-    log.info("--kill-after-step " + std::to_string(step) + ": killing every rank");
-    std::raise(SIGKILL);
   }
 }
 

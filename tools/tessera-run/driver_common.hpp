@@ -1,11 +1,10 @@
 #pragma once
-// What tessera-run's trainers (the field emulator in main.cpp, the decoder in
-// train_decoder.cpp) share: the command-line options, rank-0 logging, the optimizer
-// from the config, the mesh line and the per-rank memory plan table.
+// What tessera-run's model setups (train_field_emulator.cpp, train_decoder.cpp) and its
+// training loop (training_loop.cpp) share: the command-line options, rank-0 logging, the
+// optimizer from the config, the device, the mesh line and the per-rank memory plan table.
 
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,22 +67,5 @@ void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& rang
 
 // The first line where two YAML texts differ, for "the checkpoint's model differs" errors.
 std::string first_difference(const std::string& a, const std::string& b);
-
-// The checkpoint `resume` names (nullopt: start from step 0; logged).
-std::optional<std::string> resume_path(const RunConfig& cfg, const Log& log);
-
-
-// The end of every training step, whatever the model: the global gradient norm (clipped
-// when optimizer.clip_grad_norm > 0, otherwise measured on log steps), the divergence
-// check (the norm comes from one all-reduce, so every rank stops together), the
-// learning-rate schedule and the optimizer step. Returns the norm (NaN when neither
-// clipped nor logged).
-double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimizer& optimizer, const Mesh& mesh,
-                     std::int64_t step, bool log_step);
-
-// After every step, whatever the model: save when the checkpoint interval or the last
-// step says so (updating `last_checkpoint`), then the --kill-after-step test hook.
-void after_step(const RunConfig& cfg, const Options& opts, const Log& log, std::int64_t step,
-                const std::function<std::string(std::int64_t)>& save, std::string& last_checkpoint);
 
 }  // namespace tessera::run

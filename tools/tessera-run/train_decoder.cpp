@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "token_data.hpp"
+#include "training_loop.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/clip.hpp"
 #include "tessera/dp/data_parallel.hpp"
@@ -100,6 +101,72 @@ std::int64_t activation_bytes_per_sequence(const models::DecoderConfig& a, std::
   return floats * static_cast<std::int64_t>(sizeof(float));
 }
 
+class DecoderTask final : public TrainingTask {
+ public:
+  DecoderTask(const RunConfig& cfg, const Mesh& mesh, std::unique_ptr<models::Decoder> model,
+              std::unique_ptr<TokenData> data, bool vocab_sharded_logits)
+      : cfg_(cfg), mesh_(mesh), model_(std::move(model)), data_(std::move(data)) {
+    // Vocab-sharded logits: the loss is a tp collective. Replicated logits (tied
+    // embeddings): every tp rank computes the whole loss itself.
+    if (!vocab_sharded_logits || mesh.tp_size() == 1) self_.emplace(MPI_COMM_SELF);
+  }
+
+  nn::Module& model() override { return *model_; }
+  std::int64_t samples() const override { return data_->samples(); }
+
+  void check_saved_model(const io::CheckpointMetadata& header) const override {
+    const models::DecoderConfig saved = decoder_from_metadata(header.metadata, header.file);
+    const models::DecoderConfig& arch = cfg_.decoder.arch;
+    if (!same_architecture(saved, arch)) {
+      throw ConfigError("resume: the model in '" + header.file + "' differs from this config's: " +
+                        first_difference(decoder_yaml(saved), decoder_yaml(arch)));
+    }
+  }
+  std::string checkpoint_metadata(const std::string& run_section) const override {
+    std::string model_text = "model:\n";
+    const std::string yaml = decoder_yaml(cfg_.decoder.arch);
+    for (std::size_t i = 0, j; i < yaml.size(); i = j + 1) {
+      j = yaml.find('\n', i);
+      model_text += "  " + yaml.substr(i, j - i) + "\n";
+    }
+    return model_text + run_section;
+  }
+  std::string extra_run_keys() const override {
+    return "  seq_len: " + std::to_string(cfg_.decoder.seq_len) + "\n  data: \"" + data_->describe() + "\"\n";
+  }
+
+  void load_batch(const std::vector<std::int64_t>& samples) override {
+    data_->batch(samples, ids_, targets_);
+    ids_ = ids_.to(mesh_.device());  // read on the host, trained on the mesh's device
+    targets_ = targets_.to(mesh_.device());
+  }
+  double forward_backward() override {
+    const Tensor logits = model_->forward(ids_);
+    const Shape shape = logits.shape();
+    const tp::CrossEntropyResult ce = tp::vocab_parallel_cross_entropy(
+        logits.reshape({shape[0] * shape[1], shape[2]}), targets_, self_ ? *self_ : mesh_.tp());
+    model_->backward(ce.grad_logits.reshape(shape));
+    return ce.loss;
+  }
+  // The unigram entropy: the best a model without context can do.
+  double baseline() override { return data_->unigram_entropy(); }
+
+  std::string baseline_name() const override { return "unigram"; }
+  std::string throughput_unit() const override { return "tokens"; }
+  double units_per_sample() const override { return static_cast<double>(cfg_.decoder.seq_len); }
+  std::string first_loss_context(double first_baseline) const override {
+    return "uniform " + fmt("%.6e", data_->uniform_entropy()) + ", unigram " + fmt("%.6e", first_baseline);
+  }
+
+ private:
+  const RunConfig& cfg_;
+  const Mesh& mesh_;
+  std::unique_ptr<models::Decoder> model_;
+  std::unique_ptr<TokenData> data_;
+  std::optional<Communicator> self_;
+  Tensor ids_, targets_;
+};
+
 }  // namespace
 
 int train_decoder(const RunConfig& cfg, const Options& opts) {
@@ -172,145 +239,8 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
     if (arch.tie_embeddings) dpo.overlap = false;
     data_parallel = std::make_unique<dp::DataParallel>(*model, mesh, dpo);
   }
-  const NamedParameters params = model->named_parameters();
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, params);
-
-  // ---- resume
-  std::int64_t start_step = 0;
-  if (const std::optional<std::string> path = resume_path(cfg, log)) {
-    // The architecture must match before any weight is read: the same FQNs could hold
-    // other shapes, and a missing layer would otherwise be reported as a dataset.
-    // The architecture is checked before any weight is read.
-    const io::CheckpointMetadata header = io::read_checkpoint_metadata(*path, mesh.world());
-    const models::DecoderConfig saved = decoder_from_metadata(header.metadata, header.file);
-    if (!same_architecture(saved, arch)) {
-      throw ConfigError("resume: the model in '" + header.file + "' differs from this config's: " +
-                        first_difference(decoder_yaml(saved), decoder_yaml(arch)));
-    }
-    const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, *model, optimizer.get());
-    start_step = loaded.step;
-    log.info("resumed from " + loaded.file + " at step " + std::to_string(loaded.step) + " (saved at " +
-             loaded.saved_mesh.str() + " on " + std::to_string(loaded.saved_world_size) + " ranks; now " +
-             mesh.config().str() + " on " + std::to_string(mesh.world_size()) + ")");
-  }
-  if (start_step >= cfg.schedule.steps) {
-    log.info("nothing to do: the run is at step " + std::to_string(start_step) + " of " +
-             std::to_string(cfg.schedule.steps));
-    return 0;
-  }
-
-  dp::DistributedSampler sampler(data->samples(), mesh,
-                                 {.shuffle = cfg.data.shuffle, .seed = cfg.schedule.seed, .drop_last = true});
-  const std::int64_t batches_per_epoch = sampler.num_batches(local_batch, /*drop_last_batch=*/true);
-  if (batches_per_epoch < 1) {
-    throw ConfigError(cfg.source + ": data.batch_size " + std::to_string(cfg.data.batch_size) +
-                      " leaves no full batch per epoch");
-  }
-
-  const auto save = [&](std::int64_t step) {
-    io::SaveOptions so;
-    so.layout = cfg.checkpoint.layout;
-    so.step = step;
-    so.keep_last = cfg.checkpoint.keep_last;
-    std::string model_text = "model:\n";
-    const std::string yaml = decoder_yaml(arch);
-    for (std::size_t i = 0, j; i < yaml.size(); i = j + 1) {
-      j = yaml.find('\n', i);
-      model_text += "  " + yaml.substr(i, j - i) + "\n";
-    }
-    so.metadata = model_text + "run:\n  config: \"" + cfg.source + "\"\n  seed: " +
-                  std::to_string(cfg.schedule.seed) + "\n  batch_size: " + std::to_string(cfg.data.batch_size) +
-                  "\n  seq_len: " + std::to_string(seq_len) + "\n  data: \"" + data->describe() + "\"\n";
-    const std::string dir = io::save_checkpoint(cfg.checkpoint.dir, mesh, *model, optimizer.get(), so);
-    log.info("checkpoint: " + dir + " (" + std::string(io::checkpoint_layout_name(cfg.checkpoint.layout)) + ")");
-    return dir;
-  };
-
-  log.info("training: steps " + std::to_string(start_step + 1) + ".." + std::to_string(cfg.schedule.steps) + ", " +
-           cfg.optimizer.type + " lr " + fmt("%g", cfg.optimizer.lr) + ", seed " +
-           std::to_string(cfg.schedule.seed));
-
-  // Vocab-sharded logits: the loss is a tp collective. Replicated logits (tied
-  // embeddings): every tp rank computes the whole loss itself.
-  std::optional<Communicator> self;
-  if (!plan.vocab_sharded_logits || tp_size == 1) self.emplace(MPI_COMM_SELF);
-  Communicator& loss_group = self ? *self : mesh.tp();
-
-  Tensor ids, targets;
-  Communicator& dp_comm = mesh.dp();
-  const double unigram = data->unigram_entropy();
-  const std::int64_t tokens_per_step = cfg.data.batch_size * seq_len;
-  double window_loss = 0, window_time = 0, run_time = 0;
-  std::int64_t window_steps = 0;
-  double last_loss = NAN, first_loss = NAN;
-  std::string last_checkpoint;
-
-  for (std::int64_t step = start_step + 1; step <= cfg.schedule.steps; ++step) {
-    const std::int64_t position = step - 1;
-    sampler.set_epoch(position / batches_per_epoch);
-    data->batch(sampler.batch(position % batches_per_epoch, local_batch), ids, targets);
-    ids = ids.to(mesh.device());  // read on the host, trained on the mesh's device
-    targets = targets.to(mesh.device());
-
-    mesh.world().barrier();  // so the step time is the slowest rank's, not rank 0's share
-    const auto t0 = std::chrono::steady_clock::now();
-    optimizer->zero_grad();
-    const Tensor logits = model->forward(ids);
-    const Shape logits_shape = logits.shape();
-    const tp::CrossEntropyResult ce = tp::vocab_parallel_cross_entropy(
-        logits.reshape({local_batch * seq_len, logits_shape[2]}), targets, loss_group);
-    model->backward(ce.grad_logits.reshape(logits_shape));
-    if (data_parallel) data_parallel->finish_gradient_sync();
-    if (tp_size > 1) tp::sync_replicated_gradients(*model, mesh.tp());
-    const bool log_step = step % cfg.schedule.log_every == 0 || step == cfg.schedule.steps;
-    const double lr = learning_rate_at(cfg.optimizer, step, cfg.schedule.steps);
-    const double grad_norm = clip_and_step(cfg, params, *optimizer, mesh, step, log_step);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-    window_loss += ce.loss;
-    window_time += seconds;
-    run_time += seconds;
-    ++window_steps;
-
-    if (log_step) {
-      // Each dp replica saw its own part of the global batch: average over dp.
-      Tensor sums = Tensor::from_vector(std::vector<double>{window_loss}, {1});
-      dp_comm.all_reduce(sums, ReduceOp::avg);
-      last_loss = sums.to_vector<double>()[0] / static_cast<double>(window_steps);
-      if (std::isnan(first_loss)) first_loss = last_loss;
-      const double step_time = window_time / static_cast<double>(window_steps);
-      std::snprintf(line, sizeof line,
-                    "step %6lld/%lld  loss %.6e  unigram %.6e  lr %.3e  grad_norm %.3e  step %.1f ms  "
-                    "%.1f samples/s  %.3e tokens/s",
-                    static_cast<long long>(step), static_cast<long long>(cfg.schedule.steps), last_loss, unigram, lr,
-                    grad_norm, 1e3 * step_time, static_cast<double>(cfg.data.batch_size) / step_time,
-                    static_cast<double>(tokens_per_step) / step_time);
-      log.info(line);
-      window_loss = window_time = 0;
-      window_steps = 0;
-    }
-    after_step(cfg, opts, log, step, save, last_checkpoint);
-  }
-
-  const std::int64_t steps_run = cfg.schedule.steps - start_step;
-  const double step_time = run_time / static_cast<double>(steps_run);
-  std::snprintf(line, sizeof line,
-                "summary: %lld steps (%lld..%lld) in %.2f s: %.1f ms/step, %.1f samples/s, %.3e tokens/s",
-                static_cast<long long>(steps_run), static_cast<long long>(start_step + 1),
-                static_cast<long long>(cfg.schedule.steps), run_time, 1e3 * step_time,
-                static_cast<double>(cfg.data.batch_size) / step_time, static_cast<double>(tokens_per_step) / step_time);
-  log.info(line);
-  std::snprintf(line, sizeof line, "summary: first logged loss %.6e (uniform %.6e, unigram %.6e)", first_loss,
-                data->uniform_entropy(), unigram);
-  log.info(line);
-  const bool below = last_loss < unigram;
-  std::snprintf(line, sizeof line,
-                "summary: final loss %.6e unigram %.6e ratio %.4f (%s the unigram baseline; mean of the last logged "
-                "window)",
-                last_loss, unigram, last_loss / unigram, below ? "below" : "NOT below");
-  log.info(line);
-  if (!last_checkpoint.empty()) log.info("summary: last checkpoint " + last_checkpoint);
-  return 0;
+  DecoderTask task(cfg, mesh, std::move(model), std::move(data), plan.vocab_sharded_logits);
+  return run_training(cfg, opts, log, mesh, task, data_parallel.get());
 }
 
 }  // namespace tessera::run

@@ -1,0 +1,119 @@
+#pragma once
+// Private: the state of one HaloExchange. Built once from the planner's pieces
+// (halo_planner.hpp) by the HaloExchange constructor; its message buffers and the
+// pack / unpack / zero passes over the fields live in halo_buffers.cpp; the exchange
+// state machine that posts and waits in halo_exchange.cpp.
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/detail/halo_rect.hpp"
+#include "tessera/detail/strided_index.hpp"
+#include "tessera/domain/decomposition.hpp"
+#include "tessera/domain/halo_exchange.hpp"
+#include "tessera/wait_policy.hpp"
+
+namespace tessera::domain {
+
+namespace halo {
+
+using tessera::detail::HaloRect;
+
+// The memory of one message. `packed` lives on the fields' device: the pack and unpack
+// kernels of that device's backend read and write it. When MPI cannot address that
+// memory (a CUDA device without CUDA-aware MPI), `staging` is a pinned host copy that
+// MPI reads and writes, and the packed bytes cross to it and back; otherwise the packed
+// bytes are the message (always so on the host: no extra copy).
+class MessageBuffer {
+ public:
+  MessageBuffer() = default;
+  ~MessageBuffer() { release(); }
+  MessageBuffer(MessageBuffer&& other) noexcept { *this = std::move(other); }
+  MessageBuffer& operator=(MessageBuffer&& other) noexcept;
+
+  // Makes room for `bytes` on `device` (reusing the memory of earlier exchanges).
+  void reserve(std::size_t bytes, Device device, bool staged);
+
+  std::byte* packed() const { return static_cast<std::byte*>(packed_); }
+  void* message() const { return staged_ ? staging_ : packed_; }
+  std::size_t bytes() const { return bytes_; }
+  // Packed bytes to the message (after packing) and back (before unpacking).
+  void packed_to_message() const;
+  void message_to_packed() const;
+
+ private:
+  void release() noexcept;
+
+  Device device_ = Device::host();
+  bool staged_ = false;
+  std::size_t bytes_ = 0, capacity_ = 0;
+  void* packed_ = nullptr;
+  void* staging_ = nullptr;
+};
+
+// One message: its peer, direction, rectangles (in this rank's field) and buffer.
+struct Transfer {
+  int peer = 0;
+  int direction = 0;
+  std::vector<HaloRect> rects;
+  std::int64_t cells = 0;  // sum of rect areas
+  MessageBuffer buffer;
+};
+
+// A field as the pack entries see it.
+struct FieldView {
+  void* base = nullptr;
+  DType dtype = DType::f32;
+  std::size_t element = 0;
+  tessera::detail::StridedLayout layout;
+  std::int64_t leading = 1;  // product of leading extents
+};
+
+}  // namespace halo
+
+struct HaloExchange::Plan {
+  using HaloRect = halo::HaloRect;
+  using MessageBuffer = halo::MessageBuffer;
+
+  Decomposition decomposition;
+  HaloSpec spec;
+  HaloPlanStats stats;
+  WaitOptions wait;  // the domain communicator's policy and sleep interval
+  std::vector<halo::Transfer> sends;  // forward: this rank's interior rects, to peers
+  std::vector<halo::Transfer> recvs;  // forward: this rank's halo rects, from peers
+  std::vector<HaloRect> self_from, self_to;  // pieces whose source is this rank: interior -> halo
+  MessageBuffer self_buffer;                  // their packed cells (never sent)
+  std::vector<HaloRect> zeros;  // halo rects filled with zeros
+  std::vector<HaloRect> frame;  // the whole halo frame, zeroed by the adjoint
+  std::int64_t padded_lat = 0, padded_lon = 0;
+
+  // In flight.
+  enum class Mode { idle, forward, adjoint } mode = Mode::idle;
+  std::vector<Tensor> fields;  // kept alive until finish
+  std::vector<halo::FieldView> views;
+  Device device = Device::host();  // where this exchange's fields live
+  std::vector<MPI_Request> requests;
+  // The field set last agreed on collectively; none before the first exchange, so even an
+  // empty field set on one rank is agreed (never mistaken for "already agreed").
+  std::optional<std::string> validated_signature;
+
+  Plan(const Decomposition& d, HaloSpec s) : decomposition(d), spec(s) {}
+
+  // Sizes `buffer` for `cells` per field of `views`, staged through pinned host memory
+  // when MPI cannot address the fields' device (never for the self buffer, which MPI
+  // never sees).
+  void reserve(MessageBuffer& buffer, std::int64_t cells, bool for_mpi) const;
+  // Every field's `rects` into / out of `buffer` on the fields' device, field by field
+  // (each field's part 8-byte aligned), in the order both ends of a message agree on.
+  void pack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer) const;
+  void unpack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer, bool accumulate) const;
+  void zero(const std::vector<HaloRect>& rects) const;
+};
+
+}  // namespace tessera::domain

@@ -1,0 +1,272 @@
+// The halo planner: which cells of which rank fill which halo cells of which rank.
+//
+// Planning is pure arithmetic on the Decomposition. Each halo cell (i, j) of a rank,
+// in global indices, maps through the latitude rule (inside the grid: itself; beyond a
+// pole: zero, the edge row, or the mirrored row with a longitude shift of nlon/2) and
+// the longitude rule (periodic wrap or zero) to an owned source cell or to zero. The two
+// rules are separable, so each axis is cut into runs over which the source index moves
+// by +1 or -1 and stays on one rank; a run of rows times a run of columns is a piece: a
+// rectangle copied from one rank's interior into another's halo. Every rank plans the
+// pieces of every rank in the same order, which is how both ends of a message agree on
+// its layout without exchanging any metadata.
+
+#include "domain/halo_planner.hpp"
+
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera::domain::halo {
+
+namespace {
+
+enum class Kind { copy, zero };
+
+// A run of consecutive halo indices along one axis of the receiving rank.
+struct Run {
+  Kind kind = Kind::copy;
+  std::int64_t dst = 0;     // first global index on the receiving side
+  std::int64_t length = 0;
+  std::int64_t src = 0;     // global source index of the first element
+  int step = 1;             // source index step per element: +1, or -1 across a pole
+  int block = 0;            // process-grid row/column owning the source
+  int side = 1;             // 0 before, 1 inside, 2 after (of the receiving box)
+  std::int64_t shift = 0;   // lat runs: longitude shift of the source (across the pole)
+  bool beyond_pole = false; // lat runs: rows outside [0, nlat)
+};
+
+int block_of(std::int64_t index, std::int64_t global, int parts) {
+  // Inverse of shard_range: the first global % parts blocks hold base + 1.
+  const std::int64_t base = global / parts, extra = global % parts;
+  const std::int64_t big = extra * (base + 1);
+  if (index < big) return static_cast<int>(index / (base + 1));
+  return static_cast<int>(extra + (index - big) / base);
+}
+
+std::int64_t wrap(std::int64_t j, std::int64_t n) { return ((j % n) + n) % n; }
+
+void append(std::vector<Run>& runs, const Run& element) {
+  if (!runs.empty()) {
+    Run& last = runs.back();
+    const bool same = last.kind == element.kind && last.side == element.side && last.shift == element.shift &&
+                      last.beyond_pole == element.beyond_pole && last.dst + last.length == element.dst;
+    if (same && element.kind == Kind::zero) {
+      ++last.length;
+      return;
+    }
+    if (same && last.block == element.block) {
+      const std::int64_t delta = element.src - (last.src + (last.length - 1) * last.step);
+      if (last.length == 1 && (delta == 1 || delta == -1)) {
+        last.step = static_cast<int>(delta);
+        ++last.length;
+        return;
+      }
+      if (last.length > 1 && delta == last.step) {
+        ++last.length;
+        return;
+      }
+    }
+  }
+  runs.push_back(element);
+}
+class Planner {
+ public:
+  Planner(const Decomposition& d, const HaloSpec& spec) : d_(d), s_(spec) {}
+
+  void validate_spec() const {
+    const HaloWidths& w = s_.width;
+    const std::string what = "HaloExchange (" + w.str() + ", pole " + std::string(pole_policy_name(s_.pole)) + ")";
+    if (w.lat_before < 0 || w.lat_after < 0 || w.lon_before < 0 || w.lon_after < 0) {
+      throw InvalidArgument(what + ": halo widths must be >= 0");
+    }
+    if (s_.pole == PolePolicy::across_pole) {
+      if (!s_.periodic_lon) {
+        throw InvalidArgument(what + ": across_pole needs periodic longitude (the sphere wraps)");
+      }
+      if (d_.global_lon() % 2 != 0) {
+        throw InvalidArgument(what + ": across_pole needs an even longitude count, got " +
+                              std::to_string(d_.global_lon()) + " (the halo is shifted by nlon/2)");
+      }
+    }
+  }
+
+  std::vector<Run> lat_runs(int q) const {
+    const ShardRange own = d_.lat_range(q);
+    const std::int64_t n = d_.global_lat();
+    std::vector<Run> runs;
+    for (std::int64_t i = own.start - s_.width.lat_before; i < own.end() + s_.width.lat_after; ++i) {
+      Run e;
+      e.dst = i;
+      e.length = 1;
+      e.side = i < own.start ? 0 : (i >= own.end() ? 2 : 1);
+      if (i >= 0 && i < n) {
+        e.src = i;
+      } else {
+        e.beyond_pole = true;
+        const bool low = i < 0;
+        switch (s_.pole) {
+          case PolePolicy::zero: e.kind = Kind::zero; break;
+          case PolePolicy::replicate: e.src = low ? 0 : n - 1; break;
+          case PolePolicy::across_pole:
+            e.src = low ? -1 - i : 2 * n - 1 - i;
+            e.shift = d_.global_lon() / 2;
+            break;
+        }
+        if (e.kind == Kind::copy && (e.src < 0 || e.src >= n)) {
+          const int width = low ? s_.width.lat_before : s_.width.lat_after;
+          throw InvalidArgument("HaloExchange: a latitude halo of " + std::to_string(width) +
+                                " rows reaches past both poles of a " + std::to_string(n) + "-latitude grid");
+        }
+      }
+      if (e.kind == Kind::copy) e.block = block_of(e.src, n, d_.grid().lat);
+      append(runs, e);
+    }
+    return runs;
+  }
+
+  std::vector<Run> lon_runs(int r, std::int64_t shift) const {
+    const ShardRange own = d_.lon_range(r);
+    const std::int64_t n = d_.global_lon();
+    std::vector<Run> runs;
+    for (std::int64_t j = own.start - s_.width.lon_before; j < own.end() + s_.width.lon_after; ++j) {
+      Run e;
+      e.dst = j;
+      e.length = 1;
+      e.side = j < own.start ? 0 : (j >= own.end() ? 2 : 1);
+      const std::int64_t jj = j + shift;
+      if (s_.periodic_lon) {
+        e.src = wrap(jj, n);
+      } else if (jj >= 0 && jj < n) {
+        e.src = jj;
+      } else {
+        e.kind = Kind::zero;
+      }
+      if (e.kind == Kind::copy) e.block = block_of(e.src, n, d_.grid().lon);
+      append(runs, e);
+    }
+    return runs;
+  }
+
+  // The rule of the issue: a rank must be able to send a neighbour its whole halo
+  // from its own cells. Checked for every receiver in rank order, so every rank throws
+  // the same first error.
+  void check_lat(int receiver, int q, const std::vector<Run>& runs) const {
+    const ShardRange own = d_.lat_range(q);
+    const int P = d_.grid().lat;
+    for (int side : {0, 2}) {
+      for (bool beyond : {false, true}) {
+        std::int64_t rows = 0;
+        bool one_block = true;
+        int nearest = -1;
+        if (!beyond) {
+          const std::int64_t edge = side == 0 ? own.start - 1 : own.end();
+          if (edge < 0 || edge >= d_.global_lat()) continue;
+          nearest = block_of(edge, d_.global_lat(), P);
+        } else {
+          if (s_.pole != PolePolicy::across_pole) continue;
+          nearest = side == 0 ? 0 : P - 1;
+        }
+        for (const Run& run : runs) {
+          if (run.side != side || run.beyond_pole != beyond || run.kind != Kind::copy) continue;
+          rows += run.length;
+          if (run.block != nearest) one_block = false;
+        }
+        const ShardRange src = d_.lat_range(nearest);
+        if (!one_block || rows > src.length) {
+          const int culprit = d_.rank_of({nearest, d_.coords_of(receiver).lon});
+          throw InvalidArgument("HaloExchange (" + s_.width.str() + "): domain rank " + std::to_string(culprit) +
+                                " owns latitudes [" + std::to_string(src.start) + ", " +
+                                std::to_string(src.end()) + ") (" + std::to_string(src.length) +
+                                " rows), fewer than the " + std::to_string(rows) +
+                                (beyond ? " across-the-pole" : "") + " halo rows it must send to domain rank " +
+                                std::to_string(receiver) + "; use fewer ranks along latitude or a narrower halo");
+        }
+      }
+    }
+  }
+
+  void check_lon(int receiver, int r, const std::vector<Run>& runs) const {
+    const ShardRange own = d_.lon_range(r);
+    const int P = d_.grid().lon;
+    for (int side : {0, 2}) {
+      std::int64_t edge = side == 0 ? own.start - 1 : own.end();
+      if (s_.periodic_lon) {
+        edge = wrap(edge, d_.global_lon());
+      } else if (edge < 0 || edge >= d_.global_lon()) {
+        continue;
+      }
+      const int nearest = block_of(edge, d_.global_lon(), P);
+      std::int64_t cols = 0;
+      bool one_block = true;
+      for (const Run& run : runs) {
+        if (run.side != side || run.kind != Kind::copy) continue;
+        cols += run.length;
+        if (run.block != nearest) one_block = false;
+      }
+      const ShardRange src = d_.lon_range(nearest);
+      if (!one_block || cols > src.length) {
+        const int culprit = d_.rank_of({d_.coords_of(receiver).lat, nearest});
+        throw InvalidArgument("HaloExchange (" + s_.width.str() + "): domain rank " + std::to_string(culprit) +
+                              " owns longitudes [" + std::to_string(src.start) + ", " + std::to_string(src.end()) +
+                              ") (" + std::to_string(src.length) + " columns), fewer than the " +
+                              std::to_string(cols) +
+                              " halo columns it must send to domain rank " + std::to_string(receiver) +
+                              "; use fewer ranks along longitude or a narrower halo");
+      }
+    }
+  }
+
+  // Every halo piece of `receiver`, in the canonical order (lat runs, then lon runs).
+  std::vector<Piece> pieces_of(int receiver) const {
+    const GridCoords c = d_.coords_of(receiver);
+    const LocalBox box = d_.box_of(receiver);
+    const HaloWidths& w = s_.width;
+    const std::vector<Run> lats = lat_runs(c.lat);
+    check_lat(receiver, c.lat, lats);
+    const std::vector<Run> lons_plain = lon_runs(c.lon, 0);
+    check_lon(receiver, c.lon, lons_plain);
+    std::vector<Run> lons_shifted;
+    std::vector<Piece> pieces;
+    for (const Run& lr : lats) {
+      const std::vector<Run>* lons = &lons_plain;
+      if (lr.shift != 0) {
+        if (lons_shifted.empty()) lons_shifted = lon_runs(c.lon, lr.shift);
+        lons = &lons_shifted;
+      }
+      for (const Run& cr : *lons) {
+        if (lr.side == 1 && cr.side == 1) continue;  // the interior
+        Piece p;
+        p.direction = 3 * lr.side + cr.side;
+        p.dst = {lr.dst - (box.lat.start - w.lat_before), cr.dst - (box.lon.start - w.lon_before), lr.length,
+                 cr.length, 1};
+        if (lr.kind == Kind::copy && cr.kind == Kind::copy) {
+          p.src_rank = d_.rank_of({lr.block, cr.block});
+          const ShardRange sl = d_.lat_range(lr.block), sc = d_.lon_range(cr.block);
+          p.src = {lr.src - (sl.start - w.lat_before), cr.src - (sc.start - w.lon_before), lr.length, cr.length,
+                   lr.step};
+        }
+        pieces.push_back(p);
+      }
+    }
+    return pieces;
+  }
+
+ private:
+  const Decomposition& d_;
+  const HaloSpec& s_;
+};
+
+// The memory of one message. `packed` lives on the fields' device: the pack and unpack
+// kernels of that device's backend read and write it. When MPI cannot address that
+// memory (a CUDA device without CUDA-aware MPI), `staging` is a pinned host copy that
+// MPI reads and writes, and the packed bytes cross to it and back; otherwise the packed
+
+}  // namespace
+
+void validate_spec(const Decomposition& d, const HaloSpec& spec) { Planner(d, spec).validate_spec(); }
+
+std::vector<Piece> pieces_of(const Decomposition& d, const HaloSpec& spec, int receiver) {
+  return Planner(d, spec).pieces_of(receiver);
+}
+
+}  // namespace tessera::domain::halo

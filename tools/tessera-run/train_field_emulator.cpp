@@ -1,0 +1,171 @@
+#include "train_field_emulator.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "field_data.hpp"
+#include "training_loop.hpp"
+#include "tessera/agree.hpp"
+#include "tessera/domain/loss.hpp"
+#include "tessera/dp/data_parallel.hpp"
+#include "tessera/dp/memory.hpp"
+#include "tessera/error.hpp"
+#include "tessera/init.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/models/field_emulator.hpp"
+#include "tessera/models/load_model.hpp"
+
+namespace tessera::run {
+namespace {
+
+// The model as trained: the config's architecture on the data's grid and channels.
+models::FieldEmulatorConfig model_config(const RunConfig& cfg, const FieldDataInfo& info) {
+  models::FieldEmulatorConfig m = cfg.model;
+  m.channels = info.channels;
+  m.nlat = info.nlat;
+  m.nlon = info.nlon;
+  m.latitude_grid = info.latitude_grid;
+  m.variables = info.variables;
+  m.mean = info.mean;
+  m.std = info.std;
+  m.dt_seconds = info.dt_seconds * static_cast<double>(cfg.data.lead);
+  m.validate();
+  return m;
+}
+
+// Bytes of the activations one local sample keeps between forward and backward (the
+// layers' caches, the halo-padded inputs and the im2col workspace of the convolutions):
+// an estimate for the memory plan, not a measurement.
+std::int64_t activation_bytes_per_sample(const models::FieldEmulatorConfig& m, std::int64_t lat_local, int tp) {
+  const std::int64_t k = m.kernel, halo = k - 1;
+  const std::int64_t plane = lat_local * m.nlon, padded = (lat_local + halo) * (m.nlon + halo);
+  const std::int64_t hidden_local = m.mlp_hidden / tp;
+  std::int64_t floats = m.channels * padded + m.channels * k * k * plane + m.width * plane;  // encoder
+  floats += m.n_blocks * (3 * m.width + 2 * hidden_local) * plane;                           // blocks
+  floats += 2 * m.width * plane;                                                              // GELU
+  floats += m.width * padded + m.width * k * k * plane + m.channels * plane;                  // decoder
+  return floats * static_cast<std::int64_t>(sizeof(float));
+}
+
+class FieldEmulatorTask final : public TrainingTask {
+ public:
+  FieldEmulatorTask(const RunConfig& cfg, const Mesh& mesh, const FieldDataInfo& info,
+                    const models::FieldEmulatorConfig& arch, std::unique_ptr<models::FieldEmulator> model,
+                    std::unique_ptr<FieldData> data)
+      : cfg_(cfg), mesh_(mesh), info_(info), arch_(arch), model_(std::move(model)), data_(std::move(data)) {}
+
+  nn::Module& model() override { return *model_; }
+  std::int64_t samples() const override { return info_.times - cfg_.data.lead; }
+
+  void check_saved_model(const io::CheckpointMetadata& header) const override {
+    const auto saved = models::model_config_from_metadata(header.metadata, header.file);
+    if (!(saved == arch_)) {
+      throw ConfigError("resume: the model in '" + header.file + "' differs from this config's: " +
+                        first_difference(saved.to_yaml(), arch_.to_yaml()));
+    }
+  }
+  std::string checkpoint_metadata(const std::string& run_section) const override {
+    return models::model_metadata(arch_, run_section);
+  }
+  std::string extra_run_keys() const override {
+    return "  data: \"" + cfg_.data.path + "\"\n  lead: " + std::to_string(cfg_.data.lead) + "\n";
+  }
+
+  void load_batch(const std::vector<std::int64_t>& samples) override {
+    data_->batch(samples, x_read_, y_read_);
+    x_ = x_read_.to(mesh_.device());  // no copy on the host
+    y_ = y_read_.to(mesh_.device());
+  }
+  double forward_backward() override {
+    const Tensor prediction = model_->forward(x_);
+    const domain::LossResult loss =
+        domain::lat_weighted_mse(prediction, y_, model_->decomposition(), info_.latitude_grid);
+    model_->backward(loss.grad);
+    return loss.value;
+  }
+  // Persistence: predicting "no change" on the same batch.
+  double baseline() override {
+    return domain::lat_weighted_mse(x_, y_, model_->decomposition(), info_.latitude_grid).value;
+  }
+
+  std::string baseline_name() const override { return "persistence"; }
+  std::string throughput_unit() const override { return "grid points"; }
+  double units_per_sample() const override { return static_cast<double>(info_.nlat * info_.nlon); }
+  std::string first_loss_context(double first_baseline) const override {
+    return "persistence " + fmt("%.6e", first_baseline);
+  }
+
+ private:
+  const RunConfig& cfg_;
+  const Mesh& mesh_;
+  const FieldDataInfo& info_;
+  const models::FieldEmulatorConfig& arch_;
+  std::unique_ptr<models::FieldEmulator> model_;
+  std::unique_ptr<FieldData> data_;
+  Tensor x_read_, y_read_, x_, y_;  // as read (host, reused between steps) and as trained (mesh's device)
+};
+
+}  // namespace
+
+int train_field_emulator(const RunConfig& cfg, const Options& opts) {
+  Mesh mesh(MPI_COMM_WORLD, cfg.parallelism, run_device(cfg));
+  const MPI_Comm world = mesh.world().mpi_comm();
+  const Log log(mesh.global_rank() == 0, cfg.log_level);
+  start_run(log, cfg, mesh);
+
+  FieldDataInfo info;
+  agree_on_success(world, [&] { info = read_field_data_info(cfg.data); });
+  const models::FieldEmulatorConfig arch = model_config(cfg, info);
+  const int dp_size = mesh.dp_size();
+  if (cfg.data.batch_size % dp_size != 0) {
+    throw ConfigError(cfg.source + ": data.batch_size (" + std::to_string(cfg.data.batch_size) +
+                      ") must be divisible by the number of data-parallel replicas (" + std::to_string(dp_size) + ")");
+  }
+  const std::int64_t local_batch = cfg.data.batch_size / dp_size;
+  const std::int64_t samples = info.times - cfg.data.lead;
+  if (samples < cfg.data.batch_size) {
+    throw ConfigError(cfg.source + ": data.batch_size (" + std::to_string(cfg.data.batch_size) + ") exceeds the " +
+                      std::to_string(samples) + " samples of '" + cfg.data.path + "'");
+  }
+
+  auto model = std::make_unique<models::FieldEmulator>(arch, mesh);
+  const domain::Decomposition& decomposition = model->decomposition();
+  const auto box = decomposition.box();
+  std::int64_t global_parameters = 0;
+  for (const auto& [name, p] : model->named_parameters()) global_parameters += shape_numel(p->global_shape);
+
+  std::string variables;
+  for (const auto& v : info.variables) variables += (variables.empty() ? "" : ",") + v;
+  log.info("model: " + model->describe() + ", " + std::to_string(global_parameters) + " parameters");
+  log.info("data: " + cfg.data.path + " [" + cfg.data.dataset + "]: " + std::to_string(info.times) + " times x " +
+           variables + " on " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) + " (" +
+           std::string(models::latitude_grid_name(info.latitude_grid)) + "), " + std::to_string(samples) +
+           " samples (t -> t+" + std::to_string(cfg.data.lead) + "), batch " + std::to_string(cfg.data.batch_size) +
+           " (" + std::to_string(local_batch) + " per dp replica)");
+  log.debug("rank 0 holds " + box.str());
+
+  const std::int64_t data_bytes =
+      info.times * info.channels * box.lat.length * info.nlon * static_cast<std::int64_t>(sizeof(float));
+  if (opts.dry_run) {
+    const dp::MemoryReport plan = dp::plan_memory(*model, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
+    print_memory_plan(log, mesh, "lat band", box.lat.start, box.lat.start + box.lat.length, plan,
+                      local_batch * activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size()), data_bytes);
+    log.info("dry run: the config is valid; nothing was trained");
+    return 0;
+  }
+
+  std::unique_ptr<FieldData> data;
+  agree_on_success(world, [&] { data = std::make_unique<FieldData>(cfg.data, info, box.lat.start, box.lat.length); });
+
+  // Same master weights at every layout (counter-based init), before dp shards them.
+  nn::initialize_parameters(*model, cfg.schedule.seed);
+  std::unique_ptr<dp::DataParallel> data_parallel;
+  if (cfg.parallelism.data != DataParallelMode::none) {
+    data_parallel = std::make_unique<dp::DataParallel>(*model, mesh);
+  }
+  FieldEmulatorTask task(cfg, mesh, info, arch, std::move(model), std::move(data));
+  return run_training(cfg, opts, log, mesh, task, data_parallel.get());
+}
+
+}  // namespace tessera::run
