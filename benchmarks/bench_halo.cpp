@@ -7,7 +7,11 @@
 //                           [--channels=8] [--lon_width=0]
 //
 // Effective bandwidth = bytes this rank sends per exchange / time (the maximum over
-// ranks). The field is (channels, lat, lon) f32, split along latitude over all ranks,
+// ranks). Every halo/exchange iteration is followed by the raw exchange of the same
+// bytes, timed the same way, so the two alternate through the run's slow and fast
+// phases: counters sendrecv_us (the raw exchange's mean time) and vs_sendrecv = raw
+// time / halo time, the halo exchange's bandwidth as a fraction of MPI_Sendrecv's.
+// halo/mpi_sendrecv runs the raw exchange on its own as well. The field is (channels, lat, lon) f32, split along latitude over all ranks,
 // periodic in longitude, zero-filled beyond the poles. --lon_width adds longitude halos
 // of that width: with every rank owning whole latitude bands they are local periodic
 // copies (no MPI), narrow strided rows that measure the pack and unpack loops.
@@ -30,6 +34,35 @@ struct State {
 };
 State g;
 
+// The reference: the same bytes to the same neighbours, contiguous, with MPI_Sendrecv
+// (north then south).
+class RawExchange {
+ public:
+  RawExchange(std::int64_t lon, int width, int nfields) {
+    const int rank = g.comm->rank(), size = g.comm->size();
+    north_ = rank > 0 ? rank - 1 : MPI_PROC_NULL;
+    south_ = rank < size - 1 ? rank + 1 : MPI_PROC_NULL;
+    count_ = static_cast<std::int64_t>(width) * lon * g.channels * nfields;
+    send_.assign(static_cast<std::size_t>(count_), 1.0f);
+    recv_.resize(static_cast<std::size_t>(count_));
+  }
+  void operator()() {
+    MPI_Sendrecv(send_.data(), static_cast<int>(count_), MPI_FLOAT, north_, 1, recv_.data(), static_cast<int>(count_),
+                 MPI_FLOAT, south_, 1, g.raw, MPI_STATUS_IGNORE);
+    MPI_Sendrecv(send_.data(), static_cast<int>(count_), MPI_FLOAT, south_, 2, recv_.data(), static_cast<int>(count_),
+                 MPI_FLOAT, north_, 2, g.raw, MPI_STATUS_IGNORE);
+  }
+  double bytes_sent() const {
+    const int neighbours = (north_ != MPI_PROC_NULL) + (south_ != MPI_PROC_NULL);
+    return static_cast<double>(count_) * 4.0 * neighbours;
+  }
+
+ private:
+  int north_ = MPI_PROC_NULL, south_ = MPI_PROC_NULL;
+  std::int64_t count_ = 0;
+  std::vector<float> send_, recv_;
+};
+
 void BM_halo(benchmark::State& state) {
   const std::int64_t lat = state.range(0), lon = state.range(1);
   const int width = static_cast<int>(state.range(2)), nfields = static_cast<int>(state.range(3));
@@ -41,44 +74,39 @@ void BM_halo(benchmark::State& state) {
   domain::HaloExchange halo(decomposition, spec);
   std::vector<Tensor> fields;
   for (int f = 0; f < nfields; ++f) fields.push_back(halo.allocate(DType::f32, {g.channels}));
-  double total = 0;
+  RawExchange raw(lon, width, nfields);
+  double total = 0, raw_total = 0;
   for (auto _ : state) {
     const double t = bench::timed(*g.comm, [&] { halo.exchange(fields); });
     state.SetIterationTime(t);
     total += t;
+    raw_total += bench::timed(*g.comm, raw);
   }
   const double bytes = static_cast<double>(halo.stats().send_cells) * g.channels * 4.0 * nfields;
+  const double iterations = static_cast<double>(state.iterations());
   state.counters["bytes_sent"] = bytes;
-  state.counters["GBps"] = bytes * static_cast<double>(state.iterations()) / total / 1e9;
+  state.counters["GBps"] = bytes * iterations / total / 1e9;
+  state.counters["sendrecv_us"] = 1e6 * raw_total / iterations;
+  state.counters["vs_sendrecv"] = raw_total / total;
   state.counters["messages"] = halo.stats().send_messages;
   state.counters["ranks"] = g.comm->size();
+  state.counters["lat"] = static_cast<double>(lat);
+  state.counters["lon"] = static_cast<double>(lon);
+  state.counters["width"] = width;
+  state.counters["fields"] = nfields;
 }
 
-// The same bytes to the same neighbours, contiguous, with MPI_Sendrecv (north then south).
 void BM_raw(benchmark::State& state) {
-  const std::int64_t lon = state.range(1);
-  const int width = static_cast<int>(state.range(2)), nfields = static_cast<int>(state.range(3));
-  const int rank = g.comm->rank(), size = g.comm->size();
-  const int north = rank > 0 ? rank - 1 : MPI_PROC_NULL;
-  const int south = rank < size - 1 ? rank + 1 : MPI_PROC_NULL;
-  const std::int64_t count = static_cast<std::int64_t>(width) * lon * g.channels * nfields;
-  std::vector<float> send(static_cast<std::size_t>(count), 1.0f), recv(static_cast<std::size_t>(count));
+  RawExchange raw(state.range(1), static_cast<int>(state.range(2)), static_cast<int>(state.range(3)));
   double total = 0;
   for (auto _ : state) {
-    const double t = bench::timed(*g.comm, [&] {
-      MPI_Sendrecv(send.data(), static_cast<int>(count), MPI_FLOAT, north, 1, recv.data(), static_cast<int>(count),
-                   MPI_FLOAT, south, 1, g.raw, MPI_STATUS_IGNORE);
-      MPI_Sendrecv(send.data(), static_cast<int>(count), MPI_FLOAT, south, 2, recv.data(), static_cast<int>(count),
-                   MPI_FLOAT, north, 2, g.raw, MPI_STATUS_IGNORE);
-    });
+    const double t = bench::timed(*g.comm, raw);
     state.SetIterationTime(t);
     total += t;
   }
-  const int neighbours = (north != MPI_PROC_NULL) + (south != MPI_PROC_NULL);
-  const double bytes = static_cast<double>(count) * 4.0 * neighbours;
-  state.counters["bytes_sent"] = bytes;
-  state.counters["GBps"] = bytes * static_cast<double>(state.iterations()) / total / 1e9;
-  state.counters["ranks"] = size;
+  state.counters["bytes_sent"] = raw.bytes_sent();
+  state.counters["GBps"] = raw.bytes_sent() * static_cast<double>(state.iterations()) / total / 1e9;
+  state.counters["ranks"] = g.comm->size();
 }
 
 void register_all(const bench::Flags& flags) {

@@ -8,6 +8,13 @@
 // For parallel efficiency run every rank count with --threads=1 (scripts/bench-sweep
 // does): the 1-rank baseline and each tp rank then use one core, core for core. The
 // default (--threads=auto) gives each rank its share of the node's cores instead.
+//
+// The floor: every iteration also times, right after the step, the step's six GEMMs
+// alone (ops::gemm on preallocated tensors of the rank's shard shapes, the same
+// transposes and betas as the layers). Counters gemm_ms (their time, slowest rank) and
+// vs_gemms = step time / GEMM time: what the MLP costs beyond its GEMMs (activation,
+// bias, copies, allocations and the all-reduces). scripts/bench-peers puts the step
+// beside PyTorch's.
 
 #include <memory>
 
@@ -15,6 +22,7 @@
 #include "tessera/mesh.hpp"
 #include "tessera/nn/activation.hpp"
 #include "tessera/nn/sequential.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/tp/linear.hpp"
 
 using namespace tessera;
@@ -39,7 +47,23 @@ void BM_tp_mlp(benchmark::State& state) {
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
   const Tensor x = Tensor::from_vector(values, {g.tokens, h});
   const Tensor dy = x.clone();
-  double total = 0;
+
+  // The six GEMMs of a step on this rank's shards: y1 = x W1^T, y2 = a W2^T, da = dy W2,
+  // dW2 += dy^T a, dx = dh W1, dW1 += dh^T x.
+  const std::int64_t f = 4 * h / tp.size();
+  Tensor w1 = Tensor::zeros({f, h}, DType::f32), w2 = Tensor::zeros({h, f}, DType::f32);
+  Tensor act = Tensor::zeros({g.tokens, f}, DType::f32), out = Tensor::zeros({g.tokens, h}, DType::f32), dact = Tensor::zeros({g.tokens, f}, DType::f32);
+  Tensor dx = Tensor::zeros({g.tokens, h}, DType::f32), dw1 = Tensor::zeros({f, h}, DType::f32), dw2 = Tensor::zeros({h, f}, DType::f32);
+  auto gemms = [&] {
+    ops::gemm(x, false, w1, true, act, 1.0, 0.0);
+    ops::gemm(act, false, w2, true, out, 1.0, 0.0);
+    ops::gemm(dy, false, w2, false, dact, 1.0, 0.0);
+    ops::gemm(dy, true, act, false, dw2, 1.0, 1.0);
+    ops::gemm(dact, false, w1, false, dx, 1.0, 0.0);
+    ops::gemm(dact, true, x, false, dw1, 1.0, 1.0);
+  };
+
+  double total = 0, gemm_total = 0;
   for (auto _ : state) {
     const double t = bench::timed(g.mesh->world(), [&] {
       benchmark::DoNotOptimize(mlp.forward(x).data());
@@ -47,8 +71,11 @@ void BM_tp_mlp(benchmark::State& state) {
     });
     state.SetIterationTime(t);
     total += t;
+    gemm_total += bench::timed(g.mesh->world(), gemms);
   }
   const double flops = 48.0 * static_cast<double>(g.tokens) * static_cast<double>(h) * static_cast<double>(h);
+  state.counters["gemm_ms"] = 1e3 * gemm_total / static_cast<double>(state.iterations());
+  state.counters["vs_gemms"] = total / gemm_total;
   state.counters["tp"] = tp.size();
   state.counters["hidden"] = static_cast<double>(h);
   state.counters["tokens"] = static_cast<double>(g.tokens);

@@ -83,6 +83,8 @@ install(EXPORT tesseraTargets
 # Values the config file needs to find the same dependencies again.
 set(TESSERA_CONFIG_SHARED ${BUILD_SHARED_LIBS})
 set(TESSERA_CONFIG_CUDA ${TESSERA_HAVE_CUDA})
+set(TESSERA_CONFIG_NCCL ${TESSERA_HAVE_NCCL})
+set(TESSERA_CONFIG_BLA_VENDOR "${BLA_VENDOR}")
 
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/TesseraConfig.cmake.in"

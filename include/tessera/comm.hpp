@@ -28,6 +28,7 @@ namespace tessera {
 
 namespace detail {
 class NcclCommunicator;
+class ArrivalBoard;
 }
 
 enum class ReduceOp { sum, avg, max, min };
@@ -151,6 +152,9 @@ class Communicator {
   WaitOptions wait_;
   CommStats stats_;
   std::shared_ptr<detail::NcclCommunicator> nccl_;
+  // The watchdog's per-rank call counters (comm/watchdog.hpp), kept when a collective
+  // timeout is set at construction.
+  std::shared_ptr<detail::ArrivalBoard> arrivals_;
   // Whether this group's CUDA tensors may use NCCL: decided on the first CUDA collective
   // (no when two of its ranks share a GPU, which NCCL refuses; see uses_nccl).
   enum class NcclPath { undecided, nccl, staged } nccl_path_ = NcclPath::undecided;

@@ -21,6 +21,12 @@ std::string_view data_parallel_mode_name(DataParallelMode mode) noexcept;
 // "none" | "ddp" | "fsdp2"; throws ConfigError naming `key` and the value.
 DataParallelMode parse_data_parallel_mode(std::string_view text, std::string_view key);
 
+// Throws ConfigError when a mapping anywhere in the YAML text holds the same key twice
+// (YAML forbids it; a parser that kept the last one would silently drop the first),
+// naming `source`, the key's dotted path and both lines. Every config reader of tessera
+// (ParallelismConfig, tessera-run) calls it first. Invalid YAML is a ConfigError too.
+void check_unique_yaml_keys(std::string_view yaml, std::string_view source);
+
 struct ParallelismConfig {
   DataParallelMode data = DataParallelMode::none;
   int tensor = 1;  // tensor-parallel degree, >= 1

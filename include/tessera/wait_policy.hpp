@@ -41,4 +41,15 @@ WaitPolicy resolve_wait_policy(WaitPolicy requested, int ranks_on_node, int usab
 // The sleep interval after applying TESSERA_WAIT_SLEEP_US (microseconds, 0..100000).
 std::chrono::microseconds resolve_sleep_interval(std::chrono::microseconds requested);
 
+// The collective watchdog. With a timeout set, a rank that waits longer than it for any
+// MPI completion (a collective, a halo message, a barrier) prints which operation, on
+// which communicator, which ranks of it have not reached the same call (for the
+// Communicator's collectives), and aborts the job (MPI_Abort, exit code 3) instead of
+// hanging forever. The timeout is set_collective_timeout's value when one was set, else
+// the environment variable TESSERA_COLLECTIVE_TIMEOUT (seconds, > 0; 0 or unset: none).
+// It must be the same on every rank, and set before the communicators are created:
+// a Communicator made while a timeout is set keeps the call counters the report reads.
+double collective_timeout();  // seconds; 0 = no watchdog. ConfigError for a bad variable
+void set_collective_timeout(double seconds);  // InvalidArgument for < 0 or non-finite
+
 }  // namespace tessera

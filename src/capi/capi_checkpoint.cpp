@@ -10,6 +10,7 @@
 #include <set>
 
 #include "capi/capi_internal.hpp"
+#include "tessera/agree.hpp"
 #include "tessera/detail/checked_math.hpp"
 
 using namespace tessera;
@@ -125,6 +126,22 @@ void add(tessera_checkpoint_t& c, const std::string& name, Tensor value, Shape g
   c.arrays.push_back(std::move(p));
 }
 
+// guarded() for an add call: a failure is also counted on the checkpoint, so that a
+// commit refusing an empty checkpoint can say why it is empty.
+template <class Body>
+int guarded_add(const char* function, tessera_checkpoint_t* checkpoint, const char* name, Body&& body) {
+  return guarded(function, [&] {
+    try {
+      body();
+    } catch (const Error& e) {
+      if (checkpoint != nullptr && checkpoint->mesh && checkpoint->failed_adds++ == 0) {
+        checkpoint->first_failed_add = "'" + std::string(name != nullptr ? name : "(null)") + "': " + e.what();
+      }
+      throw;
+    }
+  });
+}
+
 void begin(const tessera_mesh_t* mesh, tessera_checkpoint_t** out, bool save, const char* path) {
   require(out, "the output handle pointer");
   *out = nullptr;
@@ -184,7 +201,7 @@ int tessera_checkpoint_set_strict(tessera_checkpoint_t* checkpoint, int strict) 
 int tessera_checkpoint_add_array(tessera_checkpoint_t* checkpoint, const char* name, void* data,
                                  tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* global_shape,
                                  const int64_t* local_offset, const int64_t* local_shape, const char* placement) {
-  return guarded("tessera_checkpoint_add_array", [&] {
+  return guarded_add("tessera_checkpoint_add_array", checkpoint, name, [&] {
     tessera_checkpoint_t& c = checkpoint_of(checkpoint);
     const std::string n = check_name(c, name);
     const std::string what = "array '" + n + "'";
@@ -203,7 +220,7 @@ int tessera_checkpoint_add_array(tessera_checkpoint_t* checkpoint, const char* n
 int tessera_checkpoint_add_halo_field(tessera_checkpoint_t* checkpoint, const char* name, const tessera_halo_t* halo,
                                       void* field, tessera_dtype_t dtype, tessera_order_t order, int ndim,
                                       const int64_t* shape) {
-  return guarded("tessera_checkpoint_add_halo_field", [&] {
+  return guarded_add("tessera_checkpoint_add_halo_field", checkpoint, name, [&] {
     tessera_checkpoint_t& c = checkpoint_of(checkpoint);
     const std::string n = check_name(c, name);
     const std::string what = "array '" + n + "'";
@@ -227,6 +244,18 @@ int tessera_checkpoint_commit(tessera_checkpoint_t* checkpoint) {
   return guarded("tessera_checkpoint_commit", [&] {
     tessera_checkpoint_t& c = checkpoint_of(checkpoint);
     if (c.committed) throw InvalidArgument("the checkpoint was already committed");
+    // A saved checkpoint without a single array (every add failed, or none was made)
+    // would still be committed and move `latest` over the previous step: every rank
+    // refuses, before anything is written. (A failed add returned its own error.)
+    agree_on_success(c.mesh->world().mpi_comm(), [&] {
+      if (c.save && c.named.empty()) {
+        throw InvalidArgument(std::string("no array was added to this checkpoint") +
+                              (c.failed_adds > 0 ? " (" + std::to_string(c.failed_adds) +
+                                                       " add call(s) failed; the first: " + c.first_failed_add + ")"
+                                                 : std::string()) +
+                              "; nothing was written");
+      }
+    });
     if (c.save) {
       io::save_checkpoint(c.path, *c.mesh, c.named, nullptr, c.save_options);
     } else {

@@ -32,6 +32,14 @@ std::string field_label(const tessera_halo_t* halo) {
 // with no fields skipped the agreement the other ranks waited in, and the first
 // exchange hung. So the first exchange of a handle (start, exchange or adjoint) agrees
 // on the field count first; on a mismatch every rank fails with the same message.
+// The same holds after the first exchange: a registration that failed on one rank only
+// (a Fortran field rejected as not contiguous, a shape error) left that rank's set as it
+// was validated while the others' changed, and the next exchange hung. So every
+// registration call, successful or not, and every clear_fields makes the next exchange
+// agree on the count again (forget_agreed_count); ranks that make the same calls pay
+// one small all-reduce per change of the field set, none per exchange.
+void forget_agreed_count(tessera_halo_t* halo) { halo->field_count_agreed = false; }
+
 HaloExchange& agreed_exchange(tessera_halo_t* halo) {
   HaloExchange& ex = capi::exchange_of(halo);
   if (halo->field_count_agreed) return ex;
@@ -104,6 +112,7 @@ int tessera_halo_add_field(tessera_halo_t* halo, void* data, tessera_dtype_t dty
                            const int64_t* shape, int* index) {
   return guarded("tessera_halo_add_field", [&] {
     capi::exchange_of(halo);
+    forget_agreed_count(halo);  // even if the registration fails below
     Tensor view = capi::array_view(data, dtype, order, ndim, shape, field_label(halo));
     if (view.dim() < 2) throw InvalidArgument(field_label(halo) + ": a field needs the two dims lat and lon");
     register_field(halo, std::move(view), index);
@@ -114,6 +123,7 @@ int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dty
                                    const int64_t* shape, const int64_t* strides, int* index) {
   return guarded("tessera_halo_add_field_strided", [&] {
     capi::exchange_of(halo);
+    forget_agreed_count(halo);  // even if the registration fails below
     const std::string what = field_label(halo);
     const Shape s = capi::declared_shape(data, dtype, TESSERA_ORDER_C, ndim, shape, what);
     if (ndim < 2) throw InvalidArgument(what + ": a field needs the two dims lat and lon");
@@ -128,6 +138,8 @@ int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dty
 
 int tessera_halo_clear_fields(tessera_halo_t* halo) {
   return guarded("tessera_halo_clear_fields", [&] {
+    capi::exchange_of(halo);
+    forget_agreed_count(halo);
     if (capi::exchange_of(halo).in_flight()) {
       throw InvalidArgument("cannot clear the fields while an exchange is in flight");
     }

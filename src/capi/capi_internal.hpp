@@ -37,7 +37,9 @@ struct tessera_halo {
   std::shared_ptr<tessera_decomp_state> decomp;
   std::optional<tessera::domain::HaloExchange> exchange;
   std::vector<tessera::Tensor> fields;
-  bool field_count_agreed = false;  // the first exchange agreed the field count on every rank
+  // The field count was agreed on every rank since the last registration call (add,
+  // successful or not, or clear): see agreed_exchange in capi_halo.cpp.
+  bool field_count_agreed = false;
 };
 
 struct tessera_checkpoint {
@@ -51,6 +53,9 @@ struct tessera_checkpoint {
   tessera::NamedParameters named;
   std::int64_t loaded_step = 0;
   std::string loaded_metadata;
+  // Add calls that failed (reported when a commit finds no array at all).
+  int failed_adds = 0;
+  std::string first_failed_add;
 };
 
 namespace tessera::capi {

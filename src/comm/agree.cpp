@@ -43,15 +43,15 @@ void agree_on_success(MPI_Comm comm, const std::function<void()>& step) {
   int first = INT_MAX;
   MPI_Request request = MPI_REQUEST_NULL;
   TESSERA_CHECK_MPI(MPI_Iallreduce(&failing, &first, 1, MPI_INT, MPI_MIN, comm, &request));
-  detail::wait_request(request, wait);
+  detail::wait_request(request, wait, {"the error agreement (agree_on_success)", comm});
   if (first == INT_MAX) return;
 
   int header[2] = {static_cast<int>(code), static_cast<int>(message.size())};
   TESSERA_CHECK_MPI(MPI_Ibcast(header, 2, MPI_INT, first, comm, &request));
-  detail::wait_request(request, wait);
+  detail::wait_request(request, wait, {"the error agreement's broadcast", comm});
   message.resize(static_cast<std::size_t>(header[1]));
   TESSERA_CHECK_MPI(MPI_Ibcast(message.data(), header[1], MPI_CHAR, first, comm, &request));
-  detail::wait_request(request, wait);
+  detail::wait_request(request, wait, {"the error agreement's broadcast", comm});
   throw_error(static_cast<ErrorCode>(header[0]),
               message + " (on rank " + std::to_string(first) + " of " + std::to_string(size) + ")");
 }
@@ -66,7 +66,7 @@ bool same_on_all_ranks(MPI_Comm comm, std::string_view description) {
   std::uint64_t mine[2] = {h, ~h}, least[2] = {0, 0};
   MPI_Request request = MPI_REQUEST_NULL;
   TESSERA_CHECK_MPI(MPI_Iallreduce(mine, least, 2, MPI_UINT64_T, MPI_MIN, comm, &request));
-  detail::wait_request(request, agreement_wait());
+  detail::wait_request(request, agreement_wait(), {"the agreement check (same_on_all_ranks)", comm});
   return least[0] == h && least[1] == ~h;
 }
 

@@ -15,6 +15,7 @@
 #include "comm/device_sharing.hpp"
 #include "comm/mpi_types.hpp"
 #include "comm/nccl_communicator.hpp"
+#include "comm/watchdog.hpp"
 #include "comm/request_state.hpp"
 #include "tessera/check.hpp"
 #include "tessera/comm.hpp"
@@ -106,6 +107,14 @@ int count_of(const Tensor& t) { return static_cast<int>(t.numel()); }
 Communicator::Communicator(MPI_Comm comm, WaitOptions wait) {
   if (comm == MPI_COMM_NULL) throw InvalidArgument("Communicator: the MPI communicator is MPI_COMM_NULL");
   TESSERA_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+  {
+    // Named after its parent, for reports such as the collective watchdog's.
+    char parent[MPI_MAX_OBJECT_NAME] = {};
+    int length = 0;
+    TESSERA_CHECK_MPI(MPI_Comm_get_name(comm, parent, &length));
+    const std::string name = "tessera duplicate of " + std::string(length > 0 ? parent : "an unnamed communicator");
+    TESSERA_CHECK_MPI(MPI_Comm_set_name(comm_, name.c_str()));
+  }
   TESSERA_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
@@ -116,6 +125,7 @@ Communicator::Communicator(MPI_Comm comm, WaitOptions wait) {
     wait_.policy = resolve_wait_policy(wait.policy, node.local_size, node.usable_cores);
   }
   wait_.sleep_interval = resolve_sleep_interval(wait.sleep_interval);
+  if (collective_timeout() > 0) arrivals_ = detail::make_arrival_board(comm_);
 }
 
 Communicator::Communicator(MPI_Comm owned, WaitOptions resolved_wait, AdoptTag)
@@ -126,6 +136,7 @@ Communicator::Communicator(MPI_Comm owned, WaitOptions resolved_wait, AdoptTag)
   TESSERA_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  if (collective_timeout() > 0) arrivals_ = detail::make_arrival_board(comm_);
 }
 
 Communicator Communicator::adopt(MPI_Comm owned, WaitOptions resolved_wait) {
@@ -138,7 +149,8 @@ Communicator::Communicator(Communicator&& other) noexcept
       size_(other.size_),
       wait_(other.wait_),
       stats_(other.stats_),
-      nccl_(std::move(other.nccl_)) {}
+      nccl_(std::move(other.nccl_)),
+      arrivals_(std::move(other.arrivals_)) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
   if (this != &other) {
@@ -149,6 +161,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     wait_ = other.wait_;
     stats_ = other.stats_;
     nccl_ = std::move(other.nccl_);
+    arrivals_ = std::move(other.arrivals_);
   }
   return *this;
 }
@@ -157,6 +170,7 @@ Communicator::~Communicator() { release(); }
 
 void Communicator::release() noexcept {
   nccl_.reset();  // before the MPI communicator its id travelled over
+  detail::retire_arrival_board(arrivals_);  // its windows live on the communicator
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
@@ -174,7 +188,8 @@ CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool bloc
                                  std::initializer_list<Tensor> keep_alive) {
   ++stats_.mpi_calls;
   stats_.bytes += bytes;
-  if (blocking && wait_.policy == WaitPolicy::spin) {
+  const detail::WaitSite site{name, comm_, arrivals_, arrivals_ ? arrivals_->arrive() : 0};
+  if (blocking && wait_.policy == WaitPolicy::spin && !arrivals_) {
     // The latency path: the plain blocking call, no request state to allocate.
     const int status = post(nullptr);
     if (status != MPI_SUCCESS) detail::throw_mpi_error(status, name, __FILE__, __LINE__);
@@ -185,6 +200,7 @@ CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool bloc
   state->wait = wait_;
   state->finish = std::forward<Finish>(finish);
   state->keep_alive = keep_alive;
+  state->site = site;
   const int status = post(&state->request);
   if (status != MPI_SUCCESS) {
     state->complete = true;  // nothing pending: do not wait in the destructor
@@ -214,7 +230,7 @@ bool Communicator::uses_nccl(const Tensor& t) {
     MPI_Request request = MPI_REQUEST_NULL;
     TESSERA_CHECK_MPI(MPI_Iallgather(mine.data(), kUuidChars, MPI_CHAR, all.data(), kUuidChars, MPI_CHAR, comm_,
                                      &request));
-    detail::wait_request(request, wait_);
+    detail::wait_request(request, wait_, {"the device-sharing check (MPI_Iallgather of GPU UUIDs)", comm_});
     std::vector<std::string> uuids;
     for (int r = 0; r < size_; ++r) uuids.emplace_back(all.data() + r * kUuidChars, kUuidChars);
     const detail::SharedDevice shared = detail::first_shared_device(uuids);

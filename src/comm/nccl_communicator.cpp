@@ -9,7 +9,7 @@
 
 #include "tessera/error.hpp"
 
-#if defined(TESSERA_WITH_CUDA)
+#if defined(TESSERA_WITH_NCCL)
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_runtime.hpp"
 #include "comm/nccl_check.hpp"
+#include "comm/watchdog.hpp"
 #include "tessera/check.hpp"
 
 namespace tessera::detail {
@@ -105,6 +106,8 @@ class NcclComm final : public NcclCommunicator, public std::enable_shared_from_t
 
   void wait_for(cudaEvent_t event, const WaitOptions& wait, const std::string& op) {
     DeviceGuard guard(device_);
+    const double timeout = collective_timeout();
+    const auto start = std::chrono::steady_clock::now();
     for (;;) {
       const cudaError_t status = cudaEventQuery(event);
       if (status == cudaSuccess) return;
@@ -117,6 +120,10 @@ class NcclComm final : public NcclCommunicator, public std::enable_shared_from_t
         comm_ = nullptr;  // aborted: the destructor must not destroy it again
         throw NcclError(op + " failed asynchronously: " + ncclGetErrorString(async) +
                         " (the NCCL communicator was aborted; recreate the process group)");
+      }
+      if (timeout > 0) {
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (waited > timeout) watchdog_abort(WaitSite{op.c_str()}, waited);
       }
       if (wait.policy == WaitPolicy::sleep) std::this_thread::sleep_for(wait.sleep_interval);
       else std::this_thread::yield();
@@ -160,12 +167,12 @@ bool nccl_enabled() {
 
 }  // namespace tessera::detail
 
-#else  // no CUDA backend: CUDA tensors cannot exist, so nothing reaches these.
+#else  // no NCCL in this build: CUDA tensors' collectives take MPI (nccl_enabled is false).
 
 namespace tessera::detail {
 
 std::shared_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm, int, int, int) {
-  throw UnsupportedError("NCCL communicators need the CUDA backend; tessera was built without it");
+  throw UnsupportedError("NCCL communicators need NCCL; tessera was built without it (TESSERA_HAVE_NCCL 0)");
 }
 
 bool nccl_enabled() { return false; }

@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -10,30 +11,36 @@ namespace detail {
 
 namespace {
 
-void wait_requests(MPI_Request* requests, int count, const WaitOptions& wait) {
+void wait_requests(MPI_Request* requests, int count, const WaitOptions& wait, const WaitSite& site) {
   if (count == 0) return;
-  if (wait.policy != WaitPolicy::sleep) {
+  const double timeout = collective_timeout();
+  if (wait.policy != WaitPolicy::sleep && timeout <= 0) {
     TESSERA_CHECK_MPI(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE));
     return;
   }
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
     int done = 0;
     TESSERA_CHECK_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
     if (done) return;
+    if (timeout > 0) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout) watchdog_abort(site, waited);
+    }
     // Yield the core to the rank that has work; MPI_Testall still drives progress.
-    std::this_thread::sleep_for(wait.sleep_interval);
+    if (wait.policy == WaitPolicy::sleep) std::this_thread::sleep_for(wait.sleep_interval);
   }
 }
 
 }  // namespace
 
-void wait_request(MPI_Request& request, const WaitOptions& wait) {
+void wait_request(MPI_Request& request, const WaitOptions& wait, const WaitSite& site) {
   if (request == MPI_REQUEST_NULL) return;
-  wait_requests(&request, 1, wait);
+  wait_requests(&request, 1, wait, site);
 }
 
-void wait_all(std::vector<MPI_Request>& requests, const WaitOptions& wait) {
-  wait_requests(requests.data(), static_cast<int>(requests.size()), wait);
+void wait_all(std::vector<MPI_Request>& requests, const WaitOptions& wait, const WaitSite& site) {
+  wait_requests(requests.data(), static_cast<int>(requests.size()), wait, site);
 }
 
 }  // namespace detail
@@ -71,7 +78,7 @@ bool CommRequest::done() const { return !state_ || state_->complete; }
 
 void CommRequest::wait() {
   if (done()) return;
-  detail::wait_request(state_->request, state_->wait);
+  detail::wait_request(state_->request, state_->wait, state_->site);
   state_->complete = true;
   if (state_->finish) state_->finish();
   state_->keep_alive.clear();

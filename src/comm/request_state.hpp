@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "comm/watchdog.hpp"
 #include "tessera/comm.hpp"
 
 namespace tessera {
@@ -16,16 +17,19 @@ struct CommRequest::State {
   std::function<void()> finish;   // post-processing once MPI is done (avg, copy back)
   std::vector<Tensor> keep_alive; // buffers MPI reads or writes until completion
   bool complete = false;
+  detail::WaitSite site;          // what the watchdog names if the wait never ends
 };
 
 namespace detail {
 
 // Completes `request` under `wait` (spin: MPI_Wait; sleep: MPI_Test + sleep).
-// Throws MpiError on failure.
-void wait_request(MPI_Request& request, const WaitOptions& wait);
+// Throws MpiError on failure. With a collective timeout set (wait_policy.hpp), both
+// policies test in a loop and a wait longer than the timeout ends in watchdog_abort,
+// which names `site`.
+void wait_request(MPI_Request& request, const WaitOptions& wait, const WaitSite& site = {});
 // The same for a set of requests (spin: MPI_Waitall; sleep: MPI_Testall + sleep): the
 // one wait loop of the library, used by the halo exchange and the decomposition too.
-void wait_all(std::vector<MPI_Request>& requests, const WaitOptions& wait);
+void wait_all(std::vector<MPI_Request>& requests, const WaitOptions& wait, const WaitSite& site = {});
 
 }  // namespace detail
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "tessera/wait_policy.hpp"
 
+#include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -48,6 +50,34 @@ std::chrono::microseconds resolve_sleep_interval(std::chrono::microseconds reque
                       env + "'");
   }
   return std::chrono::microseconds(value);
+}
+
+namespace {
+// < 0: not set by the program (the environment decides).
+std::atomic<double> g_collective_timeout{-1.0};
+}  // namespace
+
+double collective_timeout() {
+  const double set = g_collective_timeout.load();
+  if (set >= 0) return set;
+  const char* env = std::getenv("TESSERA_COLLECTIVE_TIMEOUT");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const double value = std::strtod(env, &end);
+  if (*end != '\0' || !std::isfinite(value) || value < 0) {
+    throw ConfigError(std::string("environment variable TESSERA_COLLECTIVE_TIMEOUT: expected a number of seconds "
+                                  ">= 0 (0: no watchdog), got '") +
+                      env + "'");
+  }
+  return value;
+}
+
+void set_collective_timeout(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) {
+    throw InvalidArgument("set_collective_timeout: expected seconds >= 0 (0: no watchdog), got " +
+                          std::to_string(seconds));
+  }
+  g_collective_timeout.store(seconds);
 }
 
 }  // namespace tessera

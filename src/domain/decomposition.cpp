@@ -8,6 +8,7 @@
 
 #include "comm/mpi_types.hpp"
 #include "comm/request_state.hpp"
+#include "tessera/detail/checked_math.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/check.hpp"
 #include "tessera/mesh.hpp"
@@ -49,7 +50,12 @@ void Decomposition::validate() {
   for (std::int64_t e : global_shape_) {
     if (e < 0) throw InvalidArgument(what + ": negative extent");
   }
-  if (grid_.lat < 1 || grid_.lon < 1 || grid_.lat * grid_.lon != comm_->size()) {
+  // The product of the extents must be countable (a C or Fortran caller's shape can be
+  // anything): ShapeError naming the shape otherwise.
+  (void)tessera::detail::checked_numel(global_shape_, what);
+  // lat * lon in int overflowed (undefined behaviour) for a grid no launch can have.
+  const auto ranks = tessera::detail::try_mul(grid_.lat, grid_.lon);
+  if (grid_.lat < 1 || grid_.lon < 1 || !ranks || *ranks != comm_->size()) {
     throw InvalidArgument(what + ": the process grid must hold exactly the " +
                           std::to_string(comm_->size()) + " ranks of the domain communicator");
   }
@@ -126,8 +132,9 @@ Blocks blocks_of(const Decomposition& d, std::int64_t leading_numel, const std::
   Blocks b;
   for (int r = 0; r < d.size(); ++r) {
     const LocalBox box = d.box_of(r);
-    const std::int64_t n = leading_numel * box.lat.length * box.lon.length;
-    if (b.total + n > INT_MAX) {
+    const std::int64_t n = tessera::detail::checked_mul(
+        tessera::detail::checked_mul(leading_numel, box.lat.length, what), box.lon.length, what);
+    if (n > INT_MAX - b.total) {
       throw UnsupportedError(what + ": the field has more than " + std::to_string(INT_MAX) +
                              " elements, the limit of MPI's int counts");
     }
@@ -197,7 +204,7 @@ void Decomposition::scatter(const Tensor& global, Tensor& local, int root) const
   TESSERA_CHECK_MPI(MPI_Iscatterv(rank_ == root ? packed.data() : nullptr, blocks.counts.data(),
                                   blocks.displs.data(), type, mine.data(), blocks.counts[rank_], type, root,
                                   comm_->mpi_comm(), &request));
-  tessera::detail::wait_request(request, comm_->wait_options());
+  tessera::detail::wait_request(request, comm_->wait_options(), {"Decomposition::scatter (MPI_Iscatterv)", comm_->mpi_comm()});
   local.copy_from(mine);
 }
 
@@ -222,7 +229,7 @@ void Decomposition::gather(const Tensor& local, Tensor& global, int root) const 
   TESSERA_CHECK_MPI(MPI_Igatherv(mine.data(), blocks.counts[rank_], type, rank_ == root ? packed.data() : nullptr,
                                  blocks.counts.data(), blocks.displs.data(), type, root, comm_->mpi_comm(),
                                  &request));
-  tessera::detail::wait_request(request, comm_->wait_options());
+  tessera::detail::wait_request(request, comm_->wait_options(), {"Decomposition::gather (MPI_Igatherv)", comm_->mpi_comm()});
   if (rank_ != root) return;
   for (int r = 0; r < size(); ++r) {
     Tensor dst = box_view(global, box_of(r));

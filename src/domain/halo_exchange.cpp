@@ -6,6 +6,7 @@
 
 #include "tessera/domain/halo_exchange.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <map>
@@ -175,25 +176,27 @@ Tensor HaloExchange::interior(const Tensor& padded) const {
 
 namespace {
 
-// Validates the fields of one exchange and describes them for the pack loops.
-std::vector<FieldView> describe_fields(const std::vector<Tensor>& fields, std::int64_t padded_lat,
-                                       std::int64_t padded_lon, int rank, const char* op) {
-  std::vector<FieldView> views;
+// Validates the fields of one exchange and describes them for the pack loops, into
+// `views` (whose capacity is kept from one exchange to the next).
+void describe_fields(const std::vector<Tensor>& fields, std::int64_t padded_lat, std::int64_t padded_lon, int rank,
+                     const char* op, std::vector<FieldView>& views) {
+  views.clear();
   for (std::size_t k = 0; k < fields.size(); ++k) {
     const Tensor& t = fields[k];
-    const std::string name = std::string("HaloExchange::") + op + ": field " + std::to_string(k);
-    if (!t.defined()) throw InvalidArgument(name + " is undefined");
-    backend_for(t.device()).require_usable(t, name);
+    auto name = [&] { return std::string("HaloExchange::") + op + ": field " + std::to_string(k); };
+    if (!t.defined()) throw InvalidArgument(name() + " is undefined");
+    // (The host backend accepts every tensor: no name to build for it on every exchange.)
+    if (t.device().type != DeviceType::host) backend_for(t.device()).require_usable(t, name());
     if (!(t.device() == fields[0].device())) {
-      throw InvalidArgument(name + " " + t.str() + " is not on the device of field 0 " + fields[0].str() +
+      throw InvalidArgument(name() + " " + t.str() + " is not on the device of field 0 " + fields[0].str() +
                             "; the fields of one exchange live on one device");
     }
     if (t.dim() < 2 || t.dim() > tessera::detail::kMaxDims) {
-      throw ShapeError(name + " " + t.str() + " must have 2 to " + std::to_string(tessera::detail::kMaxDims) +
+      throw ShapeError(name() + " " + t.str() + " must have 2 to " + std::to_string(tessera::detail::kMaxDims) +
                        " dims (leading..., lat, lon)");
     }
     if (t.size(t.dim() - 2) != padded_lat || t.size(t.dim() - 1) != padded_lon) {
-      throw ShapeError(name + " " + t.str() + " on domain rank " + std::to_string(rank) +
+      throw ShapeError(name() + " " + t.str() + " on domain rank " + std::to_string(rank) +
                        " must end in the padded extents (" + std::to_string(padded_lat) + ", " +
                        std::to_string(padded_lon) + ") (see HaloExchange::padded_shape)");
     }
@@ -209,13 +212,28 @@ std::vector<FieldView> describe_fields(const std::vector<Tensor>& fields, std::i
     }
     views.push_back(v);
   }
-  return views;
 }
 
-std::string signature_of(const std::vector<Tensor>& fields) {
-  std::string s;
-  for (const Tensor& t : fields) s += (t.defined() ? t.str() : std::string("undefined")) + ";";
-  return s;
+using FieldKey = HaloExchange::Plan::FieldKey;
+
+FieldKey key_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {true, t.dtype(), t.device(), t.is_contiguous(), t.shape()};
+}
+
+bool same_fields(const std::vector<FieldKey>& keys, const std::vector<Tensor>& fields) {
+  if (keys.size() != fields.size()) return false;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    const Tensor& t = fields[k];
+    const FieldKey& key = keys[k];
+    if (key.defined != t.defined()) return false;
+    if (!t.defined()) continue;
+    if (key.dtype != t.dtype() || !(key.device == t.device()) || key.contiguous != t.is_contiguous() ||
+        !std::equal(key.shape.begin(), key.shape.end(), t.shape().begin(), t.shape().end())) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // What every rank must agree on for messages to match: dtypes and leading dims.
@@ -236,25 +254,24 @@ std::string shared_signature_of(const std::vector<Tensor>& fields) {
 // Validation that may fail on one rank only (a field allocated with another rank's
 // extents) is agreed collectively the first time a plan sees a field set, and again
 // whenever the set changes; repeated exchanges of the same set cost no collective.
-static std::vector<FieldView> prepare(HaloExchange::Plan& p, const std::vector<Tensor>& fields, const char* op) {
+static void prepare(HaloExchange::Plan& p, const std::vector<Tensor>& fields, const char* op) {
   if (p.mode != HaloExchange::Plan::Mode::idle) {
     throw InvalidArgument(std::string("HaloExchange::") + op +
                           ": an exchange of this plan is still in flight; call finish() first");
   }
-  const std::string signature = signature_of(fields);
-  std::vector<FieldView> views;
-  auto describe = [&] { views = describe_fields(fields, p.padded_lat, p.padded_lon, p.decomposition.rank(), op); };
-  if (signature == p.validated_signature) {
+  auto describe = [&] { describe_fields(fields, p.padded_lat, p.padded_lon, p.decomposition.rank(), op, p.views); };
+  if (p.validated_fields && same_fields(*p.validated_fields, fields)) {
     describe();
-    return views;
+    return;
   }
   const MPI_Comm comm = p.decomposition.comm().mpi_comm();
   agree_on_success(comm, describe);
   require_same_on_all_ranks(comm, shared_signature_of(fields),
       std::string("HaloExchange::") + op +
           " (field count, dtypes, leading dims): the ranks of the domain communicator passed different arguments");
-  p.validated_signature = signature;
-  return views;
+  std::vector<FieldKey> keys;
+  for (const Tensor& t : fields) keys.push_back(key_of(t));
+  p.validated_fields = std::move(keys);
 }
 
 static void post(HaloExchange::Plan& p, std::vector<Transfer>& incoming, std::vector<Transfer>& outgoing,
@@ -292,8 +309,12 @@ namespace {
 // the rank they came from, which adds them into the interior rects it sent, and the halo
 // is left zero.
 void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bool adjoint) {
-  p.views = prepare(p, fields, adjoint ? "start_adjoint" : "start");
-  p.fields = fields;
+  prepare(p, fields, adjoint ? "start_adjoint" : "start");
+  // The fields stay alive until finish. They are assigned into the Tensor objects the last
+  // exchange left (undefined, but with their shape vectors' room), so a repeated exchange
+  // allocates nothing here.
+  p.fields.resize(fields.size());
+  std::copy(fields.begin(), fields.end(), p.fields.begin());
   p.device = fields.empty() ? Device::host() : fields.front().device();
   std::vector<Transfer>& outgoing = adjoint ? p.recvs : p.sends;
   std::vector<Transfer>& incoming = adjoint ? p.sends : p.recvs;
@@ -332,12 +353,15 @@ void finish_exchange(HaloExchange::Plan& p, bool adjoint) {
   }
   // Whatever happens, the plan is idle afterwards: a failed wait leaves nothing to finish.
   p.mode = HaloExchange::Plan::Mode::idle;
-  tessera::detail::wait_all(p.requests, p.wait);
+  tessera::detail::wait_all(p.requests, p.wait,
+                            {adjoint ? "the halo exchange's adjoint messages" : "the halo exchange's messages",
+                             p.decomposition.comm().mpi_comm()});
   for (const Transfer& t : adjoint ? p.sends : p.recvs) {
     t.buffer.message_to_packed();
     p.unpack(t.rects, t.buffer, adjoint);
   }
-  p.fields.clear();
+  static const Tensor undefined;
+  for (Tensor& t : p.fields) t = undefined;  // lets the fields go, keeps the objects for the next exchange
 }
 
 }  // namespace

@@ -99,9 +99,18 @@ struct HaloExchange::Plan {
   std::vector<halo::FieldView> views;
   Device device = Device::host();  // where this exchange's fields live
   std::vector<MPI_Request> requests;
-  // The field set last agreed on collectively; none before the first exchange, so even an
-  // empty field set on one rank is agreed (never mistaken for "already agreed").
-  std::optional<std::string> validated_signature;
+  // The field set last agreed on collectively: per field what Tensor::str() shows (dtype,
+  // shape, device, contiguity), compared field by field so that a repeated exchange
+  // allocates nothing. None before the first exchange, so even an empty field set on one
+  // rank is agreed (never mistaken for "already agreed").
+  struct FieldKey {
+    bool defined = false;
+    DType dtype = DType::f32;
+    Device device = Device::host();
+    bool contiguous = true;
+    Shape shape;
+  };
+  std::optional<std::vector<FieldKey>> validated_fields;
 
   Plan(const Decomposition& d, HaloSpec s) : decomposition(d), spec(s) {}
 

@@ -21,6 +21,10 @@
 !    reverse of tessera's C-order (levels..., lat, lon). Arrays registered with a halo or
 !    added to a checkpoint are used by address after the call returns: give them the
 !    TARGET attribute and keep them allocated while registered (halo) or until commit.
+!    Those procedures take the array as an INTENT(IN) POINTER, so the actual must have
+!    TARGET (or be a pointer): that way a non-contiguous actual such as pts%u reaches
+!    them as itself and is rejected, instead of as a compiler temporary that dies on
+!    return (see "Procedures that keep the array's address" below).
 !  - Ranks and offsets are 0-based like MPI's; box() returns 1-based first indices.
 !  - Strings are passed to C trimmed and NUL-terminated.
 module tessera
@@ -466,6 +470,15 @@ module tessera
       integer(c_int64_t), intent(in) :: shape(*)
       integer(c_int) :: c_model_forward
     end function
+
+    ! ISO_Fortran_binding.h (Fortran 2018), from the Fortran runtime: 1 when the C
+    ! descriptor of the array `a` (rank >= 1) describes contiguous memory. It reads the
+    ! memory strides, where gfortran's is_contiguous() on a pointer dummy does not.
+    function c_cfi_is_contiguous(a) bind(c, name="CFI_is_contiguous")
+      import :: c_int
+      type(*), intent(in) :: a(..)
+      integer(c_int) :: c_cfi_is_contiguous
+    end function
   end interface
 
 contains
@@ -551,6 +564,14 @@ contains
     flush(error_unit)
     ignored = c_abort(int(TESSERA_ERR_INVALID_ARGUMENT, c_int))
   end subroutine
+
+  ! The message for an array argument that is not contiguous (docs/fortran.md quotes it).
+  function not_contiguous(where, arg) result(m)
+    character(len=*), intent(in) :: where, arg
+    character(len=:), allocatable :: m
+    m = where // ": argument '" // arg // "' is not contiguous (a strided section, or a component of an " // &
+        "array of derived type such as pts%u); pass a whole array or a contiguous section"
+  end function
 
   ! Forgets a Fortran-side message before a call whose status comes from C.
   subroutine begin_call()
@@ -1025,8 +1046,8 @@ contains
     real(real32), intent(inout), target :: output(..)
     integer, intent(out), optional :: ierr
     integer(c_int64_t) :: s(MAX_DIMS), o(MAX_DIMS)
-    if (.not. describe_r32(input, s, 'tessera_model_predict', ierr)) return
-    if (.not. describe_r32(output, o, 'tessera_model_predict', ierr)) return
+    if (.not. describe_r32(input, s, 'tessera_model_predict', 'input', ierr)) return
+    if (.not. describe_r32(output, o, 'tessera_model_predict', 'output', ierr)) return
     if (any(s /= o)) then
       call fail_local('tessera_model_predict: output and input have different shapes', ierr)
       return
@@ -1043,8 +1064,8 @@ contains
     real(real32), intent(inout), target :: output(..)
     integer, intent(out), optional :: ierr
     integer(c_int64_t) :: s(MAX_DIMS), o(MAX_DIMS)
-    if (.not. describe_r32(input, s, 'tessera_model_forward', ierr)) return
-    if (.not. describe_r32(output, o, 'tessera_model_forward', ierr)) return
+    if (.not. describe_r32(input, s, 'tessera_model_forward', 'input', ierr)) return
+    if (.not. describe_r32(output, o, 'tessera_model_forward', 'output', ierr)) return
     if (any(s /= o)) then
       call fail_local('tessera_model_forward: output and input have different shapes', ierr)
       return
@@ -1055,75 +1076,124 @@ contains
   end subroutine
 
   ! ---------------------------------------------------------------------------------
-  ! Array procedures, real32 and real64, any rank (assumed-rank dummies).
+  ! Procedures that keep the array's address after they return: halo fields and
+  ! checkpoint arrays, real32 and real64, any rank.
+  !
+  ! They take the array as an INTENT(IN) POINTER (the values may change, the
+  ! association not), so the actual must have TARGET or be a pointer, and the dummy is
+  ! associated with the actual itself: no copy. An ordinary dummy (even an assumed-rank
+  ! TARGET one, even ASYNCHRONOUS) is handed a contiguous temporary copy by gfortran (12
+  ! at least) when the actual is a component of an array of derived type such as pts%u,
+  ! or a pointer associated with one; is_contiguous() then says .true., c_loc() is the
+  ! temporary's address, and tessera would keep it and fill (halo) or read and write
+  ! (checkpoint) it after it is gone, with no error. (BIND(C) procedures get no copy
+  ! either, but gfortran 12 then rewrites the descriptor of an allocatable pts in place
+  ! to point at the component, and pts is corrupt after the call.) On the pointer dummy
+  ! gfortran's is_contiguous() still says .true. for pts%u, so describe_kept_* asks the
+  ! runtime's CFI_is_contiguous() as well, which reads the memory strides.
   ! ---------------------------------------------------------------------------------
+
+  ! describe_* for a pointer dummy: the extents of `a` (a scalar as one element); false
+  ! (and the error reported) when `a` is not contiguous or has too many dims.
+  logical function describe_kept_r32(a, s, where, arg, ierr) result(ok)
+    real(real32), intent(in), pointer :: a(..)
+    integer(c_int64_t), intent(out) :: s(MAX_DIMS)
+    character(len=*), intent(in) :: where, arg
+    integer, intent(out), optional :: ierr
+    s = 1
+    ok = .false.
+    if (rank(a) > MAX_DIMS) then
+      call fail_local(where // ": argument '" // arg // "' has more than 8 dims", ierr)
+      return
+    end if
+    if (.not. is_contiguous(a)) then
+      call fail_local(not_contiguous(where, arg), ierr)
+      return
+    end if
+    if (rank(a) > 0) then
+      ! (Rank 0 is no array for CFI_is_contiguous, and an empty array may have no address.)
+      if (size(a) > 0) then
+        if (c_cfi_is_contiguous(a) /= 1) then
+          call fail_local(not_contiguous(where, arg), ierr)
+          return
+        end if
+      end if
+      s(1:rank(a)) = shape(a, kind=c_int64_t)
+    end if
+    ok = .true.
+  end function
+
+  logical function describe_kept_r64(a, s, where, arg, ierr) result(ok)
+    real(real64), intent(in), pointer :: a(..)
+    integer(c_int64_t), intent(out) :: s(MAX_DIMS)
+    character(len=*), intent(in) :: where, arg
+    integer, intent(out), optional :: ierr
+    s = 1
+    ok = .false.
+    if (rank(a) > MAX_DIMS) then
+      call fail_local(where // ": argument '" // arg // "' has more than 8 dims", ierr)
+      return
+    end if
+    if (.not. is_contiguous(a)) then
+      call fail_local(not_contiguous(where, arg), ierr)
+      return
+    end if
+    if (rank(a) > 0) then
+      ! (Rank 0 is no array for CFI_is_contiguous, and an empty array may have no address.)
+      if (size(a) > 0) then
+        if (c_cfi_is_contiguous(a) /= 1) then
+          call fail_local(not_contiguous(where, arg), ierr)
+          return
+        end if
+      end if
+      s(1:rank(a)) = shape(a, kind=c_int64_t)
+    end if
+    ok = .true.
+  end function
+
+  ! A field rejected here is still a registration attempt for the C side: a call with a
+  ! null data pointer fails there without registering anything, and (like any
+  ! tessera_halo_add_field call) makes the next exchange agree the field count on every
+  ! rank, so a field rejected on some ranks only is an error on every rank at that
+  ! exchange instead of a hang (docs/c-api.md, "Failure behaviour"). The Fortran
+  ! message stays the one tessera_last_error() returns.
+  subroutine halo_field_rejected(halo)
+    type(tessera_halo), intent(in) :: halo
+    integer(c_int64_t) :: s(1)
+    integer(c_int) :: index, ignored
+    s = 0
+    index = -1
+    ignored = c_halo_add_field(halo%ptr, c_null_ptr, TESSERA_F32, TESSERA_ORDER_FORTRAN, 1_c_int, s, index)
+  end subroutine
 
   subroutine halo_add_field_r32(halo, field, ierr)
     type(tessera_halo), intent(inout) :: halo
-    real(real32), intent(inout), target :: field(..)
+    real(real32), intent(in), pointer :: field(..)
     integer, intent(out), optional :: ierr
     integer(c_int64_t) :: s(MAX_DIMS)
     integer(c_int) :: index
-    if (.not. describe_r32(field, s, 'tessera_halo_add_field', ierr)) return
+    if (.not. describe_kept_r32(field, s, 'tessera_halo_add_field', 'field', ierr)) then
+      call halo_field_rejected(halo)
+      return
+    end if
     call begin_call()
     call finish_call(c_halo_add_field(halo%ptr, c_loc(field), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
                                       int(rank(field), c_int), s, index), ierr)
   end subroutine
 
-  subroutine halo_gather_r32(halo, field, global, root, ierr)
-    type(tessera_halo), intent(in) :: halo
-    real(real32), intent(in), target :: field(..)
-    real(real32), intent(inout), target :: global(..)
-    integer, intent(in) :: root
+  subroutine halo_add_field_r64(halo, field, ierr)
+    type(tessera_halo), intent(inout) :: halo
+    real(real64), intent(in), pointer :: field(..)
     integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
-    if (.not. describe_r32(field, s, 'tessera_halo_gather', ierr)) return
-    if (.not. describe_r32(global, g, 'tessera_halo_gather', ierr)) return
+    integer(c_int64_t) :: s(MAX_DIMS)
+    integer(c_int) :: index
+    if (.not. describe_kept_r64(field, s, 'tessera_halo_add_field', 'field', ierr)) then
+      call halo_field_rejected(halo)
+      return
+    end if
     call begin_call()
-    call finish_call(c_halo_gather(halo%ptr, c_loc(field), address_r32(global), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
-                                   int(rank(field), c_int), s, int(root, c_int)), ierr)
-  end subroutine
-
-  subroutine halo_scatter_r32(halo, global, field, root, ierr)
-    type(tessera_halo), intent(in) :: halo
-    real(real32), intent(in), target :: global(..)
-    real(real32), intent(inout), target :: field(..)
-    integer, intent(in) :: root
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
-    if (.not. describe_r32(field, s, 'tessera_halo_scatter', ierr)) return
-    if (.not. describe_r32(global, g, 'tessera_halo_scatter', ierr)) return
-    call begin_call()
-    call finish_call(c_halo_scatter(halo%ptr, address_r32(global), c_loc(field), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
-                                    int(rank(field), c_int), s, int(root, c_int)), ierr)
-  end subroutine
-
-  subroutine decomp_scatter_r32(decomp, global, local, root, ierr)
-    type(tessera_decomp), intent(in) :: decomp
-    real(real32), intent(in), target :: global(..)
-    real(real32), intent(inout), target :: local(..)
-    integer, intent(in) :: root
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
-    if (.not. describe_r32(local, s, 'tessera_decomp_scatter', ierr)) return
-    if (.not. describe_r32(global, g, 'tessera_decomp_scatter', ierr)) return
-    call begin_call()
-    call finish_call(c_decomp_scatter(decomp%ptr, address_r32(global), c_loc(local), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
-                                      int(rank(local), c_int), s, int(root, c_int)), ierr)
-  end subroutine
-
-  subroutine decomp_gather_r32(decomp, local, global, root, ierr)
-    type(tessera_decomp), intent(in) :: decomp
-    real(real32), intent(in), target :: local(..)
-    real(real32), intent(inout), target :: global(..)
-    integer, intent(in) :: root
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
-    if (.not. describe_r32(local, s, 'tessera_decomp_gather', ierr)) return
-    if (.not. describe_r32(global, g, 'tessera_decomp_gather', ierr)) return
-    call begin_call()
-    call finish_call(c_decomp_gather(decomp%ptr, c_loc(local), address_r32(global), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
-                                     int(rank(local), c_int), s, int(root, c_int)), ierr)
+    call finish_call(c_halo_add_field(halo%ptr, c_loc(field), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                      int(rank(field), c_int), s, index), ierr)
   end subroutine
 
   !> Adds a named array: this rank's block of shape shape(array) at 0-based
@@ -1132,13 +1202,14 @@ contains
   subroutine checkpoint_add_array_r32(checkpoint, name, array, global_shape, local_offset, placement, ierr)
     type(tessera_checkpoint), intent(inout) :: checkpoint
     character(len=*), intent(in) :: name
-    real(real32), intent(inout), target :: array(..)
+    real(real32), intent(in), pointer :: array(..)
     integer, intent(in) :: global_shape(:), local_offset(:)
     character(len=*), intent(in) :: placement
     integer, intent(out), optional :: ierr
     integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS), o(MAX_DIMS)
     integer :: n
-    if (.not. describe_r32(array, s, 'tessera_checkpoint_add_array', ierr)) return
+    if (.not. describe_kept_r32(array, s, "tessera_checkpoint_add_array: array '" // trim(name) // "'", 'array', &
+                                ierr)) return
     n = max(rank(array), 1)
     if (size(global_shape) /= n .or. size(local_offset) /= n) then
       call fail_local("tessera_checkpoint_add_array: array '" // trim(name) // &
@@ -1153,131 +1224,17 @@ contains
                                             int(n, c_int), g, o, s, to_c(placement)), ierr)
   end subroutine
 
-  !> Adds the interior of a padded halo field; global shape, offset and placement come
-  !> from the halo's decomposition.
-  subroutine checkpoint_add_field_r32(checkpoint, name, halo, field, ierr)
-    type(tessera_checkpoint), intent(inout) :: checkpoint
-    character(len=*), intent(in) :: name
-    type(tessera_halo), intent(in) :: halo
-    real(real32), intent(inout), target :: field(..)
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS)
-    if (.not. describe_r32(field, s, 'tessera_checkpoint_add_field', ierr)) return
-    call begin_call()
-    call finish_call(c_checkpoint_add_halo_field(checkpoint%ptr, to_c(name), halo%ptr, c_loc(field), TESSERA_F32, &
-                                                 TESSERA_ORDER_FORTRAN, int(rank(field), c_int), s), ierr)
-  end subroutine
-
-  ! The extents of `a` (a scalar as one element); false (and the error reported) when it
-  ! is not contiguous or has too many dims.
-  logical function describe_r32(a, s, where, ierr) result(ok)
-    real(real32), intent(in), target :: a(..)
-    integer(c_int64_t), intent(out) :: s(MAX_DIMS)
-    character(len=*), intent(in) :: where
-    integer, intent(out), optional :: ierr
-    s = 1
-    ok = .false.
-    if (rank(a) > MAX_DIMS) then
-      call fail_local(where // ': arrays have at most 8 dims', ierr)
-      return
-    end if
-    if (.not. is_contiguous(a)) then
-      call fail_local(where // ': the array is not contiguous (pass a whole array or a contiguous section)', ierr)
-      return
-    end if
-    if (rank(a) > 0) s(1:rank(a)) = shape(a, kind=c_int64_t)
-    ok = .true.
-  end function
-
-  ! c_loc of a non-empty array, a null pointer for an empty one (e.g. the global array
-  ! of a gather on a rank that is not the root).
-  type(c_ptr) function address_r32(a) result(p)
-    real(real32), intent(in), target :: a(..)
-    p = c_null_ptr
-    if (size(a) > 0) p = c_loc(a)
-  end function
-
-  subroutine halo_add_field_r64(halo, field, ierr)
-    type(tessera_halo), intent(inout) :: halo
-    real(real64), intent(inout), target :: field(..)
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS)
-    integer(c_int) :: index
-    if (.not. describe_r64(field, s, 'tessera_halo_add_field', ierr)) return
-    call begin_call()
-    call finish_call(c_halo_add_field(halo%ptr, c_loc(field), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
-                                      int(rank(field), c_int), s, index), ierr)
-  end subroutine
-
-  subroutine halo_gather_r64(halo, field, global, root, ierr)
-    type(tessera_halo), intent(in) :: halo
-    real(real64), intent(in), target :: field(..)
-    real(real64), intent(inout), target :: global(..)
-    integer, intent(in) :: root
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
-    if (.not. describe_r64(field, s, 'tessera_halo_gather', ierr)) return
-    if (.not. describe_r64(global, g, 'tessera_halo_gather', ierr)) return
-    call begin_call()
-    call finish_call(c_halo_gather(halo%ptr, c_loc(field), address_r64(global), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
-                                   int(rank(field), c_int), s, int(root, c_int)), ierr)
-  end subroutine
-
-  subroutine halo_scatter_r64(halo, global, field, root, ierr)
-    type(tessera_halo), intent(in) :: halo
-    real(real64), intent(in), target :: global(..)
-    real(real64), intent(inout), target :: field(..)
-    integer, intent(in) :: root
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
-    if (.not. describe_r64(field, s, 'tessera_halo_scatter', ierr)) return
-    if (.not. describe_r64(global, g, 'tessera_halo_scatter', ierr)) return
-    call begin_call()
-    call finish_call(c_halo_scatter(halo%ptr, address_r64(global), c_loc(field), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
-                                    int(rank(field), c_int), s, int(root, c_int)), ierr)
-  end subroutine
-
-  subroutine decomp_scatter_r64(decomp, global, local, root, ierr)
-    type(tessera_decomp), intent(in) :: decomp
-    real(real64), intent(in), target :: global(..)
-    real(real64), intent(inout), target :: local(..)
-    integer, intent(in) :: root
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
-    if (.not. describe_r64(local, s, 'tessera_decomp_scatter', ierr)) return
-    if (.not. describe_r64(global, g, 'tessera_decomp_scatter', ierr)) return
-    call begin_call()
-    call finish_call(c_decomp_scatter(decomp%ptr, address_r64(global), c_loc(local), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
-                                      int(rank(local), c_int), s, int(root, c_int)), ierr)
-  end subroutine
-
-  subroutine decomp_gather_r64(decomp, local, global, root, ierr)
-    type(tessera_decomp), intent(in) :: decomp
-    real(real64), intent(in), target :: local(..)
-    real(real64), intent(inout), target :: global(..)
-    integer, intent(in) :: root
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
-    if (.not. describe_r64(local, s, 'tessera_decomp_gather', ierr)) return
-    if (.not. describe_r64(global, g, 'tessera_decomp_gather', ierr)) return
-    call begin_call()
-    call finish_call(c_decomp_gather(decomp%ptr, c_loc(local), address_r64(global), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
-                                     int(rank(local), c_int), s, int(root, c_int)), ierr)
-  end subroutine
-
-  !> Adds a named array: this rank's block of shape shape(array) at 0-based
-  !> `local_offset` in an array of `global_shape`, both in Fortran order. A scalar is a
-  !> 1-element array (global_shape [1], local_offset [0]).
   subroutine checkpoint_add_array_r64(checkpoint, name, array, global_shape, local_offset, placement, ierr)
     type(tessera_checkpoint), intent(inout) :: checkpoint
     character(len=*), intent(in) :: name
-    real(real64), intent(inout), target :: array(..)
+    real(real64), intent(in), pointer :: array(..)
     integer, intent(in) :: global_shape(:), local_offset(:)
     character(len=*), intent(in) :: placement
     integer, intent(out), optional :: ierr
     integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS), o(MAX_DIMS)
     integer :: n
-    if (.not. describe_r64(array, s, 'tessera_checkpoint_add_array', ierr)) return
+    if (.not. describe_kept_r64(array, s, "tessera_checkpoint_add_array: array '" // trim(name) // "'", 'array', &
+                                ierr)) return
     n = max(rank(array), 1)
     if (size(global_shape) /= n .or. size(local_offset) /= n) then
       call fail_local("tessera_checkpoint_add_array: array '" // trim(name) // &
@@ -1294,34 +1251,200 @@ contains
 
   !> Adds the interior of a padded halo field; global shape, offset and placement come
   !> from the halo's decomposition.
+  subroutine checkpoint_add_field_r32(checkpoint, name, halo, field, ierr)
+    type(tessera_checkpoint), intent(inout) :: checkpoint
+    character(len=*), intent(in) :: name
+    type(tessera_halo), intent(in) :: halo
+    real(real32), intent(in), pointer :: field(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS)
+    if (.not. describe_kept_r32(field, s, "tessera_checkpoint_add_field: field '" // trim(name) // "'", 'field', &
+                                ierr)) return
+    call begin_call()
+    call finish_call(c_checkpoint_add_halo_field(checkpoint%ptr, to_c(name), halo%ptr, c_loc(field), TESSERA_F32, &
+                                                 TESSERA_ORDER_FORTRAN, int(rank(field), c_int), s), ierr)
+  end subroutine
+
   subroutine checkpoint_add_field_r64(checkpoint, name, halo, field, ierr)
     type(tessera_checkpoint), intent(inout) :: checkpoint
     character(len=*), intent(in) :: name
     type(tessera_halo), intent(in) :: halo
-    real(real64), intent(inout), target :: field(..)
+    real(real64), intent(in), pointer :: field(..)
     integer, intent(out), optional :: ierr
     integer(c_int64_t) :: s(MAX_DIMS)
-    if (.not. describe_r64(field, s, 'tessera_checkpoint_add_field', ierr)) return
+    if (.not. describe_kept_r64(field, s, "tessera_checkpoint_add_field: field '" // trim(name) // "'", 'field', &
+                                ierr)) return
     call begin_call()
     call finish_call(c_checkpoint_add_halo_field(checkpoint%ptr, to_c(name), halo%ptr, c_loc(field), TESSERA_F64, &
                                                  TESSERA_ORDER_FORTRAN, int(rank(field), c_int), s), ierr)
   end subroutine
 
+  ! ---------------------------------------------------------------------------------
+  ! Procedures that use an array only while they run, real32 and real64, any rank (assumed-rank dummies).
+  ! ---------------------------------------------------------------------------------
+
+  subroutine halo_gather_r32(halo, field, global, root, ierr)
+    type(tessera_halo), intent(in) :: halo
+    real(real32), intent(in), target :: field(..)
+    real(real32), intent(inout), target :: global(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r32(field, s, 'tessera_halo_gather', 'field', ierr)) return
+    if (.not. describe_r32(global, g, 'tessera_halo_gather', 'global', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_gather(halo%ptr, c_loc(field), address_r32(global), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                   int(rank(field), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine halo_scatter_r32(halo, global, field, root, ierr)
+    type(tessera_halo), intent(in) :: halo
+    real(real32), intent(in), target :: global(..)
+    real(real32), intent(inout), target :: field(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r32(field, s, 'tessera_halo_scatter', 'field', ierr)) return
+    if (.not. describe_r32(global, g, 'tessera_halo_scatter', 'global', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_scatter(halo%ptr, address_r32(global), c_loc(field), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                    int(rank(field), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_scatter_r32(decomp, global, local, root, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real32), intent(in), target :: global(..)
+    real(real32), intent(inout), target :: local(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r32(local, s, 'tessera_decomp_scatter', 'local', ierr)) return
+    if (.not. describe_r32(global, g, 'tessera_decomp_scatter', 'global', ierr)) return
+    call begin_call()
+    call finish_call(c_decomp_scatter(decomp%ptr, address_r32(global), c_loc(local), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                      int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_gather_r32(decomp, local, global, root, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real32), intent(in), target :: local(..)
+    real(real32), intent(inout), target :: global(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r32(local, s, 'tessera_decomp_gather', 'local', ierr)) return
+    if (.not. describe_r32(global, g, 'tessera_decomp_gather', 'global', ierr)) return
+    call begin_call()
+    call finish_call(c_decomp_gather(decomp%ptr, c_loc(local), address_r32(global), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                     int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
   ! The extents of `a` (a scalar as one element); false (and the error reported) when it
-  ! is not contiguous or has too many dims.
-  logical function describe_r64(a, s, where, ierr) result(ok)
-    real(real64), intent(in), target :: a(..)
+  ! is not contiguous or has too many dims. `where` names the procedure, `arg` the dummy
+  ! argument. A strided section arrives as itself and is rejected; pts%u may arrive as a
+  ! compiler's contiguous copy (gfortran), which is correct for these procedures, since
+  ! they use the array only while they run (see describe_kept_* for the others).
+  logical function describe_r32(a, s, where, arg, ierr) result(ok)
+    real(real32), intent(in), target :: a(..)
     integer(c_int64_t), intent(out) :: s(MAX_DIMS)
-    character(len=*), intent(in) :: where
+    character(len=*), intent(in) :: where, arg
     integer, intent(out), optional :: ierr
     s = 1
     ok = .false.
     if (rank(a) > MAX_DIMS) then
-      call fail_local(where // ': arrays have at most 8 dims', ierr)
+      call fail_local(where // ": argument '" // arg // "' has more than 8 dims", ierr)
       return
     end if
     if (.not. is_contiguous(a)) then
-      call fail_local(where // ': the array is not contiguous (pass a whole array or a contiguous section)', ierr)
+      call fail_local(not_contiguous(where, arg), ierr)
+      return
+    end if
+    if (rank(a) > 0) s(1:rank(a)) = shape(a, kind=c_int64_t)
+    ok = .true.
+  end function
+
+  ! c_loc of a non-empty array, a null pointer for an empty one (e.g. the global array
+  ! of a gather on a rank that is not the root).
+  type(c_ptr) function address_r32(a) result(p)
+    real(real32), intent(in), target :: a(..)
+    p = c_null_ptr
+    if (size(a) > 0) p = c_loc(a)
+  end function
+
+  subroutine halo_gather_r64(halo, field, global, root, ierr)
+    type(tessera_halo), intent(in) :: halo
+    real(real64), intent(in), target :: field(..)
+    real(real64), intent(inout), target :: global(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r64(field, s, 'tessera_halo_gather', 'field', ierr)) return
+    if (.not. describe_r64(global, g, 'tessera_halo_gather', 'global', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_gather(halo%ptr, c_loc(field), address_r64(global), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                   int(rank(field), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine halo_scatter_r64(halo, global, field, root, ierr)
+    type(tessera_halo), intent(in) :: halo
+    real(real64), intent(in), target :: global(..)
+    real(real64), intent(inout), target :: field(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r64(field, s, 'tessera_halo_scatter', 'field', ierr)) return
+    if (.not. describe_r64(global, g, 'tessera_halo_scatter', 'global', ierr)) return
+    call begin_call()
+    call finish_call(c_halo_scatter(halo%ptr, address_r64(global), c_loc(field), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                    int(rank(field), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_scatter_r64(decomp, global, local, root, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real64), intent(in), target :: global(..)
+    real(real64), intent(inout), target :: local(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r64(local, s, 'tessera_decomp_scatter', 'local', ierr)) return
+    if (.not. describe_r64(global, g, 'tessera_decomp_scatter', 'global', ierr)) return
+    call begin_call()
+    call finish_call(c_decomp_scatter(decomp%ptr, address_r64(global), c_loc(local), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                      int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_gather_r64(decomp, local, global, root, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real64), intent(in), target :: local(..)
+    real(real64), intent(inout), target :: global(..)
+    integer, intent(in) :: root
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), g(MAX_DIMS)
+    if (.not. describe_r64(local, s, 'tessera_decomp_gather', 'local', ierr)) return
+    if (.not. describe_r64(global, g, 'tessera_decomp_gather', 'global', ierr)) return
+    call begin_call()
+    call finish_call(c_decomp_gather(decomp%ptr, c_loc(local), address_r64(global), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                     int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  ! The extents of `a` (a scalar as one element); false (and the error reported) when it
+  ! is not contiguous or has too many dims. `where` names the procedure, `arg` the dummy
+  ! argument. A strided section arrives as itself and is rejected; pts%u may arrive as a
+  ! compiler's contiguous copy (gfortran), which is correct for these procedures, since
+  ! they use the array only while they run (see describe_kept_* for the others).
+  logical function describe_r64(a, s, where, arg, ierr) result(ok)
+    real(real64), intent(in), target :: a(..)
+    integer(c_int64_t), intent(out) :: s(MAX_DIMS)
+    character(len=*), intent(in) :: where, arg
+    integer, intent(out), optional :: ierr
+    s = 1
+    ok = .false.
+    if (rank(a) > MAX_DIMS) then
+      call fail_local(where // ": argument '" // arg // "' has more than 8 dims", ierr)
+      return
+    end if
+    if (.not. is_contiguous(a)) then
+      call fail_local(not_contiguous(where, arg), ierr)
       return
     end if
     if (rank(a) > 0) s(1:rank(a)) = shape(a, kind=c_int64_t)

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "io/format.hpp"
+#include "io/manifest.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/io/checksum.hpp"
 
@@ -45,8 +46,13 @@ struct CheckpointReader::Impl {
   std::vector<DatasetInfo> datasets;
 };
 
-CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+CheckpointReader::CheckpointReader(const std::string& path, Verify verify) : impl_(std::make_unique<Impl>()) {
   impl_->file = resolve_checkpoint_file(path);
+  if (verify != Verify::none) {
+    const fs::path file(impl_->file);
+    verify_step_directory(file.parent_path().string(), nullptr,
+                          verify == Verify::opened_file ? file.filename().string() : std::string());
+  }
   impl_->handle = open_read_only(impl_->file);
   const hid_t file = impl_->handle.get();
   impl_->header = read_header(file, impl_->file);
@@ -77,7 +83,7 @@ CheckpointMetadata read_checkpoint_metadata(const std::string& path, Communicato
   CheckpointMetadata out;
   agree_on_success(comm.mpi_comm(), [&] {
     if (comm.rank() != 0) return;
-    CheckpointReader reader(path);
+    CheckpointReader reader(path, CheckpointReader::Verify::opened_file);  // the header only
     out.metadata = reader.header().metadata;
     out.file = reader.file();
   });
@@ -181,7 +187,28 @@ void verify_slices(const CheckpointReader& reader, VerifyReport& report) {
 
 VerifyReport verify_checkpoint(const std::string& path) {
   VerifyReport report;
-  const CheckpointReader reader(path);
+  // Every file against the MANIFEST first. A damaged file is reported and not opened:
+  // HDF5 may crash on damaged metadata, so its datasets cannot be checked one by one.
+  const std::string file = resolve_checkpoint_file(path);
+  const std::string dir = fs::path(file).parent_path().string();
+  try {
+    if (const auto files = read_manifest(dir)) {
+      for (const FileDigest& f : *files) {
+        try {
+          check_file(dir, f);
+        } catch (const IoError& e) {
+          report.failed.push_back("file " + f.name + ": " + e.what());
+        }
+      }
+    }
+  } catch (const IoError& e) {
+    report.failed.push_back(std::string("MANIFEST: ") + e.what());
+  }
+  if (!report.ok()) {
+    report.failed.push_back("datasets not checked: a damaged file is not opened (HDF5 may crash on it)");
+    return report;
+  }
+  const CheckpointReader reader(file, CheckpointReader::Verify::none);  // checked above
   if (reader.header().layout == CheckpointLayout::per_rank) verify_slices(reader, report);
   for (const DatasetInfo& d : reader.datasets()) {
     try {

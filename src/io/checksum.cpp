@@ -3,6 +3,8 @@
 #include <bit>
 #include <cstring>
 
+#include "tessera/detail/checked_math.hpp"
+
 namespace tessera::io {
 
 static_assert(std::endian::native == std::endian::little,
@@ -29,8 +31,12 @@ std::uint64_t block_checksum(const Tensor& block, const Shape& global_shape, con
     throw ShapeError("block_checksum: block " + block.str() + ", offset " + shape_str(offset) +
                      " and global shape " + shape_str(global_shape) + " differ in rank");
   }
+  // The global element count is the hash's index space: it must be countable (a C or
+  // Fortran caller's global shape can be anything).
+  (void)tessera::detail::checked_numel(global_shape, "block_checksum: global shape");
   for (int d = 0; d < rank; ++d) {
-    if (offset[d] < 0 || offset[d] + block.shape()[d] > global_shape[d]) {
+    // offset + extent compared without the sum, which could overflow for a huge offset.
+    if (offset[d] < 0 || offset[d] > global_shape[d] || block.shape()[d] > global_shape[d] - offset[d]) {
       throw ShapeError("block_checksum: block " + block.str() + " at offset " + shape_str(offset) +
                        " lies outside global shape " + shape_str(global_shape));
     }

@@ -3,8 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <vector>
 
 namespace tessera::io::detail {
 
@@ -77,6 +80,60 @@ H5Group create_ordered_group(hid_t file, const std::string& name) {
   H5Plist gcpl(TESSERA_CHECK_HDF5(H5Pcreate(H5P_GROUP_CREATE)));
   TESSERA_CHECK_HDF5(H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
   return H5Group(TESSERA_CHECK_HDF5(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)));
+}
+
+H5File create_memory_file() {
+  H5Plist fapl(TESSERA_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)));
+  // 1 MiB growth steps; no backing store: the image is written by write_memory_file.
+  TESSERA_CHECK_HDF5(H5Pset_fapl_core(fapl.get(), std::size_t{1} << 20, /*backing_store=*/false));
+  // The name only identifies the in-memory file inside HDF5; nothing is created on disk.
+  static std::atomic<std::uint64_t> counter{0};
+  const std::string name = "tessera-memory-file-" + std::to_string(counter.fetch_add(1));
+  return H5File(TESSERA_CHECK_HDF5(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get())));
+}
+
+FileDigest write_memory_file(H5File& file, const std::string& path) {
+  TESSERA_CHECK_HDF5(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+  const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+  if (size < 0) TESSERA_CHECK_HDF5(static_cast<herr_t>(size));
+  std::vector<unsigned char> image(static_cast<std::size_t>(size));
+  TESSERA_CHECK_HDF5(H5Fget_file_image(file.get(), image.data(), image.size()));
+  file.close();  // in memory: nothing left to fail on disk
+
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) throw IoError("checkpoint: cannot create '" + path + "': " + std::strerror(errno));
+  std::size_t done = 0;
+  int failure = 0;
+  while (done < image.size()) {
+    const ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      failure = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (failure == 0 && ::fsync(fd) != 0) failure = errno;
+  if (::close(fd) != 0 && failure == 0) failure = errno;
+  if (failure != 0) {
+    ::unlink(path.c_str());
+    throw IoError("checkpoint: writing '" + path + "' (" + std::to_string(image.size()) + " bytes, " +
+                  std::to_string(done) + " written) failed: " + std::strerror(failure));
+  }
+  return digest_bytes(std::filesystem::path(path).filename().string(), image.data(), image.size());
+}
+
+void check_free_space(const std::string& dir, std::uint64_t bytes) {
+  const std::string probe = (std::filesystem::path(dir) / ".space-probe").string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) throw IoError("checkpoint: cannot create '" + probe + "': " + std::strerror(errno));
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (rc != 0 && rc != EOPNOTSUPP && rc != ENOSYS && rc != EINVAL) {
+    throw IoError("checkpoint: '" + dir + "' cannot take the " + std::to_string(bytes) +
+                  " bytes of this checkpoint: " + std::strerror(rc));
+  }
 }
 
 void fsync_path(const std::string& path, bool directory) {

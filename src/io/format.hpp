@@ -6,6 +6,7 @@
 #include <string>
 
 #include "io/hdf5_handles.hpp"
+#include "io/manifest.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 
 namespace tessera::io::detail {
@@ -25,6 +26,27 @@ H5Group create_ordered_group(hid_t file, const std::string& name);
 
 // Durability: flush a closed file's data, and a directory's entries, to stable storage.
 void fsync_path(const std::string& path, bool directory);
+
+// Checks that `dir` can take a file of `bytes` now: reserves them in a probe file
+// (posix_fallocate, which also meets a process's file-size limit) and removes it.
+// IoError naming the directory and the reason (No space left on device, File too
+// large, Disk quota exceeded); a file system that cannot reserve space (EOPNOTSUPP) is
+// not checked.
+void check_free_space(const std::string& dir, std::uint64_t bytes);
+
+// Files written by one process (per_rank slices and index) are built in memory with
+// HDF5's core driver (no backing store) and written to disk in one piece by
+// write_memory_file: a full disk, a file-size limit or an I/O error then surfaces in
+// tessera's own write or fsync as an IoError naming the file, while HDF5 never holds a
+// half-written file open (a failed HDF5 close used to leave one, which MPI_Finalize then
+// crashed closing). One large write is also the fastest way to the disk. The cost is a
+// second copy of the file's bytes in memory while it is written.
+H5File create_memory_file();
+// Flushes `file`, writes its image to `path` (a new file: O_EXCL), fsyncs it and closes
+// `file`. IoError naming `path` and the system's reason on any failure; a partly written
+// file is removed.
+// Returns the file's digest for the MANIFEST (computed from the image: no re-read).
+FileDigest write_memory_file(H5File& file, const std::string& path);
 
 }  // namespace tessera::io::detail
 

@@ -69,13 +69,15 @@ void check_same_config_everywhere(MPI_Comm comm, const ParallelismConfig& config
 // coordinates, or a private single-rank communicator when the dimension has size 1
 // (MPI_COMM_SELF's duplicate involves no other rank).
 std::unique_ptr<Communicator> dimension_comm(MPI_Comm world, int extent, int color, int key,
-                                             const WaitOptions& wait) {
+                                             const WaitOptions& wait, const char* name) {
   MPI_Comm comm = MPI_COMM_NULL;
   if (extent == 1) {
     TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_SELF, &comm));
   } else {
     TESSERA_CHECK_MPI(MPI_Comm_split(world, color, key, &comm));
   }
+  // Named for reports such as the collective watchdog's (and MPI tools).
+  TESSERA_CHECK_MPI(MPI_Comm_set_name(comm, name));
   return std::make_unique<Communicator>(Communicator::adopt(comm, wait));
 }
 
@@ -119,6 +121,7 @@ Mesh::Mesh(MPI_Comm parent, const ParallelismConfig& config, Device device, Mesh
 
   MPI_Comm world = MPI_COMM_NULL;
   TESSERA_CHECK_MPI(MPI_Comm_dup(parent, &world));
+  TESSERA_CHECK_MPI(MPI_Comm_set_name(world, "tessera mesh world"));
   world_ = std::make_unique<Communicator>(Communicator::adopt(world, wait));
 
   const int T = config_.tensor, D = config_.domain;
@@ -126,9 +129,10 @@ Mesh::Mesh(MPI_Comm parent, const ParallelismConfig& config, Device device, Mesh
   coords_ = mesh_coords_of(rank, T, D);
   // Each group holds the ranks that differ only in its own coordinate: colour by the
   // other two coordinates, order by its own.
-  dp_ = dimension_comm(world, P, coords_.tp * D + coords_.domain, coords_.dp, wait);
-  tp_ = dimension_comm(world, T, coords_.dp * D + coords_.domain, coords_.tp, wait);
-  domain_ = dimension_comm(world, D, coords_.dp * T + coords_.tp, coords_.domain, wait);
+  dp_ = dimension_comm(world, P, coords_.tp * D + coords_.domain, coords_.dp, wait, "tessera mesh dp");
+  tp_ = dimension_comm(world, T, coords_.dp * D + coords_.domain, coords_.tp, wait, "tessera mesh tp");
+  domain_ = dimension_comm(world, D, coords_.dp * T + coords_.tp, coords_.domain, wait,
+                         "tessera mesh domain");
 }
 
 Mesh::~Mesh() = default;

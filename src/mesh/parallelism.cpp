@@ -7,6 +7,8 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "tessera/detail/checked_math.hpp"
 #include "tessera/error.hpp"
@@ -76,6 +78,30 @@ ParallelismConfig parse_block(const YAML::Node& block, std::string_view source, 
   return config;
 }
 
+void reject_duplicate_keys(const YAML::Node& node, std::string_view source, const std::string& path) {
+  if (node.IsSequence()) {
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      reject_duplicate_keys(node[i], source, path + "[" + std::to_string(i) + "]");
+    }
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::vector<std::pair<std::string, int>> seen;  // key, line (1-based)
+  for (const auto& item : node) {
+    const std::string key = item.first.IsScalar() ? item.first.Scalar() : std::string("<non-scalar>");
+    const std::string key_path = path.empty() ? key : path + "." + key;
+    const int line = item.first.Mark().line + 1;
+    for (const auto& [other, other_line] : seen) {
+      if (other == key) {
+        throw ConfigError(where(source, item.first, key_path) + ": the key appears twice (first at line " +
+                          std::to_string(other_line) + "); YAML keys must be unique, keep one");
+      }
+    }
+    seen.emplace_back(key, line);
+    reject_duplicate_keys(item.second, source, key_path);
+  }
+}
+
 ParallelismConfig parse_document(const YAML::Node& root, std::string_view source) {
   if (!root.IsDefined() || root.IsNull()) return {};
   if (!root.IsMap()) {
@@ -143,6 +169,7 @@ ParallelismConfig ParallelismConfig::from_yaml_string(std::string_view yaml, std
   } catch (const YAML::Exception& e) {
     throw ConfigError(std::string(source) + ": invalid YAML: " + e.what());
   }
+  reject_duplicate_keys(root, source, "");
   const ParallelismConfig config = parse_document(root, source);
   try {
     config.validate();  // what the keys cannot say alone: their product
@@ -160,6 +187,16 @@ ParallelismConfig ParallelismConfig::from_yaml_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return from_yaml_string(text.str(), path);
+}
+
+void check_unique_yaml_keys(std::string_view yaml, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(std::string(source) + ": invalid YAML: " + e.what());
+  }
+  reject_duplicate_keys(root, source, "");
 }
 
 int dp_world_size(const ParallelismConfig& config, int world_size) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tessera/detail/checked_math.hpp"
+#include "tessera/error.hpp"
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/embedding.hpp"
 #include "tessera/nn/functional.hpp"
@@ -12,6 +14,25 @@
 #include "tessera/ops.hpp"
 
 namespace tessera::models {
+
+std::int64_t DecoderConfig::parameter_count() const {
+  using tessera::detail::checked_add;
+  using tessera::detail::checked_mul;
+  const char* who = "decoder size";
+  try {
+    const std::int64_t table = checked_mul(vocab, d_model, who);
+    // A layer: two RMSNorm weights, q/k/v/o (d x d), SwiGLU gate/up (d x hidden) and down.
+    const std::int64_t layer = checked_add(checked_mul(2, d_model, who),
+                                           checked_add(checked_mul(4, checked_mul(d_model, d_model, who), who),
+                                                       checked_mul(3, checked_mul(d_model, hidden, who), who), who),
+                                           who);
+    std::int64_t total = checked_add(table, checked_mul(n_layers, layer, who), who);
+    total = checked_add(total, d_model, who);  // the final norm
+    return tie_embeddings ? total : checked_add(total, table, who);  // the head
+  } catch (const ShapeError& e) {
+    throw ConfigError(std::string("the decoder's parameter count does not fit in int64 (") + e.what() + ")");
+  }
+}
 
 namespace {
 

@@ -8,6 +8,7 @@
 
 #include "backend/compute.hpp"
 #include "tessera/domain/domain_conv2d.hpp"
+#include "tessera/detail/checked_math.hpp"
 #include "tessera/error.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/models/channel_mlp.hpp"
@@ -66,6 +67,23 @@ void FieldEmulatorConfig::validate() const {
     if (!(std[c] > 0) || !std::isfinite(std[c])) {
       throw ConfigError("model.std[" + std::to_string(c) + "] must be a positive finite number");
     }
+  }
+}
+
+std::int64_t FieldEmulatorConfig::parameter_count() const {
+  using tessera::detail::checked_add;
+  using tessera::detail::checked_mul;
+  const char* who = "model size";
+  try {
+    const std::int64_t kk = checked_mul(kernel, kernel, who);
+    // Encoder and decoder convolutions: weight + bias each.
+    const std::int64_t encoder = checked_add(checked_mul(checked_mul(channels, width, who), kk, who), width, who);
+    const std::int64_t decoder = checked_add(checked_mul(checked_mul(width, channels, who), kk, who), channels, who);
+    // A block: 1x1 conv width -> hidden and hidden -> width, with biases.
+    const std::int64_t block = checked_add(checked_mul(checked_mul(2, width, who), mlp_hidden, who), checked_add(mlp_hidden, width, who), who);
+    return checked_add(checked_add(encoder, decoder, who), checked_mul(n_blocks, block, who), who);
+  } catch (const ShapeError& e) {
+    throw ConfigError(std::string("the model's parameter count does not fit in int64 (") + e.what() + ")");
   }
 }
 

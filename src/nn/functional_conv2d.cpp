@@ -116,7 +116,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                        "] to match weight " + weight.str());
     }
   }
-  Tensor y = Tensor::zeros({g.n, g.c_out, g.oh, g.ow}, x.dtype(), x.device());
+  // Every sample of y is written by a GEMM with beta = 0: no zero fill first (unless the
+  // contraction is empty, where gemm would only scale the uninitialised y by 0).
+  Tensor y = g.col_rows() > 0 ? Tensor::empty({g.n, g.c_out, g.oh, g.ow}, x.dtype(), x.device())
+                              : Tensor::zeros({g.n, g.c_out, g.oh, g.ow}, x.dtype(), x.device());
   if (y.numel() == 0) return y;
   const Tensor w2 = weight.reshape({g.c_out, g.col_rows()});
   const bool pointwise = is_pointwise(g, options);
@@ -159,14 +162,17 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
     }
   }
 
-  Tensor dx = Tensor::zeros(x.shape(), x.dtype(), x.device());
   if (grad_y.numel() == 0 || x.numel() == 0) {
     if (grad_bias.defined()) ops::accumulate_bias_grad(grad_y, grad_bias, 1);
-    return dx;
+    return Tensor::zeros(x.shape(), x.dtype(), x.device());
   }
   const Tensor w2 = weight.reshape({g.c_out, g.col_rows()});
   Tensor gw2 = grad_weight.defined() ? grad_weight.reshape({g.c_out, g.col_rows()}) : Tensor();
   const bool pointwise = is_pointwise(g, options);
+  // Pointwise, every sample of dx is written by a GEMM with beta = 0 (its contraction over
+  // c_out > 0 channels is not empty): no zero fill first. Otherwise col2im adds into it.
+  Tensor dx = pointwise ? Tensor::empty(x.shape(), x.dtype(), x.device())
+                        : Tensor::zeros(x.shape(), x.dtype(), x.device());
   Tensor cols = pointwise ? Tensor() : Tensor::empty({g.col_rows(), g.col_cols()}, x.dtype(), x.device());
   Tensor dcols = pointwise ? Tensor() : Tensor::empty({g.col_rows(), g.col_cols()}, x.dtype(), x.device());
   for (std::int64_t n = 0; n < g.n; ++n) {

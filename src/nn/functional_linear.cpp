@@ -1,5 +1,7 @@
 // Linear as GEMMs over the flattened leading dims: y = x W^T + b.
 
+#include <algorithm>
+
 #include "functional_support.hpp"
 #include "tessera/nn/functional.hpp"
 #include "tessera/ops.hpp"
@@ -51,10 +53,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     // An empty contraction is zero; gemm would scale the uninitialised y by beta = 0
     // (NaN * 0 stays NaN).
     y2.fill_zero();
+    if (bias.defined()) ops::add_bias(y2, bias, -1);
+  } else if (bias.defined() && rows > 0) {
+    // y = b in every row, then y += x W^T (beta = 1): the bias is written in the pass
+    // BLAS would otherwise spend zeroing y for beta = 0, and no second pass adds it.
+    // Rows are filled by doubling copies of the rows already filled.
+    y2.narrow(0, 0, 1).copy_from(bias.reshape({1, out}));
+    for (std::int64_t filled = 1; filled < rows; filled *= 2) {
+      const std::int64_t n = std::min(filled, rows - filled);
+      y2.narrow(0, filled, n).copy_from(y2.narrow(0, 0, n));
+    }
+    ops::gemm(x.reshape({rows, in}), false, weight, true, y2, 1.0, 1.0);
   } else {
     ops::gemm(x.reshape({rows, in}), false, weight, true, y2, 1.0, 0.0);
   }
-  if (bias.defined()) ops::add_bias(y2, bias, -1);
   return y;
 }
 

@@ -1,16 +1,27 @@
 #include "tessera/tp/conv2d.hpp"
 
 #include "tessera/nn/functional.hpp"
-#include "tessera/ops.hpp"
-#include "tessera/tp/mappings.hpp"
 #include "tessera/tp/sharding.hpp"
+#include "tp/parallel_affine.hpp"
 #include "tp/serial_twin.hpp"
 
 namespace tessera::tp {
 
 namespace {
 
-constexpr int kChannelDim = 1;  // NCHW
+using detail::AffineMath;
+using detail::PartitionRule;
+
+void check_channels(const std::string& label, std::int64_t in, std::int64_t out, const ParallelLinearOptions& o) {
+  if (o.sequence_dim) {
+    throw InvalidArgument(label + ": sequence parallelism (options.sequence_dim) applies to Linear layers, not to a "
+                          "1x1 Conv2d on NCHW fields");
+  }
+  if (in < 1 || out < 1) {
+    throw InvalidArgument(label + ": in_channels " + std::to_string(in) + " and out_channels " + std::to_string(out) +
+                          " must be >= 1");
+  }
+}
 
 std::unique_ptr<nn::Conv2d> serial_with(const Tensor& weight, const Tensor& bias, const Parameter& w,
                                         const Parameter& b, bool has_bias) {
@@ -41,120 +52,89 @@ void require_plain_1x1(const nn::Conv2d& conv, const std::string& layer) {
 }
 
 // ---------------------------------------------------------------------------
-// TpColConv2d
+// ColumnParallelConv2d
 // ---------------------------------------------------------------------------
 
-TpColConv2d::TpColConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp, bool gather_output,
+ColumnParallelConv2d::ColumnParallelConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp, bool gather_output,
                          ParallelLinearOptions o)
     : in_(in_channels), out_(out_channels), tp_(tp), gather_output_(gather_output), has_bias_(o.bias),
       label_(detail::layer_label(type_name(), o.name)) {
-  const std::string& label = label_;
-  if (in_ < 1 || out_ < 1) {
-    throw InvalidArgument(label + ": in_channels " + std::to_string(in_) + " and out_channels " +
-                          std::to_string(out_) + " must be >= 1");
-  }
-  weight = make_tp_sharded(label, "weight", {out_, in_, 1, 1}, 0, tp, o.dtype, o.device,
-                           o.weight_init.value_or(default_weight_init()));
+  check_channels(label_, in_, out_, o);
+  detail::make_affine_parameters(PartitionRule::column, label_, {out_, in_, 1, 1}, tp, o, default_weight_init(),
+                                 default_bias_init(in_), weight, bias);
   register_parameter("weight", weight);
-  if (has_bias_) {
-    bias = make_tp_sharded(label, "bias", {out_}, 0, tp, o.dtype, o.device,
-                           o.bias_init.value_or(default_bias_init(in_)));
-    register_parameter("bias", bias);
-  }
+  if (has_bias_) register_parameter("bias", bias);
 }
 
-std::unique_ptr<TpColConv2d> TpColConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp, bool gather_output,
+std::unique_ptr<ColumnParallelConv2d> ColumnParallelConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp, bool gather_output,
                                                       const std::string& name) {
-  const std::string label = detail::layer_label("TpColConv2d", name);
+  const std::string label = detail::layer_label("ColumnParallelConv2d", name);
   require_plain_1x1(serial, label);
-  auto layer = std::make_unique<TpColConv2d>(serial.in_channels(), serial.out_channels(), tp, gather_output,
+  auto layer = std::make_unique<ColumnParallelConv2d>(serial.in_channels(), serial.out_channels(), tp, gather_output,
                                              detail::options_like(serial, name));
   load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
   if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
   return layer;
 }
 
-std::unique_ptr<nn::Conv2d> TpColConv2d::to_serial() {
+std::unique_ptr<nn::Conv2d> ColumnParallelConv2d::to_serial() {
   return serial_with(master_weight(), master_bias(), weight, bias, has_bias_);
 }
 
-Tensor TpColConv2d::master_weight() { return assemble_master(weight, weight.value, tp_); }
-Tensor TpColConv2d::master_bias() { return has_bias_ ? assemble_master(bias, bias.value, tp_) : Tensor(); }
+Tensor ColumnParallelConv2d::master_weight() { return assemble_master(weight, weight.value, tp_); }
+Tensor ColumnParallelConv2d::master_bias() { return has_bias_ ? assemble_master(bias, bias.value, tp_) : Tensor(); }
 
-Tensor TpColConv2d::forward(const Tensor& x) {
-  input_ = copy_to_parallel(x.contiguous(), tp_);
-  Tensor y = nn::functional::conv2d(input_, weight.value, has_bias_ ? bias.value : Tensor(), {});
-  return gather_output_ ? gather_from_parallel(y, kChannelDim, tp_) : y;
+Tensor ColumnParallelConv2d::forward(const Tensor& x) {
+  return detail::column_forward(AffineMath::conv1x1, {tp_, gather_output_, std::nullopt}, x, weight,
+                                has_bias_ ? &bias : nullptr, input_);
 }
 
-Tensor TpColConv2d::backward(const Tensor& grad_y) {
-  if (!input_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
-  const Tensor grad = grad_y.contiguous();
-  const Tensor grad_local = gather_output_ ? gather_from_parallel_backward(grad, kChannelDim, tp_) : grad;
-  Tensor no_bias;
-  Tensor dx = nn::functional::conv2d_backward(grad_local, input_, weight.value, weight.grad,
-                                              has_bias_ ? bias.grad : no_bias, {});
-  input_ = Tensor();  // one backward per forward
-  return copy_to_parallel_backward(dx, tp_);
+Tensor ColumnParallelConv2d::backward(const Tensor& grad_y) {
+  return detail::column_backward(AffineMath::conv1x1, {tp_, gather_output_, std::nullopt}, grad_y, weight,
+                                 has_bias_ ? &bias : nullptr, input_, label_);
 }
 
 // ---------------------------------------------------------------------------
-// TpRowConv2d
+// RowParallelConv2d
 // ---------------------------------------------------------------------------
 
-TpRowConv2d::TpRowConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp, bool input_is_parallel,
+RowParallelConv2d::RowParallelConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp, bool input_is_parallel,
                          ParallelLinearOptions o)
     : in_(in_channels), out_(out_channels), tp_(tp), input_is_parallel_(input_is_parallel), has_bias_(o.bias),
       label_(detail::layer_label(type_name(), o.name)) {
-  const std::string& label = label_;
-  if (in_ < 1 || out_ < 1) {
-    throw InvalidArgument(label + ": in_channels " + std::to_string(in_) + " and out_channels " +
-                          std::to_string(out_) + " must be >= 1");
-  }
-  weight = make_tp_sharded(label, "weight", {out_, in_, 1, 1}, 1, tp, o.dtype, o.device,
-                           o.weight_init.value_or(default_weight_init()));
+  check_channels(label_, in_, out_, o);
+  detail::make_affine_parameters(PartitionRule::row, label_, {out_, in_, 1, 1}, tp, o, default_weight_init(),
+                                 default_bias_init(in_), weight, bias);
   register_parameter("weight", weight);
-  if (has_bias_) {
-    bias = Parameter(Tensor::zeros({out_}, o.dtype, o.device), o.bias_init.value_or(default_bias_init(in_)));
-    register_parameter("bias", bias);
-  }
+  if (has_bias_) register_parameter("bias", bias);
 }
 
-std::unique_ptr<TpRowConv2d> TpRowConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp,
+std::unique_ptr<RowParallelConv2d> RowParallelConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp,
                                                       bool input_is_parallel, const std::string& name) {
-  const std::string label = detail::layer_label("TpRowConv2d", name);
+  const std::string label = detail::layer_label("RowParallelConv2d", name);
   require_plain_1x1(serial, label);
-  auto layer = std::make_unique<TpRowConv2d>(serial.in_channels(), serial.out_channels(), tp, input_is_parallel,
+  auto layer = std::make_unique<RowParallelConv2d>(serial.in_channels(), serial.out_channels(), tp, input_is_parallel,
                                              detail::options_like(serial, name));
   load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
   if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
   return layer;
 }
 
-std::unique_ptr<nn::Conv2d> TpRowConv2d::to_serial() {
+std::unique_ptr<nn::Conv2d> RowParallelConv2d::to_serial() {
   return serial_with(master_weight(), master_bias(), weight, bias, has_bias_);
 }
 
-Tensor TpRowConv2d::master_weight() { return assemble_master(weight, weight.value, tp_); }
-Tensor TpRowConv2d::master_bias() { return has_bias_ ? bias.value.clone() : Tensor(); }
+Tensor RowParallelConv2d::master_weight() { return assemble_master(weight, weight.value, tp_); }
+Tensor RowParallelConv2d::master_bias() { return has_bias_ ? bias.value.clone() : Tensor(); }
 
-Tensor TpRowConv2d::forward(const Tensor& x) {
-  const Tensor input = x.contiguous();
-  input_local_ = input_is_parallel_ ? input : scatter_to_parallel(input, kChannelDim, tp_);
-  Tensor partial = nn::functional::conv2d(input_local_, weight.value, Tensor(), {});
-  Tensor y = reduce_from_parallel(partial, tp_);
-  if (has_bias_) ops::add_bias(y, bias.value, kChannelDim);
-  return y;
+Tensor RowParallelConv2d::forward(const Tensor& x) {
+  return detail::row_forward(AffineMath::conv1x1, {tp_, input_is_parallel_, std::nullopt}, x, weight,
+                             has_bias_ ? &bias : nullptr, input_local_);
 }
 
-Tensor TpRowConv2d::backward(const Tensor& grad_y) {
-  if (!input_local_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
-  const Tensor grad = reduce_from_parallel_backward(grad_y.contiguous(), tp_);
-  if (has_bias_) ops::accumulate_bias_grad(grad, bias.grad, kChannelDim);
-  Tensor no_bias;
-  Tensor dx_local = nn::functional::conv2d_backward(grad, input_local_, weight.value, weight.grad, no_bias, {});
-  input_local_ = Tensor();
-  return input_is_parallel_ ? dx_local : scatter_to_parallel_backward(dx_local, kChannelDim, tp_);
+Tensor RowParallelConv2d::backward(const Tensor& grad_y) {
+  return detail::row_backward(AffineMath::conv1x1, {tp_, input_is_parallel_, std::nullopt}, grad_y, weight,
+                              has_bias_ ? &bias : nullptr, input_local_, label_);
 }
 
 }  // namespace tessera::tp

@@ -1,14 +1,15 @@
 #include "tessera/tp/linear.hpp"
 
-#include "tessera/nn/functional.hpp"
-#include "tessera/ops.hpp"
-#include "tessera/tp/mappings.hpp"
 #include "tessera/tp/sharding.hpp"
+#include "tp/parallel_affine.hpp"
 #include "tp/serial_twin.hpp"
 
 namespace tessera::tp {
 
 namespace {
+
+using detail::AffineMath;
+using detail::PartitionRule;
 
 void check_features(const std::string& label, std::int64_t in, std::int64_t out) {
   if (in < 1 || out < 1) {
@@ -42,16 +43,11 @@ ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_
       has_bias_(o.bias),
       sequence_dim_(o.sequence_dim),
       label_(detail::layer_label(type_name(), o.name)) {
-  const std::string& label = label_;
-  check_features(label, in_, out_);
-  weight = make_tp_sharded(label, "weight", {out_, in_}, 0, tp, o.dtype, o.device,
-                           o.weight_init.value_or(nn::Linear::default_weight_init()));
+  check_features(label_, in_, out_);
+  detail::make_affine_parameters(PartitionRule::column, label_, {out_, in_}, tp, o, nn::Linear::default_weight_init(),
+                                 nn::Linear::default_bias_init(in_), weight, bias);
   register_parameter("weight", weight);
-  if (has_bias_) {
-    bias = make_tp_sharded(label, "bias", {out_}, 0, tp, o.dtype, o.device,
-                           o.bias_init.value_or(nn::Linear::default_bias_init(in_)));
-    register_parameter("bias", bias);
-  }
+  if (has_bias_) register_parameter("bias", bias);
 }
 
 std::unique_ptr<ColumnParallelLinear> ColumnParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
@@ -75,20 +71,13 @@ Tensor ColumnParallelLinear::master_bias() {
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  const Tensor input = x.contiguous();
-  input_ = sequence_dim_ ? sequence_all_gather(input, *sequence_dim_, tp_) : copy_to_parallel(input, tp_);
-  Tensor y = nn::functional::linear(input_, weight.value, has_bias_ ? bias.value : Tensor());
-  return gather_output_ ? gather_from_parallel(y, -1, tp_) : y;
+  return detail::column_forward(AffineMath::linear, {tp_, gather_output_, sequence_dim_}, x, weight,
+                                has_bias_ ? &bias : nullptr, input_);
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& grad_y) {
-  if (!input_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
-  const Tensor grad_local = gather_output_ ? gather_from_parallel_backward(grad_y.contiguous(), -1, tp_) : grad_y.contiguous();
-  Tensor no_bias;
-  Tensor dx = nn::functional::linear_backward(grad_local, input_, weight.value, weight.grad,
-                                              has_bias_ ? bias.grad : no_bias);
-  input_ = Tensor();  // one backward per forward, as the serial layers
-  return sequence_dim_ ? sequence_all_gather_backward(dx, *sequence_dim_, tp_) : copy_to_parallel_backward(dx, tp_);
+  return detail::column_backward(AffineMath::linear, {tp_, gather_output_, sequence_dim_}, grad_y, weight,
+                                 has_bias_ ? &bias : nullptr, input_, label_);
 }
 
 // ---------------------------------------------------------------------------
@@ -104,18 +93,11 @@ RowParallelLinear::RowParallelLinear(std::int64_t in_features, std::int64_t out_
       has_bias_(o.bias),
       sequence_dim_(o.sequence_dim),
       label_(detail::layer_label(type_name(), o.name)) {
-  const std::string& label = label_;
-  check_features(label, in_, out_);
-  weight = make_tp_sharded(label, "weight", {out_, in_}, 1, tp, o.dtype, o.device,
-                           o.weight_init.value_or(nn::Linear::default_weight_init()));
+  check_features(label_, in_, out_);
+  detail::make_affine_parameters(PartitionRule::row, label_, {out_, in_}, tp, o, nn::Linear::default_weight_init(),
+                                 nn::Linear::default_bias_init(in_), weight, bias);
   register_parameter("weight", weight);
-  if (has_bias_) {
-    // Replicated: added once, after the reduction, so it is not counted tp times.
-    bias = Parameter(Tensor::zeros({out_}, o.dtype, o.device), o.bias_init.value_or(nn::Linear::default_bias_init(in_)));
-    // Added to a sequence shard, its gradient on each rank covers only that shard.
-    bias.partial_grad_over_tp = sequence_dim_.has_value();
-    register_parameter("bias", bias);
-  }
+  if (has_bias_) register_parameter("bias", bias);
 }
 
 std::unique_ptr<RowParallelLinear> RowParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
@@ -137,27 +119,13 @@ Tensor RowParallelLinear::master_weight() { return assemble_master(weight, weigh
 Tensor RowParallelLinear::master_bias() { return has_bias_ ? bias.value.clone() : Tensor(); }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
-  const Tensor input = x.contiguous();
-  input_local_ = input_is_parallel_ ? input : scatter_to_parallel(input, -1, tp_);
-  Tensor partial = nn::functional::linear(input_local_, weight.value, Tensor());
-  Tensor y = sequence_dim_ ? sequence_reduce_scatter(partial, *sequence_dim_, tp_) : reduce_from_parallel(partial, tp_);
-  if (has_bias_) ops::add_bias(y, bias.value, -1);
-  return y;
+  return detail::row_forward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim_}, x, weight,
+                             has_bias_ ? &bias : nullptr, input_local_);
 }
 
-Tensor RowParallelLinear::backward(const Tensor& grad_output) {
-  if (!input_local_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
-  const Tensor grad_y = grad_output.contiguous();
-  // Without sequence parallelism the output (and so its gradient) is replicated over
-  // tp: every rank adds the same full bias gradient, keeping the replicated bias
-  // identical without communication. With it, each rank adds its shard's part.
-  if (has_bias_) ops::accumulate_bias_grad(grad_y, bias.grad, -1);
-  const Tensor grad = sequence_dim_ ? sequence_reduce_scatter_backward(grad_y, *sequence_dim_, tp_)
-                                    : reduce_from_parallel_backward(grad_y, tp_);
-  Tensor no_bias;
-  Tensor dx_local = nn::functional::linear_backward(grad, input_local_, weight.value, weight.grad, no_bias);
-  input_local_ = Tensor();
-  return input_is_parallel_ ? dx_local : scatter_to_parallel_backward(dx_local, -1, tp_);
+Tensor RowParallelLinear::backward(const Tensor& grad_y) {
+  return detail::row_backward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim_}, grad_y, weight,
+                              has_bias_ ? &bias : nullptr, input_local_, label_);
 }
 
 }  // namespace tessera::tp

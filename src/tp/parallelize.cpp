@@ -147,8 +147,8 @@ std::unique_ptr<nn::Module> convert_leaf(const std::string& path, nn::Module& m,
                                           sequence_output(style));
   }
   if (auto* conv = dynamic_cast<nn::Conv2d*>(&m)) {
-    if (col) return TpColConv2d::from_serial(*conv, tp, style.output == Layout::replicate, path);
-    return TpRowConv2d::from_serial(*conv, tp, style.input == Layout::shard_features, path);
+    if (col) return ColumnParallelConv2d::from_serial(*conv, tp, style.output == Layout::replicate, path);
+    return RowParallelConv2d::from_serial(*conv, tp, style.input == Layout::shard_features, path);
   }
   auto& embedding = dynamic_cast<nn::Embedding&>(m);
   if (col) return ParallelEmbedding::from_serial(embedding, tp, path);

@@ -778,6 +778,18 @@ static void test_checkpoint(void) {
     EXPECT_OK(tessera_checkpoint_destroy(&ck));
     CHECK(ck == NULL);
   }
+  /* Regression (hardening issue): a save whose every add failed used to commit an empty
+   * checkpoint and move `latest` past step 8. Now the commit fails on every rank and
+   * writes nothing: the load of the root's latest below still finds step 8. */
+  {
+    EXPECT_OK(tessera_checkpoint_begin_save(mesh, root, 9, TESSERA_LAYOUT_PER_RANK, &ck));
+    EXPECT_STATUS(tessera_checkpoint_add_array(ck, "params", NULL, TESSERA_F64, TESSERA_ORDER_C, 1, vec_shape,
+                                               vec_offset, vec_shape, ""),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(tessera_checkpoint_commit(ck), TESSERA_ERR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("no array was added to this checkpoint (1 add call(s) failed; the first: 'params'");
+    EXPECT_OK(tessera_checkpoint_destroy(&ck));
+  }
   EXPECT_STATUS(tessera_checkpoint_commit(NULL), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_checkpoint_step(NULL, NULL), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_checkpoint_metadata(NULL, NULL), TESSERA_ERR_INVALID_ARGUMENT);

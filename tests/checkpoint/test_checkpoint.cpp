@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "ckpt_test_util.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
+#include "tessera/io/checksum.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -201,27 +203,91 @@ TEST_F(Checkpoint, PartialLoadTouchesOnlyTheNamedParameters) {
 
 TEST_F(Checkpoint, CorruptedByteIsDetectedAndNamed) {
   for (auto layout : kLayouts) {
-    const std::string root = scratch_dir(std::string("corrupt_") + std::string(io::checkpoint_layout_name(layout)));
+    for (bool with_manifest : {true, false}) {
+      const std::string root = scratch_dir(std::string("corrupt_") + std::string(io::checkpoint_layout_name(layout)) +
+                                           (with_manifest ? "_manifest" : "_v1"));
+      auto saved = make_model(mesh->tp(), 1);
+      const std::string dir = io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(layout));
+      // per_rank: the slice of rank 0; shared: the one file.
+      const std::string name = layout == io::CheckpointLayout::per_rank ? io::rank_file_name(0) : "checkpoint.h5";
+      if (world_rank() == 0) {
+        ASSERT_TRUE(fs::exists(fs::path(dir) / "MANIFEST"));
+        // Without the MANIFEST (as a checkpoint written before it existed), the
+        // per-dataset checksums still find the damage and name the dataset.
+        if (!with_manifest) fs::remove(fs::path(dir) / "MANIFEST");
+        flip_byte((fs::path(dir) / name).string(), "/model/1.weight", 5);
+        const auto report = io::verify_checkpoint(dir);
+        EXPECT_FALSE(report.ok());
+        ASSERT_FALSE(report.failed.empty());
+        expect_contains(report.failed.front(), with_manifest ? "file " + name : std::string("/model/1.weight"));
+      }
+      Communicator(MPI_COMM_WORLD).barrier();
+      auto model = make_model(mesh->tp(), 2);
+      auto fresh = make_model(mesh->tp(), 2);
+      const auto message = same_error_everywhere<IoError>([&] { io::load_checkpoint(root, *mesh, *model); });
+      if (with_manifest) {
+        expect_contains(message, name + "' is damaged: its CRC-32C is ");
+      } else {
+        expect_contains(message, "checksum mismatch in dataset /model/1.weight");
+      }
+      // Nothing was modified by the failed load.
+      auto p = model->named_parameters(), f = fresh->named_parameters();
+      for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, f[i].second->value));
+    }
+  }
+}
+
+// Regression (hardening issue): one flipped byte in a per_rank checkpoint's index file
+// (HDF5 metadata, not data) crashed or hung the resume at 10 of the first 230 offsets
+// tried. Bytes of the index, then of a slice file and of a shared file, are flipped in
+// turn: each load fails with the same IoError on every rank naming the file,
+// and the model is untouched.
+TEST_F(Checkpoint, AFlippedByteAnywhereIsAnErrorNeverACrash) {
+  for (auto layout : kLayouts) {
+    const std::string root = scratch_dir(std::string("flip_") + std::string(io::checkpoint_layout_name(layout)));
     auto saved = make_model(mesh->tp(), 1);
     const std::string dir = io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(layout));
-    if (world_rank() == 0) {
-      // per_rank: the slice of rank 0; shared: the one file.
-      const std::string file = (fs::path(dir) / (layout == io::CheckpointLayout::per_rank ? io::rank_file_name(0)
-                                                                                       : "checkpoint.h5")).string();
-      flip_byte(file, "/model/1.weight", 5);
-      const auto report = io::verify_checkpoint(dir);
-      EXPECT_FALSE(report.ok());
-      ASSERT_FALSE(report.failed.empty());
-      expect_contains(report.failed.front(), "/model/1.weight");
+    std::vector<std::string> names{"checkpoint.h5"};
+    if (layout == io::CheckpointLayout::per_rank) names.push_back(io::rank_file_name(0));
+    for (const std::string& name : names) {
+      const std::string file = (fs::path(dir) / name).string();
+      const auto size = static_cast<std::int64_t>(fs::file_size(file));
+      int loads = 0;
+      // Every 97th byte of the per_rank index (as in the report; every 291st at 4 ranks,
+      // where each load costs more on an oversubscribed test machine), every 997th
+      // byte of the other files.
+      const bool index = layout == io::CheckpointLayout::per_rank && name == "checkpoint.h5";
+      const std::int64_t stride = index ? (world_size() <= 2 ? 97 : 291) : 997;
+      for (std::int64_t offset = 0; offset < size; offset += stride) {
+        if (world_rank() == 0) {
+          std::FILE* raw = std::fopen(file.c_str(), "r+b");
+          ASSERT_NE(raw, nullptr);
+          std::fseek(raw, static_cast<long>(offset), SEEK_SET);
+          const int c = std::fgetc(raw);
+          std::fseek(raw, static_cast<long>(offset), SEEK_SET);
+          std::fputc(c ^ 0x01, raw);
+          std::fclose(raw);
+        }
+        Communicator(MPI_COMM_WORLD).barrier();
+        auto model = make_model(mesh->tp(), 2);
+        const auto message = same_error_everywhere<IoError>([&] { io::load_checkpoint(root, *mesh, *model); });
+        expect_contains(message, name + "' is damaged");
+        ++loads;
+        if (world_rank() == 0) {  // put the byte back
+          std::FILE* raw = std::fopen(file.c_str(), "r+b");
+          std::fseek(raw, static_cast<long>(offset), SEEK_SET);
+          const int c = std::fgetc(raw);
+          std::fseek(raw, static_cast<long>(offset), SEEK_SET);
+          std::fputc(c ^ 0x01, raw);
+          std::fclose(raw);
+        }
+        Communicator(MPI_COMM_WORLD).barrier();
+      }
+      EXPECT_GT(loads, 10) << file;
     }
-    Communicator(MPI_COMM_WORLD).barrier();
+    // Restored: the checkpoint loads again.
     auto model = make_model(mesh->tp(), 2);
-    auto fresh = make_model(mesh->tp(), 2);
-    const auto message = same_error_everywhere<IoError>([&] { io::load_checkpoint(root, *mesh, *model); });
-    expect_contains(message, "checksum mismatch in dataset /model/1.weight");
-    // Nothing was modified by the failed load.
-    auto p = model->named_parameters(), f = fresh->named_parameters();
-    for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, f[i].second->value));
+    EXPECT_NO_THROW(io::load_checkpoint(root, *mesh, *model));
   }
 }
 
@@ -280,4 +346,16 @@ TEST_F(Checkpoint, LatestPointerAndKeepLastRotation) {
   for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, w[i].second->value));
   const auto message = same_error_everywhere<IoError>([&] { io::load_checkpoint(root + "/nothing", *mesh, *model); });
   expect_contains(message, "nothing' does not exist");
+}
+
+// Regression (hardening issue): block_checksum added offset + extent and multiplied the
+// global extents unchecked, so a caller-supplied offset or global shape near INT64_MAX
+// wrapped and passed the bounds check. Both are ShapeErrors now.
+TEST(BlockChecksum, HugeOffsetsAndUncountableGlobalShapesAreRejected) {
+  const Tensor block = Tensor::zeros({2, 3}, DType::f32);
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max() - 1;
+  EXPECT_THROW(io::block_checksum(block, {4, big}, {0, big}), ShapeError);  // offset + 3 wraps
+  EXPECT_THROW(io::block_checksum(block, {big, big}, {0, 0}), ShapeError);  // big * big uncountable
+  EXPECT_THROW(io::block_checksum(block, {4, 6}, {3, 0}), ShapeError);      // plainly outside
+  EXPECT_NO_THROW(io::block_checksum(block, {4, 6}, {2, 3}));
 }

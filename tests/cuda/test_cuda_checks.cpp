@@ -6,12 +6,17 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <tessera/version.hpp>
+#if TESSERA_HAVE_NCCL
 #include <nccl.h>
+#endif
 
 #include <string>
 
 #include "backend/cuda/cuda_check.hpp"
+#if TESSERA_HAVE_NCCL
 #include "comm/nccl_check.hpp"
+#endif
 #include "tessera/backend.hpp"
 #include "tessera/error.hpp"
 #include "tessera/tensor.hpp"
@@ -121,6 +126,7 @@ TEST(CublasCheck, RealCallWithNullHandleThrows) {
   }
 }
 
+#if TESSERA_HAVE_NCCL  // a build without NCCL has no NCCL check to test
 TEST(NcclCheck, SuccessDoesNothingAndEvaluatesOnce) {
   g_calls = 0;
   EXPECT_NO_THROW(TESSERA_CHECK_NCCL(counted(ncclSuccess)));
@@ -149,6 +155,7 @@ TEST(NcclCheck, FailureThrowsNcclErrorWithCallNameTextAndLocation) {
 TEST(NcclCheck, RealCallWithNullArgumentThrows) {
   EXPECT_THROW(TESSERA_CHECK_NCCL(ncclGetVersion(nullptr)), tessera::NcclError);
 }
+#endif
 
 TEST(CudaLibrary, BuiltAndConsistentAboutDevices) {
   EXPECT_TRUE(tessera::cuda_backend_built());
@@ -172,8 +179,12 @@ TEST(CudaLibrary, VersionsNameTheLibrariesThisBuildLinks) {
   EXPECT_TRUE(Contains(versions, "cuBLAS " + std::to_string(CUBLAS_VER_MAJOR) + "." +
                                   std::to_string(CUBLAS_VER_MINOR) + "." +
                                   std::to_string(CUBLAS_VER_PATCH)));
+#if TESSERA_HAVE_NCCL
   EXPECT_TRUE(Contains(versions, "NCCL " + std::to_string(NCCL_MAJOR) + "." +
                                   std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH)));
+#else
+  EXPECT_TRUE(Contains(versions, "NCCL not used (built without NCCL)"));
+#endif
   EXPECT_TRUE(Contains(versions, "driver"));
 }
 

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -163,6 +164,25 @@ TEST(Decomposition, BoxesFollowShardRange) {
     EXPECT_EQ(cells, 721 * 10);
     EXPECT_EQ(d.local_shape(), (Shape{3, d.box().lat.length, d.box().lon.length}));
     EXPECT_EQ(d.leading_shape(), Shape{3});
+  }
+}
+
+// Regression (hardening issue): a grid whose lat * lon overflows int was undefined
+// behaviour, and a global shape whose element count overflows int64 went on to
+// out-of-bounds arithmetic. Both are now errors naming the decomposition.
+TEST(Decomposition, OverflowingGridAndShapeAreRejected) {
+  try {
+    Decomposition d(world(), {4, 4}, ProcessGrid{std::numeric_limits<int>::max(), 2});
+    ADD_FAILURE() << "an overflowing grid was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the process grid must hold exactly"), std::string::npos) << e.what();
+  }
+  const std::int64_t huge = std::int64_t{1} << 40;
+  try {
+    Decomposition d(world(), {huge, huge, 64});
+    ADD_FAILURE() << "an uncountable global shape was accepted";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("more elements than int64 can count"), std::string::npos) << e.what();
   }
 }
 

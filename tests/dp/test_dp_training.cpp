@@ -112,7 +112,7 @@ TEST(DataParallelTraining, DdpAndFsdp2TrackSerialOverlapOnAndOffIdentical) {
       ParallelRun run = make_parallel(mesh, v.mode, v.overlap, /*bucket_bytes=*/160);
       FieldNet& model = *run.model;
       if (v.mode == DataParallelMode::fsdp2) {
-        EXPECT_EQ(model.at("mlp.mlp.0").type_name(), "FSDP(TpColConv2d)") << what;
+        EXPECT_EQ(model.at("mlp.mlp.0").type_name(), "FSDP(ColumnParallelConv2d)") << what;
       }
       // Expected dp collectives per step: ddp one all-reduce per bucket; fsdp2 per unit
       // with sharded parameters an all-gather forward, an all-gather and a reduce-scatter

@@ -1,5 +1,6 @@
 # Driver checks, run with cmake -P (CTest label `driver`). Arguments (-D):
-#   MODE      demo | resume | layouts | bad_config | dry_run (the field emulator)
+#   MODE      demo | resume | resume_safety | disk_full | layouts | bad_config | dry_run
+#             (the field emulator)
 #             decoder_train | decoder_layouts | decoder_resume | decoder_bad_config |
 #             decoder_dry_run (model.type: decoder)
 #             device (the `device` key, any machine) | device_cuda (training on a GPU against
@@ -99,6 +100,85 @@ elseif(MODE STREQUAL "resume")
   endif()
   message(STATUS "resume: bit-identical after kill at step 5 and resume from step 3")
 
+elseif(MODE STREQUAL "resume_safety")
+  # resume: latest refuses to start over; latest_or_start starts from step 0 only in an
+  # empty directory; a broken or escaping `latest` pointer is never followed; keep_last
+  # never deletes steps newer than the one saved; unfinished saves are cleaned at start.
+  set(np2 "--set=parallelism={data: none, domain: 2}")
+  set(dir "${WORK_DIR}/ckpt")
+  file(REMOVE_RECURSE "${dir}")
+  run_driver(out rc 2 ${tiny} ${data} ${np2} "--set=checkpoint.dir=${dir}" --set=resume=latest)
+  if(rc EQUAL 0 OR NOT out MATCHES "resume: latest, but checkpoint.dir '[^']*' holds no checkpoint; use resume: latest_or_start")
+    message(FATAL_ERROR "resume: latest in an empty directory: expected an error; got ${rc}:\n${out}")
+  endif()
+  expect_success(2 ${tiny} ${data} ${np2} "--set=checkpoint.dir=${dir}" --set=resume=latest_or_start --set=schedule.steps=6)
+  if(NOT last_output MATCHES "starting from step 0 \\(resume: latest_or_start\\)")
+    message(FATAL_ERROR "latest_or_start in an empty directory did not start from step 0:\n${last_output}")
+  endif()
+  # A killed save left an unfinished step-3 directory: removed at the next start.
+  file(MAKE_DIRECTORY "${dir}/.step_00000003.tmp-123-abc")
+  file(WRITE "${dir}/.step_00000003.tmp-123-abc/checkpoint.h5" "half written")
+  expect_success(2 ${tiny} ${data} ${np2} "--set=checkpoint.dir=${dir}" --set=resume=latest_or_start --set=schedule.steps=6)
+  if(NOT last_output MATCHES "removed 1 unfinished save" OR EXISTS "${dir}/.step_00000003.tmp-123-abc")
+    message(FATAL_ERROR "the stale temporary directory was not removed at start:\n${last_output}")
+  endif()
+  # A run that starts over (no resume) in the same directory saves step 3 with
+  # keep_last 1: the newer step 6 must survive.
+  expect_success(2 ${tiny} ${data} ${np2} "--set=checkpoint.dir=${dir}" --set=schedule.steps=3 --set=checkpoint.keep_last=1)
+  if(NOT EXISTS "${dir}/step_00000006" OR NOT last_output MATCHES "keep_last rotation skipped")
+    message(FATAL_ERROR "keep_last deleted a newer step than the one saved:\n${last_output}")
+  endif()
+  # A pointer outside the root, or to nothing, is an error, never followed.
+  foreach(pointer "../../etc" "/tmp" "step_00000099")
+    file(WRITE "${dir}/latest" "${pointer}\n")
+    run_driver(out rc 2 ${tiny} ${data} ${np2} "--set=checkpoint.dir=${dir}" --set=resume=latest_or_start)
+    if(rc EQUAL 0 OR NOT out MATCHES "its 'latest' pointer (holds|names) '${pointer}'")
+      message(FATAL_ERROR "latest -> ${pointer}: expected an error naming the pointer; got ${rc}:\n${out}")
+    endif()
+  endforeach()
+  # Step directories but no pointer: the newest step cannot be identified safely.
+  file(REMOVE "${dir}/latest")
+  run_driver(out rc 2 ${tiny} ${data} ${np2} "--set=checkpoint.dir=${dir}" --set=resume=latest_or_start)
+  if(rc EQUAL 0 OR NOT out MATCHES "holds 2 step directories \\(the newest: [^)]*step_00000006\\) but no 'latest' pointer")
+    message(FATAL_ERROR "no latest pointer: expected an error naming the steps; got ${rc}:\n${out}")
+  endif()
+  message(STATUS "resume safety: refusals, cleanup and rotation as expected")
+
+elseif(MODE STREQUAL "disk_full")
+  # A save that hits a full disk (a 16 KiB file-size limit, SIGXFSZ ignored, so writes
+  # fail with EFBIG) fails cleanly on every rank: an error naming the file, exit 1 (no
+  # crash, no hang), no unfinished directory, and the previous checkpoint and `latest`
+  # intact and loadable. MPI's shared-memory transport would hit the limit itself, so
+  # it runs over TCP here.
+  set(np2 "--set=parallelism={data: none, domain: 2}")
+  foreach(layout per_rank shared)
+    set(dir "${WORK_DIR}/${layout}")
+    file(REMOVE_RECURSE "${dir}")
+    expect_success(2 ${tiny} ${data} ${np2} "--set=checkpoint.dir=${dir}" --set=checkpoint.layout=${layout}
+                   --set=schedule.steps=3)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self
+                            bash -c "trap '' XFSZ; ulimit -f 16; exec \"\$@\"" limited
+                            ${MPIEXEC} ${NUMPROC_FLAG} 2 ${RUN} ${tiny} ${data} ${np2} "--set=checkpoint.dir=${dir}"
+                            --set=checkpoint.layout=${layout} --set=schedule.steps=6 --set=resume=latest
+                    WORKING_DIRECTORY "${SOURCE_DIR}" OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                    TIMEOUT 120)
+    set(out "${out}${err}")
+    if(NOT rc EQUAL 1 OR NOT out MATCHES "tessera-run: error: [^\n]*(File too large|file write failed)")
+      message(FATAL_ERROR "${layout}: expected exit 1 and an error naming the failed write; got '${rc}':\n${out}")
+    endif()
+    file(READ "${dir}/latest" latest)
+    string(STRIP "${latest}" latest)
+    file(GLOB leftovers "${dir}/.step_*")
+    if(NOT latest STREQUAL "step_00000003" OR EXISTS "${dir}/step_00000006" OR leftovers)
+      message(FATAL_ERROR "${layout}: after the failed save latest is '${latest}', leftovers '${leftovers}'")
+    endif()
+    execute_process(COMMAND ${CKPT} verify "${dir}" OUTPUT_VARIABLE vout ERROR_VARIABLE verr RESULT_VARIABLE vrc)
+    if(NOT vrc EQUAL 0)
+      message(FATAL_ERROR "${layout}: the previous checkpoint no longer verifies:\n${vout}${verr}")
+    endif()
+    message(STATUS "disk full (${layout}): clean failure, step 3 intact")
+  endforeach()
+
 elseif(MODE STREQUAL "layouts")
   # The same training at (dp, tp, domain) = (1,1,1), (1,2,2), (2,2,1).
   set(common ${tiny} ${data} --set=checkpoint.interval=0)
@@ -119,7 +199,10 @@ elseif(MODE STREQUAL "bad_config")
   file(WRITE "${WORK_DIR}/tensor0.yaml" "parallelism:\n  data: none\n  tensor: 0\n")
   file(WRITE "${WORK_DIR}/unknown.yaml" "model: {width: 8}\ndata: {batchsize: 4}\n")
   file(WRITE "${WORK_DIR}/unknown_top.yaml" "schedule: {steps: 3}\noptimiser: {lr: 1.0}\n")
-  foreach(case "tensor0.yaml|parallelism.tensor" "unknown.yaml|data.batchsize" "unknown_top.yaml|optimiser")
+  # A key given twice is an error naming it and both lines, not "the last one wins".
+  file(WRITE "${WORK_DIR}/duplicate.yaml" "optimizer:\n  lr: 1.0e-3\n  lr: 1.0\n")
+  foreach(case "tensor0.yaml|parallelism.tensor" "unknown.yaml|data.batchsize" "unknown_top.yaml|optimiser"
+               "duplicate.yaml|duplicate.yaml:3: optimizer.lr: the key appears twice \\(first at line 2\\)")
     string(REPLACE "|" ";" case "${case}")
     list(GET case 0 file)
     list(GET case 1 key)
@@ -133,6 +216,43 @@ elseif(MODE STREQUAL "bad_config")
       message(FATAL_ERROR "${file}: expected the error once (rank 0 only), got ${n} times:\n${out}")
     endif()
   endforeach()
+  # Normalisation statistics that cannot normalise (std 0, NaN; mean infinite) are an
+  # error naming the variable, not a silent std of 1.
+  if(EXISTS /usr/bin/python3)
+    foreach(case "std|0|0.0" "std|1|nan" "mean|2|inf")
+      string(REPLACE "|" ";" case "${case}")
+      list(GET case 0 attr)
+      list(GET case 1 channel)
+      list(GET case 2 value)
+      set(bad "${WORK_DIR}/bad_${attr}_${channel}.h5")
+      file(COPY_FILE "${SOURCE_DIR}/data/rossby_haurwitz.h5" "${bad}")
+      execute_process(COMMAND /usr/bin/python3 -c
+                      "import h5py,sys; f=h5py.File(sys.argv[1],'r+'); d=f['fields']; a=d.attrs['${attr}']; a[${channel}]=float('${value}'); d.attrs['${attr}']=a"
+                      "${bad}" RESULT_VARIABLE py_rc ERROR_VARIABLE py_err)
+      if(NOT py_rc EQUAL 0)
+        message(STATUS "normalisation check skipped (h5py unavailable: ${py_err})")
+        break()
+      endif()
+      set(variables h u v)  # the dataset's channels, in file order
+      list(GET variables ${channel} variable)
+      run_driver(out rc 2 ${tiny} "--set=data.path=${bad}" "--set=parallelism={data: none, domain: 2}")
+      if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: [^\n]*variable '${variable}'[^\n]*normalisation needs a finite mean and a finite std > 0")
+        message(FATAL_ERROR "${attr}[${channel}] = ${value}: expected an error naming variable ${variable}; got ${rc}:\n${out}")
+      endif()
+    endforeach()
+  endif()
+  # A model that cannot fit in memory is refused before anything is allocated, on every
+  # rank, also by --dry-run (it used to run out of memory building 10^8 blocks).
+  run_driver(out rc 2 ${tiny} ${data} "--set=parallelism={data: none, domain: 2}" --set=model.blocks=100000000 --dry-run)
+  if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: [^\n]*the model has 28000000443 parameters[^\n]*more than this rank's share of the node's available memory")
+    message(FATAL_ERROR "model.blocks 10^8: expected a memory error before allocation; got ${rc}:\n${out}")
+  endif()
+  # An unwritable checkpoint.dir is found before training, not at the first save.
+  run_driver(out rc 2 ${tiny} ${data} "--set=parallelism={data: none, domain: 2}" "--set=checkpoint.dir=/proc/tessera-no-such-dir")
+  if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: [^\n]*checkpoint.dir '/proc/tessera-no-such-dir' is not writable"
+     OR out MATCHES "\nstep ")
+    message(FATAL_ERROR "unwritable checkpoint.dir: expected an error before the first step; got ${rc}:\n${out}")
+  endif()
   # An unknown key given with --set is rejected the same way.
   run_driver(out rc 2 ${tiny} --set=optimizer.learning_rate=1)
   if(rc EQUAL 0 OR NOT out MATCHES "optimizer.learning_rate")

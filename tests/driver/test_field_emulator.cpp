@@ -67,6 +67,22 @@ TEST(FieldEmulatorConfig, YamlRoundTripIsExact) {
   EXPECT_EQ(from_metadata, c);
 }
 
+// parameter_count() (tessera-run refuses a model that cannot fit before building it) is
+// the built model's count at every layout's full size; an uncountable size is a
+// ConfigError, not a wrapped number.
+TEST(FieldEmulatorConfig, ParameterCountIsTheBuiltModels) {
+  const models::FieldEmulatorConfig c = small_config();
+  Mesh mesh(MPI_COMM_SELF, ParallelismConfig{});
+  models::FieldEmulator model(c, mesh);
+  std::int64_t built = 0;
+  for (const auto& [name, p] : model.named_parameters()) built += p->value.numel();
+  EXPECT_EQ(c.parameter_count(), built);
+  models::FieldEmulatorConfig huge = c;
+  huge.n_blocks = std::int64_t{1} << 40;
+  huge.width = std::int64_t{1} << 30;
+  EXPECT_THROW((void)huge.parameter_count(), ConfigError);
+}
+
 TEST(FieldEmulatorConfig, UnknownKeyAndBadValuesAreNamed) {
   try {
     models::FieldEmulatorConfig::from_yaml("type: field_emulator\nwidht: 4\n", "meta");

@@ -446,6 +446,24 @@ TEST(Decoder, ParameterNamesInStableOrder) {
   EXPECT_EQ(dec.named_parameters("model").back().first, "model.head.weight");
 }
 
+// parameter_count() (used to refuse a model that cannot fit before it is built) is the
+// model's real count, with and without tied embeddings; an uncountable size is a
+// ConfigError, not a wrapped number.
+TEST(Decoder, ParameterCountIsTheBuiltModels) {
+  for (bool tied : {false, true}) {
+    models::DecoderConfig c = tiny_config();
+    c.tie_embeddings = tied;
+    models::Decoder dec(c);
+    std::int64_t built = 0;
+    for (const auto& [name, p] : dec.named_parameters()) built += p->value.numel();
+    EXPECT_EQ(c.parameter_count(), built) << "tie_embeddings " << tied;
+  }
+  models::DecoderConfig huge = tiny_config();
+  huge.d_model = std::int64_t{1} << 40;
+  huge.hidden = std::int64_t{1} << 40;
+  EXPECT_THROW((void)huge.parameter_count(), ConfigError);
+}
+
 TEST(Decoder, ForwardShapesAndBackwardMatchesFiniteDifferences) {
   models::Decoder dec(tiny_config(), DType::f64);
   fill_parameters(dec, 151, 0.8);

@@ -183,8 +183,8 @@ TEST(ModelsTpPlan, ChannelMlpThroughOptInPathsMatchesSerialAndTrains) {
   nn::initialize_parameters(serial, kSeed, "emulator");
   nn::initialize_parameters(parallel, kSeed, "emulator");
   tp::apply_tensor_parallel(parallel, tp);
-  EXPECT_EQ(parallel.at("blocks.1.mlp.0").type_name(), "TpColConv2d");
-  EXPECT_EQ(parallel.at("blocks.1.mlp.2").type_name(), "TpRowConv2d");
+  EXPECT_EQ(parallel.at("blocks.1.mlp.0").type_name(), "ColumnParallelConv2d");
+  EXPECT_EQ(parallel.at("blocks.1.mlp.2").type_name(), "RowParallelConv2d");
 
   AdamWOptions options;
   options.lr = 1e-2;

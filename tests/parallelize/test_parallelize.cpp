@@ -217,8 +217,8 @@ TEST_F(Parallelize, ApplyTensorParallelConvertsOptedInBlocks) {
   auto serial = build();
   auto parallel = build();
   tp::apply_tensor_parallel(*parallel, tp);
-  EXPECT_EQ(parallel->at("1.mlp.0").type_name(), "TpColConv2d");
-  EXPECT_EQ(parallel->at("1.mlp.2").type_name(), "TpRowConv2d");
+  EXPECT_EQ(parallel->at("1.mlp.0").type_name(), "ColumnParallelConv2d");
+  EXPECT_EQ(parallel->at("1.mlp.2").type_name(), "RowParallelConv2d");
   expect_twins(*serial, *parallel, tp, random_tensor({2, 4, 3, 5}, 7), random_tensor({2, 4, 3, 5}, 8));
 }
 

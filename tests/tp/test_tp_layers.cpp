@@ -88,8 +88,8 @@ TEST_F(TpLayers, ConvolutionsMatchSerial1x1) {
   fill_random(up_serial.bias, 22);
   fill_random(down_serial.weight, 23);
   fill_random(down_serial.bias, 24);
-  auto up = tp::TpColConv2d::from_serial(up_serial, tp, false, "blocks.0.up");
-  auto down = tp::TpRowConv2d::from_serial(down_serial, tp, true, "blocks.0.down");
+  auto up = tp::ColumnParallelConv2d::from_serial(up_serial, tp, false, "blocks.0.up");
+  auto down = tp::RowParallelConv2d::from_serial(down_serial, tp, true, "blocks.0.down");
 
   const Tensor x = random_tensor({2, 4, 3, 5}, 25);
   const Tensor dy = random_tensor({2, 6, 3, 5}, 26);
@@ -107,8 +107,8 @@ TEST_F(TpLayers, ConvolutionsMatchSerial1x1) {
   EXPECT_TRUE(tensors_close(down->bias.grad, down_serial.bias.grad));
 
   // Gathered column output and split row input.
-  auto up_gathered = tp::TpColConv2d::from_serial(up_serial, tp, true);
-  auto down_splitting = tp::TpRowConv2d::from_serial(down_serial, tp, false);
+  auto up_gathered = tp::ColumnParallelConv2d::from_serial(up_serial, tp, true);
+  auto down_splitting = tp::RowParallelConv2d::from_serial(down_serial, tp, false);
   EXPECT_TRUE(tensors_close(down_splitting->forward(up_gathered->forward(x)), y_serial));
 }
 
@@ -119,14 +119,14 @@ TEST_F(TpLayers, OnlyPlain1x1ConvolutionsAreAccepted) {
   nn::Conv2d s2(4, 8, 1, 1, strided);
   for (const nn::Conv2d* bad : {&k3, &s2}) {
     try {
-      tp::TpColConv2d::from_serial(*bad, tp, false, "encoder.stem");
+      tp::ColumnParallelConv2d::from_serial(*bad, tp, false, "encoder.stem");
       ADD_FAILURE() << "accepted a non-plain conv";
     } catch (const InvalidArgument& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("TpColConv2d 'encoder.stem'"), std::string::npos) << what;
+      EXPECT_NE(what.find("ColumnParallelConv2d 'encoder.stem'"), std::string::npos) << what;
       EXPECT_NE(what.find("only a plain 1x1 Conv2d"), std::string::npos) << what;
     }
-    EXPECT_THROW(tp::TpRowConv2d::from_serial(*bad, tp, true, "encoder.stem"), InvalidArgument);
+    EXPECT_THROW(tp::RowParallelConv2d::from_serial(*bad, tp, true, "encoder.stem"), InvalidArgument);
   }
 }
 

@@ -48,8 +48,8 @@ TEST_F(TpTraining, InitialisedMasterWeightsAreBitIdenticalAtEveryTpSize) {
 
   tp::ColumnParallelLinear col(6, 8, tp);
   tp::RowParallelLinear row(8, 6, tp);
-  tp::TpColConv2d ccol(4, 8, tp);
-  tp::TpRowConv2d crow(8, 4, tp);
+  tp::ColumnParallelConv2d ccol(4, 8, tp);
+  tp::RowParallelConv2d crow(8, 4, tp);
   tp::ParallelEmbedding by_dim(8, 4, tp);
   tp::VocabParallelEmbedding by_vocab(8, 4, tp);
   nn::initialize_parameters(col, kSeed, "mlp.up");

@@ -187,3 +187,13 @@ TEST(MeshLayout, MeshWithOverflowingDegreesIsAConfigError) {
   }
   EXPECT_THROW(Mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, INT_MAX, INT_MAX}), ConfigError);
 }
+
+// YAML forbids duplicate keys; yaml-cpp keeps both and a lookup returns one of them, so
+// without this check `tensor: 2` followed by `tensor: 4` would silently lose one.
+TEST(ParallelismConfig, DuplicateKeysAreRejectedWithBothLines) {
+  expect_config_error("parallelism:\n  tensor: 2\n  tensor: 4\n",
+                    {"test.yaml:3", "parallelism.tensor", "appears twice", "first at line 2"});
+  expect_config_error("trainer:\n  parallelism: {domain: 2}\ntrainer: {}\n", {"test.yaml:3", "trainer", "appears twice"});
+  EXPECT_THROW(check_unique_yaml_keys("model:\n  blocks:\n    - {a: 1, a: 2}\n", "m.yaml"), ConfigError);
+  EXPECT_NO_THROW(check_unique_yaml_keys("a: {x: 1}\nb: {x: 1}\nc: [{x: 1}, {x: 2}]\n", "ok.yaml"));
+}

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <limits>
 
 #include "tessera/error.hpp"
 #include "tessera/wait_policy.hpp"
@@ -93,4 +94,41 @@ TEST(WaitPolicy, SleepIntervalFromEnvironment) {
     ScopedEnv env("TESSERA_WAIT_SLEEP_US", bad);
     EXPECT_THROW(resolve_sleep_interval(microseconds(20)), ConfigError) << bad;
   }
+}
+
+// The collective watchdog's timeout: the environment variable, its errors, and the
+// program's own setting (which takes precedence once made).
+TEST(CollectiveTimeout, ReadsTheEnvironmentAndRejectsBadValues) {
+  {
+    ScopedEnv unset("TESSERA_COLLECTIVE_TIMEOUT", nullptr);
+    EXPECT_EQ(collective_timeout(), 0.0);
+  }
+  {
+    ScopedEnv env("TESSERA_COLLECTIVE_TIMEOUT", "2.5");
+    EXPECT_EQ(collective_timeout(), 2.5);
+  }
+  {
+    ScopedEnv env("TESSERA_COLLECTIVE_TIMEOUT", "0");
+    EXPECT_EQ(collective_timeout(), 0.0);
+  }
+  for (const char* bad : {"-1", "ten", "5s", "inf", "nan"}) {
+    ScopedEnv env("TESSERA_COLLECTIVE_TIMEOUT", bad);
+    try {
+      (void)collective_timeout();
+      FAIL() << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("TESSERA_COLLECTIVE_TIMEOUT"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CollectiveTimeout, TheProgramsSettingWinsAndIsChecked) {
+  ScopedEnv env("TESSERA_COLLECTIVE_TIMEOUT", "7");
+  EXPECT_THROW(set_collective_timeout(-1), InvalidArgument);
+  EXPECT_THROW(set_collective_timeout(std::numeric_limits<double>::infinity()), InvalidArgument);
+  set_collective_timeout(3);
+  EXPECT_EQ(collective_timeout(), 3.0);
+  set_collective_timeout(0);  // 0: no watchdog, even with the variable set
+  EXPECT_EQ(collective_timeout(), 0.0);
 }

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <sstream>
@@ -100,6 +101,47 @@ void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& rang
   }
   std::printf("%s\n", table.c_str());
   std::fflush(stdout);
+}
+
+namespace {
+
+// MemAvailable of /proc/meminfo in bytes; -1 where it cannot be read (not Linux).
+std::int64_t available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  std::int64_t kib = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    long long value = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &value) == 1) {
+      kib = value;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib < 0 ? -1 : kib * 1024;
+}
+
+}  // namespace
+
+void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t parameters,
+                      dp::OptimizerKind optimizer) {
+  agree_on_success(mesh.world().mpi_comm(), [&] {
+    if (!mesh.device().is_host()) return;
+    const std::int64_t available = available_memory_bytes();
+    if (available < 0) return;
+    const std::int64_t share = available / std::max(1, mesh.local_size());
+    const int copies = 2 + dp::optimizer_state_tensors(optimizer);  // value, gradient, state
+    const long double needed = static_cast<long double>(parameters) * sizeof(float) * copies;
+    if (needed > static_cast<long double>(share)) {
+      throw ConfigError(what + " has " + std::to_string(parameters) + " parameters: their values, gradients and " +
+                        std::string(dp::optimizer_kind_name(optimizer)) + " state need " +
+                        dp::format_bytes(static_cast<std::int64_t>(std::min<long double>(needed, 9.0e18L))) +
+                        " per rank, more than this rank's share of the node's available memory (" +
+                        dp::format_bytes(share) + " = MemAvailable / " + std::to_string(mesh.local_size()) +
+                        " ranks); make the model smaller or spread the ranks over more nodes");
+    }
+  });
 }
 
 std::string first_difference(const std::string& a, const std::string& b) {

@@ -65,6 +65,16 @@ void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& rang
                        std::int64_t range_end, const dp::MemoryReport& report, std::int64_t activations,
                        std::int64_t data_bytes);
 
+// Before a model of `parameters` f32 parameters is built (every rank builds the whole
+// model first, then parallelism slices it): its values, gradients and optimizer state
+// must fit in this rank's share of the node's available memory (MemAvailable / ranks on
+// the node); otherwise every rank throws the same ConfigError naming `what`, the bytes
+// needed and the bytes available, instead of one rank dying out of memory. The check is
+// against host memory; on a CUDA device the model's allocation reports its own failure.
+// Collective over the mesh's world.
+void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t parameters,
+                      dp::OptimizerKind optimizer);
+
 // The first line where two YAML texts differ, for "the checkpoint's model differs" errors.
 std::string first_difference(const std::string& a, const std::string& b);
 

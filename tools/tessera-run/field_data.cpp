@@ -2,6 +2,8 @@
 
 #include <hdf5.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -35,6 +37,13 @@ struct QuietHdf5 {
   }
   ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func, data); }
 };
+
+// "%.17g" of a double ("nan", "inf", "0").
+std::string fmt_value(double v) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, "%.17g", v);
+  return buffer;
+}
 
 std::string name_of(const DataConfig& c) { return "data file '" + c.path + "', dataset '" + c.dataset + "'"; }
 
@@ -149,9 +158,19 @@ FieldDataInfo read_field_data_info(const DataConfig& c) {
                     std::to_string(file_channels) + ")");
     }
     for (auto i : info.channel_index) {
-      info.mean.push_back(mean[static_cast<std::size_t>(i)]);
-      // A constant channel has std 0: leave it unscaled rather than divide by zero.
-      info.std.push_back(std[static_cast<std::size_t>(i)] > 0 ? std[static_cast<std::size_t>(i)] : 1.0);
+      const double m = mean[static_cast<std::size_t>(i)], s = std[static_cast<std::size_t>(i)];
+      // A std of 0 (a constant channel), NaN, infinite or negative cannot normalise:
+      // dividing by it, or silently using 1 instead, trains on something else than
+      // the file's statistics say.
+      if (!std::isfinite(m) || !std::isfinite(s) || !(s > 0)) {
+        const bool bad_mean = !std::isfinite(m);
+        throw IoError(what + ": attribute '" + (bad_mean ? "mean" : "std") + "' of variable '" +
+                      names[static_cast<std::size_t>(i)] + "' is " + fmt_value(bad_mean ? m : s) +
+                      ": normalisation needs a finite mean and a finite std > 0; fix the attributes, leave the "
+                      "variable out of data.variables, or set data.normalize: false");
+      }
+      info.mean.push_back(m);
+      info.std.push_back(s);
     }
   }
   if (has_attribute(dset.id, "dt_seconds")) info.dt_seconds = read_double_attribute(dset.id, "dt_seconds", what)[0];

@@ -22,6 +22,7 @@
 #include "train_field_emulator.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/error.hpp"
+#include "tessera/wait_policy.hpp"
 
 namespace tessera::run {
 namespace {
@@ -114,6 +115,8 @@ int main(int argc, char** argv) {
         if (error_status == kExitUsage) throw InvalidArgument(error);
         if (error_status != 0) throw ConfigError(error);
       });
+      // Before the mesh: its communicators keep the watchdog's counters only when it is on.
+      if (cfg->collective_timeout >= 0) set_collective_timeout(cfg->collective_timeout);
       status = cfg->model_type == "decoder" ? train_decoder(*cfg, opts) : train_field_emulator(*cfg, opts);
     } catch (const std::exception& e) {
       status = error_status == kExitUsage ? kExitUsage : kExitError;

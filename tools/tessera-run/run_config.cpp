@@ -222,6 +222,8 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
   } catch (const YAML::Exception& e) {
     throw ConfigError(source + ": invalid YAML: " + e.what());
   }
+  // Before the overrides: a duplicate is the file's mistake, and its lines are the file's.
+  check_unique_yaml_keys(text, source);
   c.text = text;
   if (!overrides.empty()) {
     for (const auto& o : overrides) apply_override(root, o);
@@ -373,6 +375,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
       {"resume", [&](const YAML::Node& v, const std::string& key) {
          c.resume = v.IsNull() ? "" : p.string(v, key);
        }},
+      {"collective_timeout", [&](const YAML::Node& v, const std::string& key) {
+         c.collective_timeout = p.number(v, key, 0.0);
+       }},
       {"logging", [&](const YAML::Node& v, const std::string& key) {
          p.section(v, key, {
            {"level", [&](const YAML::Node& x, const std::string& kk) {
@@ -398,6 +403,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
       throw ConfigError(p.where(item.first, key) +
                         ": unknown key '" + key +
                         "' (expected parallelism, trainer, model, data, optimizer, schedule, checkpoint, device, "
+                        "collective_timeout, "
                         "resume, logging)");
     }
   }
@@ -413,8 +419,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
     throw ConfigError(c.source + ": optimizer.min_lr (" + std::to_string(c.optimizer.min_lr) +
                       ") must not exceed optimizer.lr (" + std::to_string(c.optimizer.lr) + ")");
   }
-  if (c.resume == "latest" && c.checkpoint.dir.empty()) {
-    throw ConfigError(c.source + ": resume: latest needs checkpoint.dir (the directory whose latest step to load)");
+  if ((c.resume == "latest" || c.resume == "latest_or_start") && c.checkpoint.dir.empty()) {
+    throw ConfigError(c.source + ": resume: " + c.resume +
+                      " needs checkpoint.dir (the directory whose latest step to load)");
   }
   return c;
 }

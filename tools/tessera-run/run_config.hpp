@@ -94,9 +94,14 @@ struct RunConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   CheckpointConfig checkpoint;
-  std::string resume;  // "" (start fresh), "latest" (checkpoint.dir's latest, if any), or a path
+  // "" (start fresh), "latest" (checkpoint.dir's latest; an error when there is none),
+  // "latest_or_start" (the same, or step 0 when the directory holds no checkpoint), or a path.
+  std::string resume;
   LogLevel log_level = LogLevel::info;
   std::string device = "auto";  // auto | host | cuda: where the model, its state and the batches live
+  // Seconds after which a rank stuck in a collective reports and aborts the job
+  // (set_collective_timeout); absent (< 0): TESSERA_COLLECTIVE_TIMEOUT decides; 0: none.
+  double collective_timeout = -1;
 };
 
 // Parses `path` with `overrides` ("key.sub=value", value as YAML) applied first.

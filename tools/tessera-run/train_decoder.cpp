@@ -196,6 +196,8 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   if (!plan.reason.empty()) log.info("note: " + plan.reason);
   const bool sp = plan.sequence_parallel && tp_size > 1;
 
+  // Before anything is allocated: a config whose model cannot fit fails here, on every rank.
+  check_model_fits(mesh, cfg.source + ": the decoder", arch.parameter_count(), optimizer_kind(cfg.optimizer));
   auto model = std::make_unique<models::Decoder>(arch, DType::f32, mesh.device());
   std::int64_t global_parameters = 0;
   for (const auto& [name, p] : model->named_parameters()) global_parameters += shape_numel(p->global_shape);

@@ -129,6 +129,8 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
                       std::to_string(samples) + " samples of '" + cfg.data.path + "'");
   }
 
+  // Before anything is allocated: a config whose model cannot fit fails here, on every rank.
+  check_model_fits(mesh, cfg.source + ": the model", arch.parameter_count(), optimizer_kind(cfg.optimizer));
   auto model = std::make_unique<models::FieldEmulator>(arch, mesh);
   const domain::Decomposition& decomposition = model->decomposition();
   const auto box = decomposition.box();

@@ -1,12 +1,16 @@
 #include "training_loop.hpp"
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
+#include "tessera/agree.hpp"
 #include "tessera/clip.hpp"
 #include "tessera/domain/gradient_sync.hpp"
 #include "tessera/dp/sampler.hpp"
@@ -18,13 +22,30 @@
 namespace tessera::run {
 namespace {
 
-// The checkpoint `resume` names (nullopt: start from step 0; logged).
+// The checkpoint `resume` names (nullopt: start from step 0; logged). `latest` needs a
+// committed checkpoint; `latest_or_start` starts from step 0 when the directory holds
+// none. Either refuses a directory whose newest step cannot be identified (step
+// directories without a `latest` pointer, or a broken pointer): starting over there
+// would silently discard the run and, with keep_last, delete its checkpoints.
 std::optional<std::string> resume_path(const RunConfig& cfg, const Log& log) {
   if (cfg.resume.empty()) return std::nullopt;
-  if (cfg.resume != "latest") return cfg.resume;
-  auto path = io::latest_checkpoint(cfg.checkpoint.dir);
-  if (!path) log.info("resume: no checkpoint in '" + cfg.checkpoint.dir + "' yet; starting from step 0");
-  return path;
+  if (cfg.resume != "latest" && cfg.resume != "latest_or_start") return cfg.resume;
+  const std::string& dir = cfg.checkpoint.dir;
+  if (auto path = io::latest_checkpoint(dir)) return path;  // IoError for a broken pointer
+  const std::vector<std::string> steps = io::list_checkpoints(dir);
+  if (!steps.empty()) {
+    throw ConfigError("resume: " + cfg.resume + ": checkpoint.dir '" + dir + "' holds " +
+                      std::to_string(steps.size()) + " step directories (the newest: " + steps.back() +
+                      ") but no 'latest' pointer, so the step to resume from cannot be identified safely; "
+                      "name one with resume: <path of a step directory>");
+  }
+  if (cfg.resume == "latest") {
+    throw ConfigError("resume: latest, but checkpoint.dir '" + dir +
+                      "' holds no checkpoint; use resume: latest_or_start to start from step 0 when there is none "
+                      "(the first run of a job that is requeued)");
+  }
+  log.info("resume: no checkpoint in '" + dir + "' yet; starting from step 0 (resume: latest_or_start)");
+  return std::nullopt;
 }
 
 // The end of every step: the global gradient norm (clipped when
@@ -48,6 +69,35 @@ double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimi
   return grad_norm;
 }
 
+// checkpoint.dir must be writable from every rank (per_rank checkpoints are written by
+// every rank) before the first interval of compute is spent: creates it when missing,
+// writes and removes a probe file. IoError naming the key, the directory and the reason.
+void check_checkpoint_dir_writable(const RunConfig& cfg, const Mesh& mesh) {
+  if (cfg.checkpoint.dir.empty()) return;
+  agree_on_success(mesh.world().mpi_comm(), [&] {
+    namespace fs = std::filesystem;
+    const fs::path dir(cfg.checkpoint.dir);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const fs::path probe = dir / (".tessera-write-probe." + std::to_string(mesh.global_rank()));
+    std::FILE* f = ec ? nullptr : std::fopen(probe.c_str(), "w");
+    const std::string reason = ec ? ec.message() : (f == nullptr ? std::strerror(errno) : "");
+    if (f != nullptr) std::fclose(f);
+    fs::remove(probe, ec);
+    if (!reason.empty()) {
+      throw IoError(cfg.source + ": checkpoint.dir '" + cfg.checkpoint.dir + "' is not writable (" + reason +
+                    "); fix it before training, or leave checkpoint.dir empty to train without checkpoints");
+    }
+    // What killed saves left behind (unfinished step directories) goes now.
+    if (mesh.global_rank() == 0) {
+      if (const int removed = io::remove_stale_checkpoint_temporaries(cfg.checkpoint.dir)) {
+        std::printf("checkpoint: removed %d unfinished save(s) left in '%s' by an earlier job\n", removed,
+                    cfg.checkpoint.dir.c_str());
+      }
+    }
+  });
+}
+
 }  // namespace
 
 int run_training(const RunConfig& cfg, const Options& opts, const Log& log, const Mesh& mesh, TrainingTask& task,
@@ -56,10 +106,13 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
   const NamedParameters params = model.named_parameters();
   std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, params);
   const std::int64_t local_batch = cfg.data.batch_size / mesh.dp_size();
+  check_checkpoint_dir_writable(cfg, mesh);
 
   // ---- resume
   std::int64_t start_step = 0;
-  if (const std::optional<std::string> path = resume_path(cfg, log)) {
+  std::optional<std::string> path;
+  agree_on_success(mesh.world().mpi_comm(), [&] { path = resume_path(cfg, log); });
+  if (path) {
     const io::CheckpointMetadata header = io::read_checkpoint_metadata(*path, mesh.world());
     task.check_saved_model(header);
     const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, optimizer.get());

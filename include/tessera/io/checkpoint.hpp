@@ -93,8 +93,16 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, nn::Module
 
 // "step_00000100".
 std::string checkpoint_directory_name(std::int64_t step);
-// The step directory root/latest points at (full path), or nullopt when there is none.
+// The step directory root/latest points at (full path), or nullopt when root has no
+// `latest` pointer. A pointer that is not the name of a step directory of this root
+// (an absolute path, "..", a link, garbage, or a directory that is gone) is an IoError
+// naming the root and the pointer's text: it is never followed.
 std::optional<std::string> latest_checkpoint(const std::string& root);
+// Removes what killed saves leave in root: ".step_<N>.tmp-*" and ".step_<N>.old-*"
+// directories whose step N is not newer than the newest committed step (a newer one may
+// be a save in progress). Returns how many were removed. save_checkpoint calls it (rank
+// 0) before each save; tessera-run at start.
+int remove_stale_checkpoint_temporaries(const std::string& root);
 // The committed step directories under root (full paths), oldest step first.
 std::vector<std::string> list_checkpoints(const std::string& root);
 

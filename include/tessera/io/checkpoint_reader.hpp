@@ -50,9 +50,15 @@ std::string rank_file_name(std::int64_t rank);
 
 class CheckpointReader {
  public:
+  // What the reader checks against the step directory's MANIFEST (the CRC-32C and size
+  // of every file) before HDF5 opens anything: every file (the default: reading may
+  // touch any of them), only the file it opens (enough for the header), or nothing
+  // (the caller checked). Checkpoints without a MANIFEST are opened unchecked.
+  enum class Verify { all_files, opened_file, none };
+
   // Opens `path` (see resolve_checkpoint_file) and reads the header and dataset list;
-  // throws IoError / Hdf5Error naming the file.
-  explicit CheckpointReader(const std::string& path);
+  // throws IoError / Hdf5Error naming the file, IoError naming a damaged file.
+  explicit CheckpointReader(const std::string& path, Verify verify = Verify::all_files);
   ~CheckpointReader();
   CheckpointReader(CheckpointReader&&) noexcept;
   CheckpointReader& operator=(CheckpointReader&&) noexcept;
@@ -85,8 +91,10 @@ struct VerifyReport {
   std::vector<std::string> failed;  // one line per problem, naming the dataset (and file)
   bool ok() const { return failed.empty(); }
 };
-// Reads every dataset in full and checks its checksum; for per_rank, also that every
-// slice file exists and each slice matches its own checksum (naming the rank file).
+// Checks every file against the step directory's MANIFEST (CRC-32C and size; a damaged
+// file is reported and not opened), then reads every dataset in full and checks its
+// checksum; for per_rank, also that every slice file exists and each slice matches its
+// own checksum (naming the rank file).
 VerifyReport verify_checkpoint(const std::string& path);
 
 // Writes a self-contained single file (layout shared, contiguous datasets, same

@@ -52,6 +52,10 @@ struct DecoderConfig {
   // The output projection reuses the embedding table (logits = h · embed.weightᵀ):
   // there is no "head" child and the table's gradient collects both uses.
   bool tie_embeddings = false;
+
+  // The decoder's parameter count (the serial model every rank builds before
+  // parallelize slices it); ConfigError when it does not fit in int64.
+  std::int64_t parameter_count() const;
 };
 
 // Children "embed" (Embedding vocab x d_model), "layers" (Sequential of n_layers

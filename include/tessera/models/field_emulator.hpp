@@ -65,6 +65,9 @@ struct FieldEmulatorConfig {
 
   // Throws ConfigError naming the field ("model.width must be >= 1, got 0").
   void validate() const;
+  // The model's parameter count (every rank builds the whole model before tensor
+  // parallelism slices its blocks); ConfigError when it does not fit in int64.
+  std::int64_t parameter_count() const;
   // A YAML mapping ("type: field_emulator\nchannels: 3\n..."); from_yaml reads it back
   // (unknown keys are ConfigErrors naming the key; `source` names the text in errors).
   std::string to_yaml() const;

@@ -7,12 +7,12 @@
 // Styles, and the layouts of the tensors a styled module consumes and produces (the
 // seed's make_input_* / make_output_* preparation, fixed per style here):
 //
-//   Colwise            Linear -> ColumnParallelLinear, 1x1 Conv2d -> TpColConv2d,
+//   Colwise            Linear -> ColumnParallelLinear, 1x1 Conv2d -> ColumnParallelConv2d,
 //                      Embedding -> ParallelEmbedding (embeddings always take
 //                      replicated ids and return a replicated output).
 //                      input:  Replicate, or Shard(sequence) (all-gathered first)
 //                      output: Shard(features) (default) or Replicate (all-gathered)
-//   Rowwise            Linear -> RowParallelLinear, 1x1 Conv2d -> TpRowConv2d,
+//   Rowwise            Linear -> RowParallelLinear, 1x1 Conv2d -> RowParallelConv2d,
 //                      Embedding -> VocabParallelEmbedding.
 //                      input:  Shard(features) (default) or Replicate (split here)
 //                      output: Replicate (all-reduce), or Shard(sequence) (reduce-scatter)

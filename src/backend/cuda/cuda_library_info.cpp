@@ -6,12 +6,16 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <library_types.h>
+#if defined(TESSERA_WITH_NCCL)
 #include <nccl.h>
+#endif
 
 #include <string>
 
 #include "backend/cuda/cuda_check.hpp"
+#if defined(TESSERA_WITH_NCCL)
 #include "comm/nccl_check.hpp"
+#endif
 #include "tessera/backend.hpp"
 #include "tessera/error.hpp"
 
@@ -26,6 +30,7 @@ std::string vendor_detail(const std::string& name, int status, const std::string
   return name + " (" + std::to_string(status) + "): " + text;
 }
 
+#if defined(TESSERA_WITH_NCCL)
 // NCCL has no ncclGetErrorName; spell the enumerators so a message can be grepped for
 // the same name the NCCL documentation uses.
 const char* nccl_result_name(int status) {
@@ -41,6 +46,7 @@ const char* nccl_result_name(int status) {
     default: return "ncclResult";
   }
 }
+#endif
 
 }  // namespace
 
@@ -65,12 +71,14 @@ void throw_cublas_error(int status, const char* expr, const char* file, int line
                     or_unknown(cublasGetStatusString(error)))));
 }
 
+#if defined(TESSERA_WITH_NCCL)
 void throw_nccl_error(int status, const char* expr, const char* file, int line) {
   const auto error = static_cast<ncclResult_t>(status);
   throw NcclError(describe_failed_call(
       expr, file, line,
       vendor_detail(nccl_result_name(status), status, or_unknown(ncclGetErrorString(error)))));
 }
+#endif
 
 }  // namespace detail
 
@@ -113,6 +121,7 @@ std::string cublas_version() {
 }
 
 std::string nccl_version() {
+#if defined(TESSERA_WITH_NCCL)
   int code = 0;
   if (ncclGetVersion(&code) != ncclSuccess) return "unavailable";
   // NCCL >= 2.9 encodes 10000 * major + 100 * minor + patch; older releases used
@@ -120,6 +129,9 @@ std::string nccl_version() {
   const int major_unit = code >= 20900 ? 10000 : 1000;
   return std::to_string(code / major_unit) + "." + std::to_string(code % major_unit / 100) +
          "." + std::to_string(code % 100);
+#else
+  return "not used (built without NCCL)";
+#endif
 }
 
 }  // namespace

@@ -1,19 +1,119 @@
-// Host backend: memory from the C++ heap, copies with memcpy and a strided loop.
+// Host backend: memory from the C++ heap (large blocks cached, see HostBlockCache), copies
+// with memcpy and a strided loop.
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "backend/compute.hpp"
 #include "backend/host/host_compute.hpp"
+#include "backend/kernel_math.hpp"
 #include "backend/registry.hpp"
 #include "tessera/error.hpp"
+
+// Whether AddressSanitizer instruments this build (GCC's macro, or Clang's feature test).
+#if defined(__SANITIZE_ADDRESS__)
+#define TESSERA_HOST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSERA_HOST_ASAN 1
+#endif
+#endif
 
 namespace tessera::detail {
 namespace {
 
 // 64-byte alignment: a cache line, and what AVX-512 loads in OpenBLAS prefer.
 constexpr std::size_t kAlignment = 64;
+
+void* aligned_or_throw(std::size_t bytes) {
+  const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* ptr = std::aligned_alloc(kAlignment, rounded);
+  if (ptr == nullptr) throw InvalidArgument("host allocation of " + std::to_string(bytes) + " bytes failed");
+  return ptr;
+}
+
+// Large host blocks (over kSmallLimit, 1 MiB) are kept when freed, in one free list per
+// size bucket (caching_bucket_bytes, kernel_math.hpp: the CUDA allocator's buckets, 2 MiB
+// granularity), and serve the next request of their bucket. A training step allocates
+// the same activations and gradients every step; from the heap each one is fresh mmap'd
+// or trimmed-and-regrown memory, so every step paid page faults and the kernel's zeroing
+// of every page it touched. From the cache it is memory already mapped and warm. At most
+// kMaxCachedBytes stay cached (a block that would exceed it goes back to the heap);
+// Compute::release_cached_memory returns them all. Under AddressSanitizer nothing is
+// cached, so a use after free is still caught.
+class HostBlockCache {
+ public:
+  static constexpr std::size_t kMaxCachedBytes = std::size_t{1} << 30;
+
+  void* allocate(std::size_t bytes) {
+    if (!cacheable(bytes)) return aligned_or_throw(bytes);
+    const std::size_t bucket = caching_bucket_bytes(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(bucket);
+      if (it != free_.end() && !it->second.empty()) {
+        void* ptr = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= bucket;
+        return ptr;
+      }
+    }
+    return aligned_or_throw(bucket);
+  }
+
+  void deallocate(void* ptr, std::size_t bytes) noexcept {
+    if (ptr == nullptr) return;
+    if (cacheable(bytes)) {
+      const std::size_t bucket = caching_bucket_bytes(bytes);
+      try {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (cached_bytes_ + bucket <= kMaxCachedBytes) {
+          free_[bucket].push_back(ptr);
+          cached_bytes_ += bucket;
+          return;
+        }
+      } catch (...) {
+        // The free list could not grow: the block goes back to the heap below.
+      }
+    }
+    std::free(ptr);
+  }
+
+  void release() noexcept {
+    std::unordered_map<std::size_t, std::vector<void*>> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks.swap(free_);
+      cached_bytes_ = 0;
+    }
+    for (auto& [bucket, list] : blocks)
+      for (void* ptr : list) std::free(ptr);
+  }
+
+ private:
+  static bool cacheable(std::size_t bytes) {
+#if defined(TESSERA_HOST_ASAN)
+    (void)bytes;
+    return false;
+#else
+    return bytes > kSmallLimit && bytes <= kMaxCachedBytes;
+#endif
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::size_t cached_bytes_ = 0;
+};
+
+// Never destroyed: tensors of static lifetime may be freed after it would have been.
+HostBlockCache& block_cache() {
+  static HostBlockCache* cache = new HostBlockCache;
+  return *cache;
+}
 
 class HostBackend final : public Backend {
  public:
@@ -22,14 +122,9 @@ class HostBackend final : public Backend {
 
   void* allocate(std::size_t bytes, int) override {
     if (bytes == 0) return nullptr;
-    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* ptr = std::aligned_alloc(kAlignment, rounded);
-    if (ptr == nullptr) {
-      throw InvalidArgument("host allocation of " + std::to_string(bytes) + " bytes failed");
-    }
-    return ptr;
+    return block_cache().allocate(bytes);
   }
-  void deallocate(void* ptr, std::size_t, int) noexcept override { std::free(ptr); }
+  void deallocate(void* ptr, std::size_t bytes, int) noexcept override { block_cache().deallocate(ptr, bytes); }
   void fill_zero(void* ptr, std::size_t bytes, int) override {
     if (bytes) std::memset(ptr, 0, bytes);
   }
@@ -57,6 +152,8 @@ class HostBackend final : public Backend {
 };
 
 }  // namespace
+
+void release_host_cached_blocks() noexcept { block_cache().release(); }
 
 Backend& host_backend() {
   static HostBackend backend;

@@ -1,9 +1,21 @@
-// HostCompute, BLAS family: GEMM through CBLAS (the only file that includes <cblas.h>),
-// the vector ops and the reductions as plain loops accumulating in double. Host BLAS
-// threading (OpenBLAS) is set here too.
+// HostCompute, BLAS family: GEMM through CBLAS (the only file that includes the CBLAS
+// header), the vector ops and the reductions as plain loops accumulating in double. Host
+// BLAS threading is set here too: through OpenBLAS's calls when the build found
+// OpenBLAS; any other BLAS takes its threads from its own environment variable
+// (MKL_NUM_THREADS, BLIS_NUM_THREADS, OMP_NUM_THREADS).
 
+// The build names the header (cblas.h, or mkl_cblas.h for MKL); built by hand, cblas.h.
+#if defined(TESSERA_CBLAS_HEADER)
+#include TESSERA_CBLAS_HEADER
+#else
 #include <cblas.h>
+#endif
+#if !defined(TESSERA_BLAS_IS_OPENBLAS)
+#define TESSERA_BLAS_IS_OPENBLAS 0
+#endif
 
+#include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "backend/host/host_compute.hpp"
@@ -41,8 +53,17 @@ void gemm_bf16(const GemmArgs& g) {
   for (std::size_t i = 0; i < c.size(); ++i) c16[i] = bfloat16(c[i]);
 }
 
+// y viewed as [outer, channels, inner] gets bias[c] added to channel c. The linear case
+// (inner == 1) walks each row of y against the whole bias vector, which vectorises.
 template <class T>
 void add_bias_typed(T* y, const T* bias, std::int64_t outer, std::int64_t channels, std::int64_t inner) {
+  if (inner == 1) {
+    for (std::int64_t o = 0; o < outer; ++o) {
+      T* row = y + o * channels;
+      for (std::int64_t c = 0; c < channels; ++c) row[c] += bias[c];
+    }
+    return;
+  }
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t c = 0; c < channels; ++c) {
       T* row = y + (o * channels + c) * inner;
@@ -51,8 +72,26 @@ void add_bias_typed(T* y, const T* bias, std::int64_t outer, std::int64_t channe
     }
 }
 
+// grad[c] += the sum of channel c over dy [outer, channels, inner], accumulated in double
+// in (outer, inner) order. The linear case (inner == 1) adds whole rows of dy into a
+// block of double accumulators (same order per channel, so the same sums), reading dy
+// row by row instead of down its columns, and vectorises.
 template <class T>
 void bias_grad_typed(const T* dy, T* grad, std::int64_t outer, std::int64_t channels, std::int64_t inner) {
+  if (inner == 1) {
+    constexpr std::int64_t kBlock = 512;  // 4 KiB of accumulators: they stay in L1
+    double acc[kBlock];
+    for (std::int64_t c0 = 0; c0 < channels; c0 += kBlock) {
+      const std::int64_t width = std::min(kBlock, channels - c0);
+      for (std::int64_t c = 0; c < width; ++c) acc[c] = 0.0;
+      for (std::int64_t o = 0; o < outer; ++o) {
+        const T* row = dy + o * channels + c0;
+        for (std::int64_t c = 0; c < width; ++c) acc[c] += static_cast<double>(row[c]);
+      }
+      for (std::int64_t c = 0; c < width; ++c) grad[c0 + c] += static_cast<T>(acc[c]);
+    }
+    return;
+  }
   for (std::int64_t c = 0; c < channels; ++c) {
     double acc = 0;
     for (std::int64_t o = 0; o < outer; ++o) {
@@ -188,11 +227,31 @@ double HostCompute::sum_squares(DType dtype, const void* x, std::int64_t n, int)
 
 namespace tessera::ops {
 
+#if !TESSERA_BLAS_IS_OPENBLAS
+namespace {
+// What the caller asked for: a BLAS without a thread call keeps its own setting.
+std::atomic<int>& requested_threads() {
+  static std::atomic<int> threads{1};
+  return threads;
+}
+}  // namespace
+#endif
+
 void set_host_threads(int threads) {
   if (threads < 1) throw InvalidArgument("ops::set_host_threads: threads must be >= 1, got " + std::to_string(threads));
+#if TESSERA_BLAS_IS_OPENBLAS
   openblas_set_num_threads(threads);
+#else
+  requested_threads().store(threads);
+#endif
 }
 
-int host_threads() noexcept { return openblas_get_num_threads(); }
+int host_threads() noexcept {
+#if TESSERA_BLAS_IS_OPENBLAS
+  return openblas_get_num_threads();
+#else
+  return requested_threads().load();
+#endif
+}
 
 }  // namespace tessera::ops

@@ -1,5 +1,6 @@
-// The host compute singleton and the entries that have nothing to do on the host:
-// "pinned" staging memory is ordinary aligned memory, and host work is synchronous.
+// The host compute singleton and the entries that have little to do on the host:
+// "pinned" staging memory is ordinary aligned memory, host work is synchronous, and the
+// cached memory is the host backend's cache of large blocks (host_backend.cpp).
 
 #include "backend/host/host_compute.hpp"
 
@@ -20,7 +21,7 @@ void* HostCompute::allocate_pinned(std::size_t bytes) {
 
 void HostCompute::free_pinned(void* ptr) noexcept { std::free(ptr); }
 void HostCompute::synchronize_stream(int) {}
-void HostCompute::release_cached_memory(int) {}
+void HostCompute::release_cached_memory(int) { release_host_cached_blocks(); }
 bool HostCompute::is_device_memory(const void*, int) { return true; }
 
 HostCompute& host_compute() {

@@ -115,6 +115,9 @@ class HostCompute final : public Compute {
 
 HostCompute& host_compute();
 
+// Frees the host backend's cached large blocks (host_backend.cpp).
+void release_host_cached_blocks() noexcept;
+
 // Calls f(T{}) with T = float or double after `dtype` (the front ends checked that it is
 // one of the two).
 template <class F>

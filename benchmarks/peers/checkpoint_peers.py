@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""The peers of bench_checkpoint's save: torch.save and h5py writing the same blocks.
+
+    checkpoint_peers.py --writer torch|h5py --ranks 2 --size-mb 64 --dir DIR
+                        [--min-time 2] [--min-iters 3]
+
+The model is bench_checkpoint's: a column-parallel Linear(H, H) then a row-parallel
+Linear(H, H) over tp = --ranks, H chosen (as bench_checkpoint does) so that the master
+weights hold about --size-mb MiB of f32. Each rank writes the blocks it owns (its column
+weight and bias shards, its row weight shard; rank 0 also the replicated row bias) to a
+file of its own, then fsyncs the file and its directory:
+
+  torch: torch.save of a dict of the rank's tensors (PyTorch's checkpoint format)
+  h5py:  one HDF5 file per rank, one dataset per tensor (no chunking, no compression)
+
+One process per rank on this machine, one thread each. Timing follows tessera's
+benchmarks: every iteration removes the previous files (untimed), then all ranks pass a
+barrier, each times its write + fsync, and the iteration's time is the slowest rank's.
+Prints one JSON object: {"writer", "ranks", "size_mb", "hidden", "bytes", "iterations",
+"ms_per_save" (mean), "median_ms", "min_ms"}.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import time
+
+
+def hidden_for(size_mb, tp):
+    # bench_checkpoint's make_model: H a multiple of 16 tp with 2 H^2 f32 ~ size_mb MiB.
+    elements = size_mb * (1 << 20) / 4.0 / 2.0
+    unit = 16 * tp
+    return max(unit, int(math.sqrt(elements) / unit) * unit)
+
+
+def rank_blocks(h, tp, rank):
+    """name -> shape of the blocks this rank writes (main replicas only)."""
+    blocks = {
+        "0.weight": (h // tp, h),  # column weight, sharded along dim 0
+        "0.bias": (h // tp,),      # column bias, sharded with it
+        "1.weight": (h, h // tp),  # row weight, sharded along dim 1
+    }
+    if rank == 0:
+        blocks["1.bias"] = (h,)    # row bias, replicated: written once
+    return blocks
+
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def worker(rank, args, barrier, times, stop):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import numpy as np
+
+    tp = args.ranks
+    h = hidden_for(args.size_mb, tp)
+    rng = np.random.default_rng(1 + rank)
+    arrays = {name: rng.random(shape, dtype=np.float32) for name, shape in rank_blocks(h, tp, rank).items()}
+    if args.writer == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+        tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}
+
+        def write(path):
+            with open(path, "wb") as f:
+                torch.save(tensors, f)
+                f.flush()
+                os.fsync(f.fileno())
+    else:
+        import h5py
+
+        def write(path):
+            with h5py.File(path, "w") as f:
+                for name, a in arrays.items():
+                    f.create_dataset(name, data=a)
+            fsync_path(path)
+
+    directory = os.path.join(args.dir, f"{args.writer}_np{tp}")
+    iteration = 0
+    while True:
+        # Untimed: a fresh directory for this iteration.
+        if rank == 0:
+            shutil.rmtree(directory, ignore_errors=True)
+            os.makedirs(directory)
+        barrier.wait()
+        if stop.value:
+            break
+        t0 = time.perf_counter()
+        write(os.path.join(directory, f"rank{rank}.{'pt' if args.writer == 'torch' else 'h5'}"))
+        fsync_path(directory)
+        times[rank] = time.perf_counter() - t0
+        barrier.wait()
+        if rank == 0:
+            iteration += 1
+            worst = max(times[:tp])
+            times[tp + iteration - 1] = worst
+            done = iteration >= args.warmup + args.min_iters and \
+                sum(times[tp + args.warmup:tp + iteration]) >= args.min_time
+            if done or iteration >= args.max_iters:
+                stop.value = 1
+                times[tp + args.max_iters] = iteration
+        barrier.wait()
+    if rank == 0:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--writer", choices=["torch", "h5py"], required=True)
+    parser.add_argument("--ranks", type=int, default=1)
+    parser.add_argument("--size-mb", type=int, default=64)
+    parser.add_argument("--dir", default="bench_checkpoint_peers")
+    parser.add_argument("--min-time", type=float, default=2.0)
+    parser.add_argument("--min-iters", type=int, default=3)
+    parser.add_argument("--max-iters", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=1)
+    args = parser.parse_args()
+    try:
+        import numpy  # noqa: F401
+        __import__("torch" if args.writer == "torch" else "h5py")
+    except ImportError as e:
+        print(json.dumps({"writer": args.writer, "error": f"{e.name} is not installed for {sys.executable}"}))
+        return 3
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(args.ranks)
+    times = ctx.Array("d", args.ranks + args.max_iters + 1, lock=False)
+    stop = ctx.Value("i", 0, lock=False)
+    procs = [ctx.Process(target=worker, args=(r, args, barrier, times, stop)) for r in range(args.ranks)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    if any(p.exitcode != 0 for p in procs):
+        print(json.dumps({"writer": args.writer, "error": "a rank failed"}))
+        return 1
+    iterations = int(times[args.ranks + args.max_iters])
+    timed = list(times[args.ranks + args.warmup:args.ranks + iterations])
+    h = hidden_for(args.size_mb, args.ranks)
+    print(json.dumps({
+        "writer": args.writer,
+        "ranks": args.ranks,
+        "size_mb": args.size_mb,
+        "hidden": h,
+        "bytes": 4 * (2 * h * h + 2 * h),
+        "iterations": len(timed),
+        "ms_per_save": 1e3 * statistics.fmean(timed),
+        "median_ms": 1e3 * statistics.median(timed),
+        "min_ms": 1e3 * min(timed),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

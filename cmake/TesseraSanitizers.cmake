@@ -1,0 +1,40 @@
+# TESSERA_SANITIZE: AddressSanitizer + UndefinedBehaviorSanitizer on every target.
+#
+# Included by the top-level CMakeLists.txt right after the options, so the flags reach
+# every target defined after it (the library, tools, tests, examples, benchmarks and
+# the fuzzers): C and C++ sources are compiled, and every executable and shared library
+# is linked, with
+#
+#   -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+#
+# so the first UBSan report stops the program (a test that trips one fails). The
+# `sanitize` preset (CMakePresets.json) builds with clang-14 and sets ASAN_OPTIONS /
+# UBSAN_OPTIONS for its tests; docs/fuzzing.md has the details.
+#
+# Fortran and CUDA sources are not instrumented: gfortran's -fsanitize uses GCC's libasan,
+# which cannot share a process with clang's ASan runtime, and nvcc does not take the
+# flags. The sanitize preset builds neither.
+
+if(NOT TESSERA_SANITIZE)
+  return()
+endif()
+
+if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang|GNU")
+  message(FATAL_ERROR "TESSERA_SANITIZE=ON needs clang or GCC (found ${CMAKE_CXX_COMPILER_ID}).")
+endif()
+
+set(TESSERA_SANITIZER_FLAGS
+    -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+
+add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${TESSERA_SANITIZER_FLAGS}>")
+add_link_options(${TESSERA_SANITIZER_FLAGS})
+
+# A C program that links the (C++) libtessera, e.g. tests/capi/test_capi.c, is linked by
+# the C driver, which by default leaves out the sanitizers' C++ runtime parts (operator
+# new/delete interposition, the UBSan vptr check's handlers) that libtessera needs; those
+# parts in turn need libstdc++ (__dynamic_cast, type_info).
+if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+  add_link_options("$<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime;-lstdc++>")
+endif()
+
+message(STATUS "Sanitizers: ASan + UBSan on every C/C++ target (TESSERA_SANITIZE=ON)")

@@ -1,0 +1,101 @@
+#pragma once
+// Private: what a save works with: the entries a rank saves, the fault-injection test
+// hook, the save context, and the two layout writers (per_rank and shared).
+
+#include <cstdint>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/format.hpp"
+#include "io/manifest.hpp"
+#include "tessera/error.hpp"
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/optim.hpp"
+
+namespace tessera::io::detail {
+
+// ---------------------------------------------------------------------------
+// The fault-injection test hook (TESSERA_CKPT_FAIL="<rank>:<stage>").
+// ---------------------------------------------------------------------------
+
+struct FaultHook {
+  int rank = -1;
+  std::string stage;
+
+  static FaultHook from_environment() {
+    FaultHook hook;
+    const char* text = std::getenv("TESSERA_CKPT_FAIL");
+    if (text == nullptr || *text == '\0') return hook;
+    const std::string value = text;
+    const auto colon = value.find(':');
+    static const std::set<std::string> stages = {"prepare", "write", "index", "commit"};
+    char* end = nullptr;
+    const long rank = colon == std::string::npos ? -1 : std::strtol(value.c_str(), &end, 10);
+    if (colon == std::string::npos || end != value.c_str() + colon || rank < 0 ||
+        stages.count(value.substr(colon + 1)) == 0) {
+      throw ConfigError("TESSERA_CKPT_FAIL='" + value +
+                        "' is not <rank>:<stage> with stage one of prepare, write, index, commit");
+    }
+    hook.rank = static_cast<int>(rank);
+    hook.stage = value.substr(colon + 1);
+    return hook;
+  }
+
+  void maybe_fail(int rank_now, std::string_view stage_now, const std::string& where) const {
+    if (rank_now == rank && stage_now == stage) {
+      throw IoError("checkpoint: injected failure (TESSERA_CKPT_FAIL=" + std::to_string(rank) + ":" + stage +
+                    ") while " + where);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// What a rank saves (io/checkpoint_entries.cpp).
+// ---------------------------------------------------------------------------
+
+struct Entry {
+  std::string section;  // "model" or "optimizer"
+  std::string name;
+  Tensor host;          // this rank's block, contiguous on the host
+  Shape global_shape;
+  MeshPlacement placement;
+  Shape offset;
+  bool writer = false;
+  std::uint64_t checksum = 0;  // this rank's share, then (after the reduction) the whole tensor's
+  std::string path() const { return dataset_path(section, name); }
+};
+
+// This rank's entries: the parameters, then the optimizer's state, each checked and
+// (on the main replica) with its checksum share.
+std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& params, Optimizer* optimizer);
+
+// A collective HDF5 write with ranks that disagree on the tensors would hang; compare a
+// hash of (name, shape, dtype, placement) of every tensor across ranks first.
+void check_same_tensors_everywhere(Communicator& world, const std::vector<Entry>& entries,
+                                   const Optimizer* optimizer);
+
+CheckpointHeader make_header(const Mesh& mesh, const SaveOptions& options, const Optimizer* optimizer);
+
+void write_optimizer_group_attributes(hid_t group, const CheckpointHeader& h);
+
+struct SaveContext {
+  const Mesh& mesh;
+  Communicator& world;
+  std::vector<Entry>& entries;
+  CheckpointHeader header;
+  std::string temp_dir;
+  FaultHook hook;
+  std::vector<FileDigest> files;  // rank 0: every file written, for the MANIFEST
+};
+
+// The layouts: each writes the checkpoint into c.temp_dir (io/checkpoint_per_rank.cpp,
+// io/checkpoint_shared.cpp).
+void save_per_rank(SaveContext& c);
+void save_shared(SaveContext& c);
+
+}  // namespace tessera::io::detail
