@@ -102,6 +102,19 @@ void reject_duplicate_keys(const YAML::Node& node, std::string_view source, cons
   }
 }
 
+// The YAML document of `yaml`: ConfigError naming `source` when it is not YAML or holds
+// a key twice.
+YAML::Node load_unique_yaml(std::string_view yaml, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(std::string(source) + ": invalid YAML: " + e.what());
+  }
+  reject_duplicate_keys(root, source, "");
+  return root;
+}
+
 ParallelismConfig parse_document(const YAML::Node& root, std::string_view source) {
   if (!root.IsDefined() || root.IsNull()) return {};
   if (!root.IsMap()) {
@@ -163,13 +176,7 @@ std::string ParallelismConfig::str() const {
 }
 
 ParallelismConfig ParallelismConfig::from_yaml_string(std::string_view yaml, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(std::string(source) + ": invalid YAML: " + e.what());
-  }
-  reject_duplicate_keys(root, source, "");
+  const YAML::Node root = load_unique_yaml(yaml, source);
   const ParallelismConfig config = parse_document(root, source);
   try {
     config.validate();  // what the keys cannot say alone: their product
@@ -189,15 +196,7 @@ ParallelismConfig ParallelismConfig::from_yaml_file(const std::string& path) {
   return from_yaml_string(text.str(), path);
 }
 
-void check_unique_yaml_keys(std::string_view yaml, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(std::string(source) + ": invalid YAML: " + e.what());
-  }
-  reject_duplicate_keys(root, source, "");
-}
+void check_unique_yaml_keys(std::string_view yaml, std::string_view source) { (void)load_unique_yaml(yaml, source); }
 
 int dp_world_size(const ParallelismConfig& config, int world_size) {
   config.validate();
