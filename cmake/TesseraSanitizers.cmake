@@ -37,4 +37,16 @@ if(CMAKE_C_COMPILER_ID MATCHES "Clang")
   add_link_options("$<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime;-lstdc++>")
 endif()
 
+# An instrumented libtessera needs the sanitizer runtimes in the executable that loads it,
+# so linking them is a usage requirement of the library, also for projects that use an
+# installed tessera through find_package (tests/install's consumer). Set once the
+# top-level directory has defined the target.
+function(_tessera_sanitize_usage_requirements)
+  if(TARGET tessera)
+    target_link_options(tessera INTERFACE -fsanitize=address,undefined
+                        "$<$<AND:$<C_COMPILER_ID:Clang>,$<LINK_LANGUAGE:C>>:-fsanitize-link-c++-runtime;-lstdc++>")
+  endif()
+endfunction()
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _tessera_sanitize_usage_requirements)
+
 message(STATUS "Sanitizers: ASan + UBSan on every C/C++ target (TESSERA_SANITIZE=ON)")

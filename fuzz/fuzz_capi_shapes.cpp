@@ -265,11 +265,13 @@ void op_halo(Session& s, Input& in) {
   const int pole = in.enum_value(3);
   s.drop_ckpt();
   s.drop_halo();
-  // Harness bound: planning walks every padded row and column (halo_planner.cpp), so a
-  // padded extent of 2^40 takes hours; extents that overflow int64 are still tried (they
-  // must fail at once), and so is everything up to kMaxPadded -- past what the harness
-  // would allocate a field for. docs/fuzzing.md, "Findings", has the measured cost.
-  if (s.decomp != nullptr && s.global_lat >= 0) {
+  // FINDING fuzz/findings/fuzz_capi_shapes-halo-width-linear-time: planning walks every
+  // padded row and column (src/domain/halo_planner.cpp), so tessera_halo_create on a 4 x 4
+  // grid with a halo width of INT_MAX (pole ZERO, which accepts any width) runs for
+  // minutes before it returns. Padded extents past kMaxPadded -- already far past what the
+  // harness allocates a field for -- are left out unless asked for; extents that overflow
+  // int64 are still tried (they must fail at once).
+  if (s.decomp != nullptr && s.global_lat >= 0 && !include_findings()) {
     const __int128 rows = static_cast<__int128>(s.global_lat) + lb + la;
     const __int128 cols = static_cast<__int128>(s.global_lon) + ob + oa;
     const auto slow = [](__int128 n) { return n > kMaxPadded && n <= std::numeric_limits<std::int64_t>::max(); };

@@ -54,6 +54,11 @@ class Backend {
 Backend& backend_for(DeviceType type);
 inline Backend& backend_for(Device device) { return backend_for(device.type); }
 
+// backend_for(t.device()).require_usable(t, who), with the same `who`-first message when
+// the build has no backend for t's device at all (a CUDA tensor without the CUDA
+// backend): every check of an operation's operands goes through here.
+void require_usable(const Tensor& t, const std::string& who);
+
 // Whether this build has a CUDA backend, and how many devices it sees (0 when none is
 // visible or the build has no CUDA: never throws).
 bool cuda_backend_built() noexcept;

@@ -213,15 +213,8 @@ class Compute {
 // The compute entries serving `t`'s device, after checking that the device can run `t`
 // (Backend::require_usable). `who` starts every error message ("ops::gemm: A").
 inline Compute& compute_for(const Tensor& t, const std::string& who) {
-  if (t.device().is_cuda() && !cuda_backend_built()) {
-    // backend_for's own message cannot say which operation asked.
-    throw UnsupportedError(who + ": tensor " + t.str() +
-                           " needs the CUDA compute backend, and tessera was built without it (reconfigure with "
-                           "nvcc on PATH or -DTESSERA_ENABLE_CUDA=ON)");
-  }
-  Backend& backend = backend_for(t.device());
-  backend.require_usable(t, who);
-  return backend.compute();
+  require_usable(t, who);
+  return backend_for(t.device()).compute();
 }
 
 // The compute entries of a device, without a tensor to check (a Mesh's device).

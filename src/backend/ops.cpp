@@ -17,7 +17,7 @@ std::string who(const char* op, const char* role) { return std::string("ops::") 
 // the GEMM inputs and output).
 void require_float(const Tensor& t, const char* op, const char* role, bool allow_bf16 = false) {
   if (!t.defined()) throw InvalidArgument(who(op, role) + " is undefined");
-  backend_for(t.device()).require_usable(t, who(op, role));
+  require_usable(t, who(op, role));
   const bool bf16_ok = allow_bf16 && t.dtype() == DType::bf16;
   if (t.dtype() != DType::f32 && t.dtype() != DType::f64 && !bf16_ok) {
     throw ShapeError(who(op, role) + " " + t.str() + " must be f32 or f64" + (allow_bf16 ? " (or bf16)" : ""));

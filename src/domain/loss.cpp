@@ -60,7 +60,7 @@ LossResult lat_weighted_mse(const Tensor& prediction, const Tensor& target, cons
       throw InvalidArgument(what + ": target " + target.str() + " and prediction " + prediction.str() +
                             " are on different devices");
     }
-    backend_for(prediction.device()).require_usable(prediction, what + ": prediction");
+    require_usable(prediction, what + ": prediction");
   });
   const Tensor p = prediction.contiguous(), t = target.contiguous();
   const std::int64_t planes = p.numel() / (box.lat.length * box.lon.length);

@@ -30,7 +30,7 @@ const Tensor& checked_grad(const std::string& name, const Parameter* p, const ch
   if (p == nullptr) throw InvalidArgument(who + " is null");
   const Tensor& g = p->grad;
   if (!g.defined()) throw InvalidArgument(who + " has no gradient");
-  backend_for(g.device()).require_usable(g, who + ": gradient");
+  require_usable(g, who + ": gradient");
   if (g.dtype() != DType::f32 && g.dtype() != DType::f64 && g.dtype() != DType::bf16) {
     throw ShapeError(who + ": gradient " + g.str() + " must be f32, f64 or bf16");
   }

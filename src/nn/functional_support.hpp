@@ -19,7 +19,7 @@ inline std::string fn_name(const char* fn) { return std::string("nn::functional:
 // compute interface (backend/compute.hpp).
 inline void require_tensor(const Tensor& t, const char* fn, const char* role) {
   if (!t.defined()) throw InvalidArgument(fn_name(fn) + ": " + role + " is undefined");
-  backend_for(t.device()).require_usable(t, fn_name(fn) + ": " + role);
+  require_usable(t, fn_name(fn) + ": " + role);
   if (!t.is_contiguous()) throw ShapeError(fn_name(fn) + ": " + role + " " + t.str() + " must be contiguous");
 }
 

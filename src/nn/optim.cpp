@@ -44,7 +44,7 @@ Optimizer::Optimizer(NamedParameters params, double lr, std::string type)
     if (!names.insert(name).second) throw InvalidArgument(who + " is listed twice");
     if (!seen.insert(p).second) throw InvalidArgument(who + " is the same Parameter as an earlier entry");
     if (!p->value.defined()) throw InvalidArgument(who + " has an undefined value");
-    backend_for(p->value.device()).require_usable(p->value, who);
+    require_usable(p->value, who);
     if (p->value.dtype() != DType::f32 && p->value.dtype() != DType::f64) {
       throw UnsupportedError(who + " " + p->value.str() + " must be f32 or f64 (keep an f32 master copy of " +
                              "lower-precision weights)");

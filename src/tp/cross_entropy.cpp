@@ -108,7 +108,7 @@ CrossEntropyResult vocab_parallel_cross_entropy(const Tensor& logits_local, cons
   if (logits_local.dtype() != DType::f32 && logits_local.dtype() != DType::f64) {
     throw ShapeError("vocab_parallel_cross_entropy: logits " + logits_local.str() + " must be f32 or f64");
   }
-  backend_for(logits_local.device()).require_usable(logits_local, "vocab_parallel_cross_entropy: logits");
+  require_usable(logits_local, "vocab_parallel_cross_entropy: logits");
   return cross_entropy_rows(logits_local.contiguous(), targets.contiguous(), tp, ignore_index);
 }
 

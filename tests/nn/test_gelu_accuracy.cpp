@@ -1,7 +1,8 @@
-// GELU on the host: the vectorised formula (backend/host/host_elementwise.cpp) against a
-// long-double reference over the whole range, its special values, and its independence
-// of where an element sits in the tensor (a tensor-parallel shard, or an element in a
-// loop's vector body or scalar tail, gets the same bits).
+// GELU on the host: the vectorised formula (backend/host/host_elementwise.cpp), computed
+// in the element's precision, against a long-double reference over the whole range, its
+// special values, and its independence of where an element sits in the tensor (a
+// tensor-parallel shard, or an element in a loop's vector body or scalar tail, gets the
+// same bits).
 
 #include <gtest/gtest.h>
 
@@ -43,37 +44,47 @@ std::vector<double> sweep(std::int64_t n) {
 
 }  // namespace
 
-TEST(GeluHost, F32IsTheRoundedExactValue) {
+TEST(GeluHost, F32WithinSixUlp) {
   const std::vector<double> xs = sweep(200000);
   Tensor x = make_tensor(xs, {static_cast<std::int64_t>(xs.size())}, DType::f32);
   const std::vector<float> xf = x.to_vector<float>();
   const std::vector<float> y = F::gelu(x).to_vector<float>();
-  std::int64_t not_rounded = 0, worst = 0;
+  std::int64_t within_one = 0, normal = 0, worst = 0;
   for (std::size_t i = 0; i < xf.size(); ++i) {
     const long double v = xf[i];
-    const float exact = static_cast<float>(v * phi_cdf(v));
-    if (y[i] != exact) ++not_rounded;
-    worst = std::max(worst, ulps(y[i], exact));
+    const long double exact = v * phi_cdf(v);
+    const float rounded = static_cast<float>(exact);
+    if (std::fabs(exact) >= std::numeric_limits<float>::min()) {
+      ++normal;
+      const std::int64_t u = ulps(y[i], rounded);
+      worst = std::max(worst, u);
+      if (u <= 1) ++within_one;
+    } else {
+      // Subnormal results (x below -13): a few of the smallest floats at most.
+      EXPECT_LE(std::fabs(y[i] - exact), 16 * std::numeric_limits<float>::denorm_min()) << "gelu(" << xf[i] << ")";
+    }
   }
-  // Evaluated in double to ~1e-15 relative and rounded once: the correctly rounded f32
-  // value except, at most, in a near-tie.
-  EXPECT_LE(worst, 1);
-  EXPECT_LE(not_rounded, 2) << "of " << xf.size();
+  // Computed in f32 (exp, one division, a degree-10 polynomial, a few products): measured
+  // worst 6 ulp, and nearly 9 results in 10 exact or within 1 ulp.
+  EXPECT_LE(worst, 6);
+  EXPECT_GE(static_cast<double>(within_one), 0.8 * static_cast<double>(normal));
 }
 
-TEST(GeluHost, F32BackwardWithinOneUlp) {
+TEST(GeluHost, F32BackwardWithinEightUlpOfItsTerms) {
   const std::vector<double> xs = sweep(100000);
   Tensor x = make_tensor(xs, {static_cast<std::int64_t>(xs.size())}, DType::f32);
   Tensor dy = random_tensor(x.shape(), DType::f32, 902, 2.0);
   const std::vector<float> xf = x.to_vector<float>(), g = dy.to_vector<float>();
   const std::vector<float> dx = F::gelu_backward(dy, x).to_vector<float>();
-  std::int64_t worst = 0;
   for (std::size_t i = 0; i < xf.size(); ++i) {
     const long double v = xf[i];
-    const float exact = static_cast<float>(g[i] * (phi_cdf(v) + v * phi_density(v)));
-    worst = std::max(worst, ulps(dx[i], exact));
+    const long double exact = g[i] * (phi_cdf(v) + v * phi_density(v));
+    // Phi(x) + x phi(x) cancels near its root x = -0.7518: bound the error by its terms.
+    const long double terms = std::fabs(g[i]) * (phi_cdf(v) + std::fabs(v * phi_density(v)));
+    // The derivative within 6 ulp of its terms (as GELU), then the product with dy.
+    EXPECT_LE(std::fabs(dx[i] - exact), 8 * std::ldexp(terms, -24) + 16 * std::numeric_limits<float>::denorm_min())
+        << "gelu'(" << xf[i] << ")";
   }
-  EXPECT_LE(worst, 1);
 }
 
 TEST(GeluHost, F64RelativeErrorBelow1e13) {

@@ -1,16 +1,20 @@
 // tessera-run: the srun/mpiexec-launched training driver (docs/driver.md).
 //
 //   tessera-run CONFIG.yaml [--dry-run] [--set KEY=VALUE ...] [--kill-after-step N]
+//               [--kill-during-save N]
 //
 // Trains the field emulator (train_field_emulator.cpp) to predict the next state of a
 // gridded dataset on a (dp, tp, domain) mesh, or (model.type: decoder, train_decoder.cpp)
 // the decoder-only transformer on a token stream on a (dp, tp) mesh, both through the
 // one training loop of training_loop.cpp, with checkpoints and resume. The config
 // is parsed on every rank before MPI_Init: a bad config fails every rank alike, rank 0
-// reports it once, and every rank exits with status 1 (2 for a usage error).
+// reports it once, and every rank exits with status 1 (2 for a usage error). SIGTERM or
+// SIGUSR1 stops the run at the next step boundary with a checkpoint and status 75
+// (kExitRequeue, training_loop.hpp): Slurm preemption and time-limit warnings.
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -20,6 +24,7 @@
 #include "run_config.hpp"
 #include "train_decoder.hpp"
 #include "train_field_emulator.hpp"
+#include "training_loop.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/error.hpp"
 #include "tessera/wait_policy.hpp"
@@ -38,11 +43,14 @@ const char* kUsage =
     "                       --set parallelism.tensor=2 --set resume=latest\n"
     "  --kill-after-step N  test hook: every rank kills itself (SIGKILL) after step N, as a\n"
     "                       crashed or preempted job would\n"
+    "  --kill-during-save N test hook: every rank is killed (SIGKILL) while writing the\n"
+    "                       checkpoint of step N\n"
     "  --help               this text\n"
-    "Launch with mpiexec -n N or srun; see docs/driver.md for the config keys.\n";
+    "Launch with mpiexec -n N or srun; see docs/driver.md for the config keys.\n"
+    "SIGTERM or SIGUSR1: stop after the current step, checkpoint, exit with status 75.\n";
 
 // Throws InvalidArgument (a usage error) for anything it does not understand.
-Options parse_args(int argc, char** argv) {
+Options parse_args(int argc, char** argv, std::int64_t& kill_during_save) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -64,6 +72,13 @@ Options parse_args(int argc, char** argv) {
       o.kill_after_step = std::strtoll(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || o.kill_after_step < 1) {
         throw InvalidArgument("--kill-after-step needs an integer >= 1, got '" + v + "'");
+      }
+    } else if (a == "--kill-during-save") {
+      const std::string v = value(a);
+      char* end = nullptr;
+      kill_during_save = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || kill_during_save < 1) {
+        throw InvalidArgument("--kill-during-save needs an integer >= 1, got '" + v + "'");
       }
     } else if (!a.empty() && a[0] == '-') {
       throw InvalidArgument("unknown option '" + a + "'");
@@ -87,11 +102,12 @@ int main(int argc, char** argv) {
   // Everything up to MPI_Init is local and deterministic: the same arguments and file
   // give every rank the same verdict.
   Options opts;
+  std::int64_t kill_during_save = -1;
   std::optional<RunConfig> cfg;
   std::string error;
   int error_status = 0;
   try {
-    opts = parse_args(argc, argv);
+    opts = parse_args(argc, argv, kill_during_save);
     if (!opts.help) cfg = parse_run_config(opts.config, opts.overrides);
   } catch (const InvalidArgument& e) {
     error = e.what();
@@ -102,6 +118,9 @@ int main(int argc, char** argv) {
   }
 
   MPI_Init(&argc, &argv);
+  // After MPI_Init, so that nothing the MPI library installs replaces them.
+  install_stop_signal_handlers();
+  set_kill_during_save(kill_during_save);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int status = 0;

@@ -1,6 +1,7 @@
 #include "training_loop.hpp"
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -9,6 +10,11 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "tessera/agree.hpp"
 #include "tessera/clip.hpp"
@@ -21,6 +27,58 @@
 
 namespace tessera::run {
 namespace {
+
+// Set by the handler of SIGTERM / SIGUSR1 (the signal number); read at step boundaries.
+// Lock-free, hence async-signal-safe.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+std::int64_t g_kill_during_save = -1;
+
+extern "C" void on_stop_signal(int sig) {
+  int expected = 0;
+  // The first signal wins; a second one (while saving, say) changes nothing.
+  g_stop_signal.compare_exchange_strong(expected, sig);
+}
+
+extern "C" void kill_self_now(int) { ::kill(::getpid(), SIGKILL); }
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal";
+  }
+}
+
+// --kill-during-save: from now on, the first write that extends a file (the save's own
+// HDF5 files: nothing else writes regular files during a save) raises SIGXFSZ, whose
+// handler kills the process. A rank that writes nothing itself (a rank holding only
+// replicas) is killed by a watcher once the save's temporary directory exists. Either way
+// the directory is left unfinished, as after a real kill.
+void arm_kill_during_save(const std::string& root, std::int64_t step) {
+  struct sigaction sa {};
+  sa.sa_handler = kill_self_now;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGXFSZ, &sa, nullptr);
+  char prefix[64];
+  std::snprintf(prefix, sizeof prefix, ".step_%08lld.tmp-", static_cast<long long>(step));
+  std::thread([root, p = std::string(prefix)] {
+    for (;;) {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+        if (e.path().filename().string().rfind(p, 0) == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the writers get going
+          ::kill(::getpid(), SIGKILL);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }).detach();
+  struct rlimit limit {};
+  ::getrlimit(RLIMIT_FSIZE, &limit);
+  limit.rlim_cur = 0;
+  ::setrlimit(RLIMIT_FSIZE, &limit);
+}
 
 // The checkpoint `resume` names (nullopt: start from step 0; logged). `latest` needs a
 // committed checkpoint; `latest_or_start` starts from step 0 when the directory holds
@@ -100,6 +158,18 @@ void check_checkpoint_dir_writable(const RunConfig& cfg, const Mesh& mesh) {
 
 }  // namespace
 
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // MPI's and HDF5's system calls must not see EINTR
+  for (int sig : {SIGTERM, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
+}
+
+int stop_signal_received() { return g_stop_signal.load(); }
+
+void set_kill_during_save(std::int64_t step) { g_kill_during_save = step; }
+
 int run_training(const RunConfig& cfg, const Options& opts, const Log& log, const Mesh& mesh, TrainingTask& task,
                  dp::DataParallel* data_parallel) {
   nn::Module& model = task.model();
@@ -143,6 +213,10 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
     so.metadata = task.checkpoint_metadata("run:\n  config: \"" + cfg.source + "\"\n  seed: " +
                                            std::to_string(cfg.schedule.seed) + "\n  batch_size: " +
                                            std::to_string(cfg.data.batch_size) + "\n" + task.extra_run_keys());
+    if (step == g_kill_during_save) {
+      log.info("--kill-during-save " + std::to_string(step) + ": killing every rank during this save");
+      arm_kill_during_save(cfg.checkpoint.dir, step);
+    }
     const std::string dir = io::save_checkpoint(cfg.checkpoint.dir, mesh, model, optimizer.get(), so);
     log.info("checkpoint: " + dir + " (" + std::string(io::checkpoint_layout_name(cfg.checkpoint.layout)) + ")");
     return dir;
@@ -158,6 +232,9 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
   std::int64_t window_steps = 0;
   double last_loss = NAN, last_baseline = NAN, first_loss = NAN, first_baseline = NAN;
   std::string last_checkpoint;
+  std::int64_t last_saved_step = -1;
+  int stopped_by = 0;  // the agreed stop signal (0: none)
+  std::int64_t stopped_at_step = 0;
   char line[512];
 
   for (std::int64_t step = start_step + 1; step <= cfg.schedule.steps; ++step) {
@@ -211,11 +288,43 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
     if (!cfg.checkpoint.dir.empty() &&
         (final_step || (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0))) {
       last_checkpoint = save(step);
+      last_saved_step = step;
     }
     if (opts.kill_after_step == step) {
       log.info("--kill-after-step " + std::to_string(step) + ": killing every rank");
       std::raise(SIGKILL);
     }
+
+    // The step boundary: did any rank get a stop signal? One MAX all-reduce of one value,
+    // so every rank stops after this same step (a rank signalled a moment later than the
+    // others stops with them, not one step later).
+    if (!final_step) {
+      Tensor flag = Tensor::from_vector(std::vector<double>{static_cast<double>(g_stop_signal.load())}, {1});
+      mesh.world().all_reduce(flag, ReduceOp::max);
+      stopped_by = static_cast<int>(flag.to_vector<double>()[0]);
+      if (stopped_by != 0) {
+        log.info(std::string("signal: ") + signal_name(stopped_by) + " received; stopping after step " +
+                 std::to_string(step) + " of " + std::to_string(cfg.schedule.steps));
+        if (!cfg.checkpoint.dir.empty() && last_saved_step != step) {
+          last_checkpoint = save(step);
+          last_saved_step = step;
+        }
+        stopped_at_step = step;
+        break;
+      }
+    }
+  }
+
+  if (stopped_by != 0) {
+    if (cfg.checkpoint.dir.empty()) {
+      log.warn(std::string("stopped by ") + signal_name(stopped_by) +
+               " with no checkpoint.dir: nothing saved; exiting with status " + std::to_string(128 + stopped_by));
+      return 128 + stopped_by;
+    }
+    log.info("signal: stopped at step " + std::to_string(stopped_at_step) + " with checkpoint " + last_checkpoint +
+             "; exiting with status " + std::to_string(kExitRequeue) +
+             " (requeue me: resume: latest_or_start continues from it)");
+    return kExitRequeue;
   }
 
   const std::int64_t steps_run = cfg.schedule.steps - start_step;

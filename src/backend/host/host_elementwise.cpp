@@ -1,17 +1,20 @@
 // HostCompute, element-wise family: GELU/SiLU and their derivatives, SwiGLU, casts.
-// Each element is evaluated in double and rounded once, so the f32 result is the f64
-// one rounded (and a tensor-parallel shard computes bit-for-bit what the serial layer
-// computes on the same elements: every element goes through the same operations,
-// wherever it sits in the tensor).
+// SiLU and SwiGLU evaluate each element in double and round once. Every element goes
+// through the same operations wherever it sits in the tensor, so a tensor-parallel shard
+// computes bit for bit what the serial layer computes on the same elements.
 //
-// GELU is the MLP's activation, so its loops vectorise: the standard normal's CDF and
-// density come from a branch-free formula (one exp, one division, one polynomial)
-// instead of libm's erf and exp per element, and the loops are compiled for AVX-512 and
-// AVX2 beside the baseline ISA (the clone matching the CPU is picked at load time). No
-// clone contracts a * b + c into an FMA, so all of them give the same bits. Accuracy
-// (tests/nn/test_gelu_accuracy.cpp): the f32 result is the correctly rounded GELU of its
-// input (libm's 0.5 x (1 + erf(x / sqrt2)) was not for x < 0, where 1 + erf cancels);
-// f64 within 1e-13 relative.
+// GELU is the MLP's activation and is computed in the element's own precision, in loops
+// that vectorise: the standard normal's CDF and density come from a branch-free formula
+// (one exp, one division, one polynomial) instead of libm's erf and exp per element, and
+// the loops are compiled for AVX-512 and AVX2 beside the baseline ISA (the clone matching
+// the CPU is picked at load time). In f32 that is 16 elements per AVX-512 instruction and
+// about 2.3 ms per 2M elements each way on the benchmark machine (libm's erf in double,
+// as before: 37 ms forward, 47 ms backward). Accuracy against a long-double reference
+// (tests/nn/test_gelu_accuracy.cpp): f32 within 6 ulp (nearly 9 results in 10 exact or
+// within 1 ulp), f64 within 2e-15 relative. 0.5 x (1 + erf(x / sqrt2)), the usual
+// formula and what this file computed before (in double, then rounded), loses relative
+// accuracy as x falls below -2, where 1 + erf cancels (in double, all of it below about
+// -8); here the negative tail is computed directly.
 
 #include <bit>
 #include <cmath>
@@ -34,8 +37,12 @@ namespace tessera::detail {
 
 namespace {
 
-// No contraction of a * b + c into FMA in the GELU code: the AVX-512 clone (whose ISA has
-// FMA) must round exactly as the others, so every machine computes the same bits.
+// No contraction of a * b + c into FMA in the GELU loops: the AVX-512 clone (whose ISA
+// has FMA instructions) rounds exactly as the AVX2 and baseline clones, so every machine
+// computes the same bits from the same build (checked: the clones agree bit for bit).
+// A whole build for an FMA ISA (-march=native) may still contract the inlined helpers;
+// its bits can then differ in the last place from a portable build's, but within one
+// build an element's result never depends on where it sits.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -46,11 +53,105 @@ namespace {
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
-// a[0] + a[1] x + ... + a[N-1] x^(N-1) by Estrin's scheme: a tree of depth log2 N rather
-// than Horner's chain of N dependent steps (these loops are otherwise latency-bound).
-// `powers[k]` holds x^(2^k).
-template <std::size_t Offset, std::size_t Count, std::size_t N>
-inline double estrin(const double (&a)[N], const double* powers) {
+// ---- The standard normal's CDF and density, branch-free so that loops over them
+// vectorise, in the element's own precision T (float: 16 lanes of AVX-512, twice as many
+// as double). One algorithm for both; Real<T> holds what differs: the bit layout and
+// the polynomials, each cut where its terms fall below T's precision.
+//
+//   Phi(x) = erfc(-x / sqrt2) / 2,  erfc(z) = exp(-z^2) t K(u)  (z >= 0),
+//   t = 3 / (3 + z),  u = 2t - 1 = (3 - z) / (3 + z),  K = erfcx(z) / t,
+//
+// K is smooth and bounded on [0, inf) (from 1 at z = 0 to 1 / (3 sqrt(pi))); its
+// Chebyshev series in u, fitted at 48 points in 50-digit arithmetic, is written out as a
+// polynomial in u whose coefficients sum to 1.003 in absolute value (no cancellation).
+// exp(-x^2 / 2) is taken from x split into a head with half the mantissa (its square is
+// exact) and a tail, so the exponent is exact to T's precision even where x^2 / 2 is
+// large: both tails of Phi stay accurate relative to their value. Measured against a
+// long-double reference (tests/nn/test_gelu_accuracy.cpp): f32 GELU within 2 ulp, f64
+// within 1e-15 relative.
+template <class T>
+struct Real;
+
+template <>
+struct Real<double> {
+  using Bits = std::uint64_t;
+  static constexpr int kMantissaBits = 52;
+  static constexpr Bits kExponentBias = 1023;
+  static constexpr double kRoundShift = 6755399441055744.0;  // 1.5 * 2^52: x + shift rounds x to an integer
+  static constexpr Bits kHeadMask = ~((Bits{1} << 27) - 1);   // a 26-bit head: its square is exact
+  static constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm's split of ln 2
+  static constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  static constexpr double kExpFloor = -746.0;  // exp below it rounds to 0
+  static constexpr double kClamp = 40.0;       // beyond |x| = 40, phi is 0 and Phi 0 or 1
+  // exp(r) on |r| <= ln2 / 2: Taylor to degree 12 (truncation < 2e-16 relative).
+  static constexpr double kExp[] = {1.0,          1.0,           1.0 / 2,        1.0 / 6,      1.0 / 24,
+                                    1.0 / 120,    1.0 / 720,     1.0 / 5040,     1.0 / 40320,  1.0 / 362880,
+                                    1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600};
+  // K(u): 24 terms (relative error below 5e-16).
+  static constexpr double kErfcx[] = {
+      3.5800230236277989e-1,
+      2.9446481772329448e-1,
+      1.9674278570136932e-1,
+      1.0348908730019441e-1,
+      3.9842587095666313e-2,
+      8.9424115413504719e-3,
+      -4.0413887394316185e-4,
+      -1.0113539986860461e-3,
+      -1.8276991424949872e-4,
+      9.2259271340713658e-5,
+      3.5853923636812827e-5,
+      -1.0132683861908936e-5,
+      -5.8238574076360063e-6,
+      1.5830094253678584e-6,
+      9.2258296402014064e-7,
+      -3.3293900476369913e-7,
+      -1.3722842699705351e-7,
+      7.7951226697135081e-8,
+      1.6652640553590825e-8,
+      -1.7060807323373566e-8,
+      -1.1893885619092368e-9,
+      2.8979247563452761e-9,
+      2.3183140775046786e-12,
+      -2.703562432063331e-10,
+  };
+};
+
+template <>
+struct Real<float> {
+  using Bits = std::uint32_t;
+  static constexpr int kMantissaBits = 23;
+  static constexpr Bits kExponentBias = 127;
+  static constexpr float kRoundShift = 12582912.0f;  // 1.5 * 2^23
+  static constexpr Bits kHeadMask = ~((Bits{1} << 12) - 1);  // a 12-bit head
+  static constexpr float kLn2Hi = 0.693145751953125f;  // 16 bits: k ln2_hi is exact for |k| < 256
+  static constexpr float kLn2Lo = 1.428606765330187045e-06f;
+  static constexpr float kExpFloor = -104.0f;
+  static constexpr float kClamp = 15.0f;
+  // Taylor to degree 7 (truncation < 6e-9 relative).
+  static constexpr float kExp[] = {1.0f, 1.0f, 1.0f / 2, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1.0f / 720, 1.0f / 5040};
+  // K(u): 11 terms, refitted one by one after rounding the earlier ones to float
+  // (relative error within 2.2 ulp of float).
+  static constexpr float kErfcx[] = {
+      0.35800230503082275f,
+      0.29446476697921753f,
+      0.19674278795719147f,
+      0.10349026322364807f,
+      0.03984272852540016f,
+      0.008935040794312954f,
+      -0.0004064712848048657f,
+      -0.0009926612256094813f,
+      -0.00017456790374126285f,
+      7.100222865119576e-05f,
+      2.4822442355798557e-05f,
+  };
+};
+
+// a[0] + a[1] x + ... + a[N-1] x^(N-1). Short polynomials by Horner's rule, which rounds
+// best (each step adds one term to a value of its own size); long ones (the f64 series)
+// by Estrin's scheme, a tree of depth log2 N instead of a chain of N dependent steps,
+// which would leave these loops waiting on latency. `powers[k]` holds x^(2^k).
+template <std::size_t Offset, std::size_t Count, class T, std::size_t N>
+inline T estrin(const T (&a)[N], const T* powers) {
   if constexpr (Count == 1) {
     return a[Offset];
   } else {
@@ -59,106 +160,100 @@ inline double estrin(const double (&a)[N], const double* powers) {
   }
 }
 
-template <std::size_t N>
-inline double polynomial(const double (&a)[N], double x) {
-  constexpr int levels = std::bit_width(N - 1);
-  double powers[levels > 0 ? levels : 1] = {x};
-  for (int k = 1; k < levels; ++k) powers[k] = powers[k - 1] * powers[k - 1];
-  return estrin<0, N>(a, powers);
+template <class T, std::size_t N>
+inline T polynomial(const T (&a)[N], T x) {
+  if constexpr (N <= 12) {
+    T p = a[N - 1];
+    for (std::size_t k = N - 1; k-- > 0;) p = p * x + a[k];
+    return p;
+  } else {
+    constexpr int levels = std::bit_width(N - 1);
+    T powers[levels] = {x};
+    for (int k = 1; k < levels; ++k) powers[k] = powers[k - 1] * powers[k - 1];
+    return estrin<0, N>(a, powers);
+  }
 }
 
 // a where the sign bit of s is set (s < 0, or -0, or a NaN with the bit set), b elsewhere:
-// an integer blend, which vectorises where a conditional expression on doubles does not
-// (GCC will not if-convert floating-point code under -ftrapping-math).
-inline double select_negative(double s, double a, double b) {
-  const std::uint64_t mask = 0 - (std::bit_cast<std::uint64_t>(s) >> 63);
-  return std::bit_cast<double>((std::bit_cast<std::uint64_t>(a) & mask) | (std::bit_cast<std::uint64_t>(b) & ~mask));
+// an integer blend, which vectorises where a conditional expression on floating-point
+// values does not (GCC will not if-convert floating-point code under -ftrapping-math).
+template <class T>
+inline T select_negative(T s, T a, T b) {
+  using Bits = typename Real<T>::Bits;
+  const Bits mask = Bits{0} - (std::bit_cast<Bits>(s) >> (8 * sizeof(T) - 1));
+  return std::bit_cast<T>(static_cast<Bits>((std::bit_cast<Bits>(a) & mask) | (std::bit_cast<Bits>(b) & ~mask)));
 }
 
-// ---- exp(y) for y <= 0 (and NaN), branch-free so that loops over it vectorise.
-// y = k ln2 + r with |r| <= ln2/2 (Cody-Waite, fdlibm's split of ln2), exp(r) by its
-// Taylor polynomial of degree 12 (truncation < 2e-16 relative), 2^k applied as two
-// factors so that subnormal results come out right; below -746 the result is 0.
-constexpr double kRoundShift = 6755399441055744.0;  // 1.5 * 2^52: x + shift rounds x to an integer
-constexpr double kExpTaylor[] = {1.0,         1.0,          1.0 / 2,        1.0 / 6,         1.0 / 24,
-                                 1.0 / 120,   1.0 / 720,    1.0 / 5040,     1.0 / 40320,     1.0 / 362880,
-                                 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600};
-
-// 2^k for an integer k in [-1022, 1023] held as `shifted` = k + kRoundShift: the low bits
-// of its representation are k, so (bits + 1023) << 52 is the representation of 2^k.
-inline double pow2_from_shifted(double shifted) {
-  return std::bit_cast<double>((std::bit_cast<std::uint64_t>(shifted) + 1023u) << 52);
+// 2^k for an integer k held as `shifted` = k + kRoundShift (normal range): the low bits of
+// its representation are k, so (bits + bias) << mantissa bits is the representation of 2^k.
+template <class T>
+inline T pow2_from_shifted(T shifted) {
+  using R = Real<T>;
+  return std::bit_cast<T>(
+      static_cast<typename R::Bits>((std::bit_cast<typename R::Bits>(shifted) + R::kExponentBias) << R::kMantissaBits));
 }
 
-inline double exp_nonpositive(double y) {
-  constexpr double kLog2e = 1.4426950408889634074;
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
-  y = select_negative(y + 746.0, -746.0, y);
-  const double k = (y * kLog2e + kRoundShift) - kRoundShift;
-  const double r = (y - k * kLn2Hi) - k * kLn2Lo;
-  const double k1_shifted = k * 0.5 + kRoundShift;  // k1 = round(k / 2), k2 = k - k1
-  const double k2_shifted = (k - (k1_shifted - kRoundShift)) + kRoundShift;
-  return polynomial(kExpTaylor, r) * pow2_from_shifted(k1_shifted) * pow2_from_shifted(k2_shifted);
-}
-
-// ---- erfc(z) for z >= 0 as exp(-z^2) t K(u), t = 3 / (3 + z), u = 2t - 1 = (3 - z) / (3 + z):
-// K = erfcx(z) / t is smooth and bounded on [0, inf) (from 1 at z = 0 to 1 / (3 sqrt(pi))).
-// Its Chebyshev series in u (fitted at 48 points in 50-digit arithmetic, cut where the
-// terms fall below 1e-16) is written out here as a polynomial in u, whose coefficients
-// sum to 1.003 in absolute value, so evaluating it in double costs no accuracy: the
-// relative error of K is below 5e-16 on the whole half-line.
-constexpr double kErfcxPolynomial[] = {
-    3.5800230236277989e-1,
-    2.9446481772329448e-1,
-    1.9674278570136932e-1,
-    1.0348908730019441e-1,
-    3.9842587095666313e-2,
-    8.9424115413504719e-3,
-    -4.0413887394316185e-4,
-    -1.0113539986860461e-3,
-    -1.8276991424949872e-4,
-    9.2259271340713658e-5,
-    3.5853923636812827e-5,
-    -1.0132683861908936e-5,
-    -5.8238574076360063e-6,
-    1.5830094253678584e-6,
-    9.2258296402014064e-7,
-    -3.3293900476369913e-7,
-    -1.3722842699705351e-7,
-    7.7951226697135081e-8,
-    1.6652640553590825e-8,
-    -1.7060807323373566e-8,
-    -1.1893885619092368e-9,
-    2.8979247563452761e-9,
-    2.3183140775046786e-12,
-    -2.703562432063331e-10,
+// exp(hi + lo) for hi <= 0 and |lo| << 1 as value * scale: hi = k ln2 + r (Cody-Waite),
+// lo joins r, exp(r) by its polynomial, value = exp(r) 2^k1 and scale = 2^k2 with
+// k1 + k2 = k, both factors normal. Callers multiply by `scale` last, so nothing is
+// rounded as a subnormal before the final product. Below kExpFloor, where exp rounds to
+// 0, value is 0.
+template <class T>
+struct ScaledExp {
+  T value, scale;
 };
 
-struct StandardNormal {
-  double cdf;      // Phi(x)
-  double density;  // phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-};
-
-// Phi(x) = erfc(-x / sqrt2) / 2 with the erfc above: accurate (relative) in both
-// tails, NaN for NaN, 0 and 1 at -inf and +inf. (Against a long-double reference: Phi
-// and phi within 6e-14 relative over |x| <= 40, the error coming from x^2 rounding
-// for double x; for float x, x^2 is exact.)
-inline StandardNormal standard_normal(double x) {
-  const double gauss = exp_nonpositive(-0.5 * (x * x));
-  double z = std::fabs(x) * kInvSqrt2;
-  z = select_negative(40.0 - z, 40.0, z);  // erfc(40) is 0 in double; keeps u finite at infinity
-  const double u = (3.0 - z) / (3.0 + z);
-  const double erfc = 0.5 * (1.0 + u) * polynomial(kErfcxPolynomial, u) * gauss;
-  const double lower = 0.5 * erfc;
-  return {select_negative(x, lower, 1.0 - lower), kInvSqrt2Pi * gauss};
+template <class T>
+inline ScaledExp<T> exp_nonpositive(T hi, T lo) {
+  using R = Real<T>;
+  constexpr T kLog2e = static_cast<T>(1.4426950408889634074);
+  const T below_floor = hi - R::kExpFloor;  // negative where the result rounds to 0
+  hi = select_negative(below_floor, R::kExpFloor, hi);
+  const T k = (hi * kLog2e + R::kRoundShift) - R::kRoundShift;
+  const T r = ((hi - k * R::kLn2Hi) - k * R::kLn2Lo) + lo;
+  const T k1_shifted = k * T(0.5) + R::kRoundShift;  // k1 = round(k / 2), k2 = k - k1
+  const T k2_shifted = (k - (k1_shifted - R::kRoundShift)) + R::kRoundShift;
+  const T value = polynomial(R::kExp, r) * pow2_from_shifted(k1_shifted);
+  return {select_negative(below_floor, T(0), value), pow2_from_shifted(k2_shifted)};
 }
 
-// GELU(x) = x Phi(x);  d/dx = Phi(x) + x phi(x).
-inline double gelu_value(double x) { return x * standard_normal(x).cdf; }
-inline double gelu_derivative(double x) {
-  const StandardNormal n = standard_normal(x);
-  return n.cdf + x * n.density;
+// The standard normal at x, as Phi(-|x|) = lower * scale and phi(x) = density * scale
+// (scale a power of two, applied last by the callers: in the far tail the values are
+// subnormal while x Phi(x) may not be).
+template <class T>
+struct NormalTail {
+  T lower, density, scale;
+};
+
+// NaN for NaN; Phi is 0 and 1 at -inf and +inf.
+template <class T>
+inline NormalTail<T> normal_tail(T x) {
+  using R = Real<T>;
+  T a = std::fabs(x);
+  a = select_negative(R::kClamp - a, R::kClamp, a);  // keeps inf out of the arithmetic below
+  // x^2 / 2 = head^2 / 2 (exact) + tail (head + a) / 2.
+  const T head = std::bit_cast<T>(static_cast<typename R::Bits>(std::bit_cast<typename R::Bits>(a) & R::kHeadMask));
+  const T tail = a - head;
+  const ScaledExp<T> gauss = exp_nonpositive(T(-0.5) * (head * head), T(-0.5) * (tail * (head + a)));
+  const T z = a * static_cast<T>(kInvSqrt2);
+  const T u = (T(3) - z) / (T(3) + z);
+  // Phi(-|x|) = erfc(z) / 2 = (1 + u) / 4 K(u) exp(-z^2).
+  return {T(0.25) * (T(1) + u) * polynomial(R::kErfcx, u) * gauss.value,
+          static_cast<T>(kInvSqrt2Pi) * gauss.value, gauss.scale};
+}
+
+// GELU(x) = x Phi(x);  d/dx = Phi(x) + x phi(x). For x < 0 the tail's scale is applied
+// last; for x >= 0, Phi = 1 - Phi(-x).
+template <class T>
+inline T gelu_value(T x) {
+  const NormalTail<T> n = normal_tail(x);
+  return select_negative(x, (x * n.lower) * n.scale, x * (T(1) - n.lower * n.scale));
+}
+template <class T>
+inline T gelu_derivative(T x) {
+  const NormalTail<T> n = normal_tail(x);
+  const T x_density = x * n.density;
+  return select_negative(x, (n.lower + x_density) * n.scale, (T(1) - n.lower * n.scale) + x_density * n.scale);
 }
 
 // Never evaluates exp of a large positive argument, so no overflow for very negative x.
@@ -187,16 +282,23 @@ inline void map_backward(Fn dfn, const T* g, const T* in, T* out, std::int64_t n
   }
 }
 
-// The GELU loops, one function per dtype so that each gets its AVX2 clone.
-constexpr auto kGelu = [](double v) { return gelu_value(v); };
-constexpr auto kGeluDerivative = [](double v) { return gelu_derivative(v); };
-TESSERA_VECTOR_CLONES void gelu_f32(const float* x, float* y, std::int64_t n) { map_forward(kGelu, x, y, n); }
-TESSERA_VECTOR_CLONES void gelu_f64(const double* x, double* y, std::int64_t n) { map_forward(kGelu, x, y, n); }
+// The GELU loops, in the element's precision, one function per dtype so that each gets
+// its clones.
+template <class T>
+inline void gelu_loop(const T* x, T* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_value(x[i]);
+}
+template <class T>
+inline void gelu_backward_loop(const T* dy, const T* x, T* dx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = dy[i] * gelu_derivative(x[i]);
+}
+TESSERA_VECTOR_CLONES void gelu_f32(const float* x, float* y, std::int64_t n) { gelu_loop(x, y, n); }
+TESSERA_VECTOR_CLONES void gelu_f64(const double* x, double* y, std::int64_t n) { gelu_loop(x, y, n); }
 TESSERA_VECTOR_CLONES void gelu_backward_f32(const float* dy, const float* x, float* dx, std::int64_t n) {
-  map_backward(kGeluDerivative, dy, x, dx, n);
+  gelu_backward_loop(dy, x, dx, n);
 }
 TESSERA_VECTOR_CLONES void gelu_backward_f64(const double* dy, const double* x, double* dx, std::int64_t n) {
-  map_backward(kGeluDerivative, dy, x, dx, n);
+  gelu_backward_loop(dy, x, dx, n);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
