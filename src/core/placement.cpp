@@ -25,11 +25,14 @@ Placement Placement::parse(std::string_view text, std::string_view what) {
     const std::string_view digits = text.substr(6, text.size() - 7);
     int dim = 0;
     bool ok = !digits.empty();
+    // Stops at the first bad character or a value over 63, so a long digit string
+    // cannot overflow `dim` (found by fuzz_capi_shapes).
     for (char c : digits) {
-      ok = ok && c >= '0' && c <= '9';
+      ok = ok && c >= '0' && c <= '9' && dim < 64;
+      if (!ok) break;
       dim = dim * 10 + (c - '0');
-      ok = ok && dim < 64;
     }
+    ok = ok && dim < 64;
     if (ok) return shard(dim);
   }
   throw InvalidArgument(std::string(what) + ": cannot parse placement '" + std::string(text) +

@@ -114,8 +114,25 @@ void write_int_array_attribute(hid_t object, const std::string& name, const std:
   if (n > 0) TESSERA_CHECK_HDF5(H5Awrite(attr.get(), H5T_NATIVE_INT64, values.data()));
 }
 
+namespace {
+
+// An attribute read as one value must hold one: HDF5 writes every element of the
+// attribute into the caller's buffer, so an array (a damaged or crafted file) would
+// write past it. Found by fuzz_checkpoint_reader.
+void require_scalar(const H5Attribute& attr, const std::string& name) {
+  const H5Space space(TESSERA_CHECK_HDF5(H5Aget_space(attr.get())));
+  const hssize_t n = TESSERA_CHECK_HDF5(H5Sget_simple_extent_npoints(space.get()));
+  if (n != 1) {
+    throw Hdf5Error("checkpoint: attribute '" + name + "' holds " + std::to_string(n) +
+                    " values where one is expected (a damaged or foreign file)");
+  }
+}
+
+}  // namespace
+
 std::string read_string_attribute(hid_t object, const std::string& name) {
   const H5Attribute attr = open_attribute(object, name);
+  require_scalar(attr, name);
   const H5Type stored(TESSERA_CHECK_HDF5(H5Aget_type(attr.get())));
   if (H5Tget_class(stored.get()) != H5T_STRING) throw Hdf5Error("checkpoint: attribute '" + name + "' is not a string");
   if (TESSERA_CHECK_HDF5(H5Tis_variable_str(stored.get())) > 0) {
@@ -138,6 +155,7 @@ std::string read_string_attribute(hid_t object, const std::string& name) {
 
 std::int64_t read_int_attribute(hid_t object, const std::string& name) {
   const H5Attribute attr = open_attribute(object, name);
+  require_scalar(attr, name);
   std::int64_t value = 0;
   TESSERA_CHECK_HDF5(H5Aread(attr.get(), H5T_NATIVE_INT64, &value));
   return value;
@@ -145,6 +163,7 @@ std::int64_t read_int_attribute(hid_t object, const std::string& name) {
 
 std::uint64_t read_uint_attribute(hid_t object, const std::string& name) {
   const H5Attribute attr = open_attribute(object, name);
+  require_scalar(attr, name);
   std::uint64_t value = 0;
   TESSERA_CHECK_HDF5(H5Aread(attr.get(), H5T_NATIVE_UINT64, &value));
   return value;

@@ -78,14 +78,23 @@ ParallelismConfig parse_block(const YAML::Node& block, std::string_view source, 
   return config;
 }
 
-void reject_duplicate_keys(const YAML::Node& node, std::string_view source, const std::string& path) {
+// Walks every mapping once: nodes reached again through an alias (YAML's &anchor /
+// *alias; yaml-cpp gives both the same node) are skipped, so a cycle (`a: &p {b: *p}`)
+// or an alias fan-out cannot make the walk recurse for ever or visit exponentially many
+// nodes (both found by fuzz_parallelism_config).
+void reject_duplicate_keys(const YAML::Node& node, std::string_view source, const std::string& path,
+                           std::vector<YAML::Node>& seen_nodes) {
+  if (!node.IsSequence() && !node.IsMap()) return;
+  for (const YAML::Node& seen : seen_nodes) {
+    if (seen.is(node)) return;
+  }
+  seen_nodes.push_back(node);
   if (node.IsSequence()) {
     for (std::size_t i = 0; i < node.size(); ++i) {
-      reject_duplicate_keys(node[i], source, path + "[" + std::to_string(i) + "]");
+      reject_duplicate_keys(node[i], source, path + "[" + std::to_string(i) + "]", seen_nodes);
     }
     return;
   }
-  if (!node.IsMap()) return;
   std::vector<std::pair<std::string, int>> seen;  // key, line (1-based)
   for (const auto& item : node) {
     const std::string key = item.first.IsScalar() ? item.first.Scalar() : std::string("<non-scalar>");
@@ -98,7 +107,7 @@ void reject_duplicate_keys(const YAML::Node& node, std::string_view source, cons
       }
     }
     seen.emplace_back(key, line);
-    reject_duplicate_keys(item.second, source, key_path);
+    reject_duplicate_keys(item.second, source, key_path, seen_nodes);
   }
 }
 
@@ -111,7 +120,8 @@ YAML::Node load_unique_yaml(std::string_view yaml, std::string_view source) {
   } catch (const YAML::Exception& e) {
     throw ConfigError(std::string(source) + ": invalid YAML: " + e.what());
   }
-  reject_duplicate_keys(root, source, "");
+  std::vector<YAML::Node> seen_nodes;
+  reject_duplicate_keys(root, source, "", seen_nodes);
   return root;
 }
 

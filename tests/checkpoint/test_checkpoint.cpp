@@ -358,3 +358,39 @@ TEST(BlockChecksum, HugeOffsetsAndUncountableGlobalShapesAreRejected) {
   EXPECT_THROW(io::block_checksum(block, {4, 6}, {3, 0}), ShapeError);      // plainly outside
   EXPECT_NO_THROW(io::block_checksum(block, {4, 6}, {2, 3}));
 }
+
+// Regression (found by fuzz_checkpoint_reader): an attribute read as one value but
+// stored as an array (format_version = [1, 1], or two strings for `format`) made HDF5
+// write every element into a one-element buffer. Such a file is now an error naming
+// the attribute, never an overflow.
+TEST(CheckpointReader, ArrayAttributesWhereOneValueIsExpectedAreErrors) {
+  const std::string dir = scratch_dir("array_attributes");  // collective
+  if (world_rank() != 0) return;
+  const std::string file = (fs::path(dir) / "checkpoint.h5").string();
+  const hid_t f = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  // A valid `format` first: the reader checks it before format_version.
+  const hid_t text = H5Tcopy(H5T_C_S1);
+  H5Tset_size(text, H5T_VARIABLE);
+  const hid_t scalar = H5Screate(H5S_SCALAR);
+  const hid_t format = H5Acreate2(f, "format", text, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  const char* name = io::checkpoint_format_name;
+  H5Awrite(format, text, &name);
+  H5Aclose(format);
+  H5Sclose(scalar);
+  H5Tclose(text);
+  const hsize_t two = 2;
+  const hid_t space = H5Screate_simple(1, &two, nullptr);
+  const std::int64_t values[2] = {1, 1};
+  const hid_t attr = H5Acreate2(f, "format_version", H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(attr, H5T_NATIVE_INT64, values);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Fclose(f);
+  try {
+    io::CheckpointReader reader(file, io::CheckpointReader::Verify::none);
+    ADD_FAILURE() << "a 2-element format_version was accepted";
+  } catch (const Error& e) {
+    expect_contains(e.what(), "'format_version' holds 2 values where one is expected");
+  }
+}

@@ -3,14 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdio>
 #include <fstream>
-
-#include <climits>
 
 #include "tessera/error.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/parallelism.hpp"
+#include "tessera/placement.hpp"
 
 using namespace tessera;
 
@@ -196,4 +196,29 @@ TEST(ParallelismConfig, DuplicateKeysAreRejectedWithBothLines) {
   expect_config_error("trainer:\n  parallelism: {domain: 2}\ntrainer: {}\n", {"test.yaml:3", "trainer", "appears twice"});
   EXPECT_THROW(check_unique_yaml_keys("model:\n  blocks:\n    - {a: 1, a: 2}\n", "m.yaml"), ConfigError);
   EXPECT_NO_THROW(check_unique_yaml_keys("a: {x: 1}\nb: {x: 1}\nc: [{x: 1}, {x: 2}]\n", "ok.yaml"));
+}
+
+// Regressions found by fuzz_parallelism_config: the duplicate-key walk followed YAML
+// aliases without remembering them, so an alias inside its own anchor recursed until
+// the stack overflowed, and seven levels of ten aliases each took minutes. Each node is
+// now walked once.
+TEST(ParallelismConfig, AliasCyclesAndFanOutAreWalkedOnce) {
+  EXPECT_NO_THROW(ParallelismConfig::from_yaml_string("a: &p {b: *p}\nparallelism: {tensor: 2}\n", "cycle.yaml"));
+  std::string fanout = "l0: &a0 [1]\n";
+  for (int level = 1; level <= 7; ++level) {
+    fanout += "l" + std::to_string(level) + ": &a" + std::to_string(level) + " [";
+    for (int k = 0; k < 10; ++k) fanout += (k ? ", *a" : "*a") + std::to_string(level - 1);
+    fanout += "]\n";
+  }
+  EXPECT_EQ(ParallelismConfig::from_yaml_string(fanout + "parallelism: {domain: 2}\n", "fanout.yaml").domain, 2);
+  // A duplicate inside an aliased mapping is still found.
+  expect_config_error("a: &p {x: 1, x: 2}\nb: *p\n", {"test.yaml:1", "a.x", "appears twice"});
+}
+
+// Regression found by fuzz_capi_shapes: a long digit string overflowed int inside
+// Placement::parse (undefined behaviour) before being rejected.
+TEST(Placement, LongDigitStringsAreRejectedWithoutOverflow) {
+  EXPECT_THROW(Placement::parse("Shard(99999999999)", "p"), InvalidArgument);
+  EXPECT_THROW(Placement::parse("Shard(64)", "p"), InvalidArgument);
+  EXPECT_EQ(Placement::parse("Shard(63)", "p").dim, 63);
 }
