@@ -48,7 +48,6 @@
 #include "tessera/io/checksum.hpp"
 
 namespace fs = std::filesystem;
-using tessera::fuzz::include_findings;
 using tessera::fuzz::Input;
 
 namespace {
@@ -176,26 +175,16 @@ void fuzz_attribute(hid_t obj, const char* name, AttrKind kind, const std::strin
     case 6: {
       std::vector<std::int64_t> v(in.byte() % 9);
       for (auto& x : v) x = in.i64();
-      // FINDING fuzz/findings/fuzz_checkpoint_reader-int-attribute-array (and -uint-):
-      // read_int_attribute / read_uint_attribute read any attribute into one int64 on the
-      // stack, so an array attribute where the format has a scalar overflows it (ASan:
-      // stack-buffer-overflow, src/io/hdf5_handles.cpp). Arrays of 2+ elements go only
-      // where the format has arrays, unless asked for.
-      if (kind != AttrKind::int_array && !include_findings() && v.size() > 1) v.resize(1);
+      // Also where the format has a scalar: fuzz/findings/...-int-attribute-array and
+      // -uint-attribute-array were stack overflows there (fixed).
       attr_int_array(obj, name, v, (in.byte() & 1) + 1);
       break;
     }
     case 7: break;  // absent
     case 8: attr_vlen_string(obj, name, "", /*null_space=*/true); break;
     case 9: {  // a string array of two
-      // FINDING fuzz/findings/fuzz_checkpoint_reader-string-attribute-array (and
-      // -fixed-string-): read_string_attribute reads one string whatever the attribute's
-      // element count: a variable-length string array overflows the one char* on the stack,
-      // a fixed-length one the std::string buffer on the heap. Left out unless asked for.
-      if (!include_findings()) {
-        attr_vlen_string(obj, name, fuzz_string(in));
-        break;
-      }
+      // fuzz/findings/...-string-attribute-array and -fixed-string-attribute-array were a
+      // stack and a heap overflow in read_string_attribute (fixed).
       if (in.byte() & 1) {
         const hid_t ft = H5Tcopy(H5T_C_S1);
         H5Tset_size(ft, 32);  // past std::string's small-buffer size: the buffer is on the heap

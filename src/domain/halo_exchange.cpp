@@ -274,8 +274,10 @@ static void prepare(HaloExchange::Plan& p, const std::vector<Tensor>& fields, co
   p.validated_fields = std::move(keys);
 }
 
+// Posts every receive, then every send: through the transfer's direct datatype when
+// `direct` (the forward exchange) and it has one, else through its packed buffer.
 static void post(HaloExchange::Plan& p, std::vector<Transfer>& incoming, std::vector<Transfer>& outgoing,
-                 int tag_base) {
+                 int tag_base, bool direct) {
   const MPI_Comm comm = p.decomposition.comm().mpi_comm();
   p.requests.clear();
   auto check_count = [](std::size_t bytes) {
@@ -287,16 +289,24 @@ static void post(HaloExchange::Plan& p, std::vector<Transfer>& incoming, std::ve
   };
   // Receives first, so a message that arrives early lands in its buffer directly.
   for (Transfer& t : incoming) {
-    p.reserve(t.buffer, t.cells, /*for_mpi=*/true);
     MPI_Request r = MPI_REQUEST_NULL;
-    TESSERA_CHECK_MPI(MPI_Irecv(t.buffer.message(), check_count(t.buffer.bytes()), MPI_BYTE, t.peer,
-                                tag_base + t.direction, comm, &r));
+    if (direct && t.direct != MPI_DATATYPE_NULL) {
+      TESSERA_CHECK_MPI(MPI_Irecv(MPI_BOTTOM, 1, t.direct, t.peer, tag_base + t.direction, comm, &r));
+    } else {
+      p.reserve(t.buffer, t.cells, /*for_mpi=*/true);
+      TESSERA_CHECK_MPI(MPI_Irecv(t.buffer.message(), check_count(t.buffer.bytes()), MPI_BYTE, t.peer,
+                                  tag_base + t.direction, comm, &r));
+    }
     p.requests.push_back(r);
   }
   for (Transfer& t : outgoing) {
     MPI_Request r = MPI_REQUEST_NULL;
-    TESSERA_CHECK_MPI(MPI_Isend(t.buffer.message(), check_count(t.buffer.bytes()), MPI_BYTE, t.peer,
-                                tag_base + t.direction, comm, &r));
+    if (direct && t.direct != MPI_DATATYPE_NULL) {
+      TESSERA_CHECK_MPI(MPI_Isend(MPI_BOTTOM, 1, t.direct, t.peer, tag_base + t.direction, comm, &r));
+    } else {
+      TESSERA_CHECK_MPI(MPI_Isend(t.buffer.message(), check_count(t.buffer.bytes()), MPI_BYTE, t.peer,
+                                  tag_base + t.direction, comm, &r));
+    }
     p.requests.push_back(r);
   }
 }
@@ -304,10 +314,13 @@ static void post(HaloExchange::Plan& p, std::vector<Transfer>& incoming, std::ve
 namespace {
 
 // Forward and adjoint exchanges are one procedure run in opposite directions. Forward:
-// interior rects (sends) are packed and go out, halo rects (recvs) are filled. The
-// adjoint (the transpose) runs every message backwards: halo rects are packed and sent to
-// the rank they came from, which adds them into the interior rects it sent, and the halo
-// is left zero.
+// interior rects (sends) are packed and go out, halo rects (recvs) are filled; on the
+// host, messages with long rows skip the packing altogether (Plan::prepare_direct: MPI
+// reads and writes the fields through a datatype, which the start()/finish() contract
+// allows: between them the interior is read-only and the halo untouched). The adjoint
+// (the transpose) runs every message backwards: halo rects are packed and sent to the
+// rank they came from, which adds them into the interior rects it sent (an addition MPI
+// cannot do on receipt), and the halo is left zero.
 void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bool adjoint) {
   prepare(p, fields, adjoint ? "start_adjoint" : "start");
   // The fields stay alive until finish. They are assigned into the Tensor objects the last
@@ -318,7 +331,10 @@ void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bo
   p.device = fields.empty() ? Device::host() : fields.front().device();
   std::vector<Transfer>& outgoing = adjoint ? p.recvs : p.sends;
   std::vector<Transfer>& incoming = adjoint ? p.sends : p.recvs;
+  const bool direct = !adjoint;
+  if (direct) p.prepare_direct();
   for (Transfer& t : outgoing) {
+    if (direct && t.direct != MPI_DATATYPE_NULL) continue;
     p.reserve(t.buffer, t.cells, /*for_mpi=*/true);
     p.pack(t.rects, t.buffer);
     t.buffer.packed_to_message();
@@ -328,7 +344,7 @@ void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bo
   // exchange's unpack kernels before it writes the receive buffers. (Staged copies
   // already wait for the stream; on the host there is nothing to wait for.)
   tessera::detail::compute_for(p.device).synchronize_stream(p.device.index);
-  post(p, incoming, outgoing, adjoint ? kAdjointTag : kForwardTag);
+  post(p, incoming, outgoing, adjoint ? kAdjointTag : kForwardTag, direct);
   p.mode = adjoint ? HaloExchange::Plan::Mode::adjoint : HaloExchange::Plan::Mode::forward;
   // Local work overlaps the messages in flight: pieces whose source is this rank go
   // through the self buffer (forward: interior -> halo; adjoint: halo added back into
@@ -357,6 +373,7 @@ void finish_exchange(HaloExchange::Plan& p, bool adjoint) {
                             {adjoint ? "the halo exchange's adjoint messages" : "the halo exchange's messages",
                              p.decomposition.comm().mpi_comm()});
   for (const Transfer& t : adjoint ? p.sends : p.recvs) {
+    if (!adjoint && t.direct != MPI_DATATYPE_NULL) continue;  // MPI wrote the halo itself
     t.buffer.message_to_packed();
     p.unpack(t.rects, t.buffer, adjoint);
   }

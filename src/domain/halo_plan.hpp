@@ -64,6 +64,13 @@ struct Transfer {
   std::vector<HaloRect> rects;
   std::int64_t cells = 0;  // sum of rect areas
   MessageBuffer buffer;
+  // The forward message as an MPI datatype over the fields' own memory (absolute
+  // addresses: sent from / received into MPI_BOTTOM), when Plan::prepare_direct built
+  // one: MPI then reads the interior rects and writes the halo rects itself, and the
+  // exchange copies nothing through `buffer`. It describes the same bytes in the same
+  // order as the packed buffer (padding included), so the other end may pack instead.
+  MPI_Datatype direct = MPI_DATATYPE_NULL;
+  std::vector<std::byte> padding;  // where a received message's padding bytes land
 };
 
 // A field as the pack entries see it.
@@ -112,7 +119,14 @@ struct HaloExchange::Plan {
   };
   std::optional<std::vector<FieldKey>> validated_fields;
 
+  // The fields the transfers' direct datatypes describe (none built: empty and false).
+  std::vector<halo::FieldView> direct_views;
+  bool direct_built = false;
+
   Plan(const Decomposition& d, HaloSpec s) : decomposition(d), spec(s) {}
+  ~Plan();
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
 
   // Sizes `buffer` for `cells` per field of `views`, staged through pinned host memory
   // when MPI cannot address the fields' device (never for the self buffer, which MPI
@@ -123,6 +137,12 @@ struct HaloExchange::Plan {
   void pack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer) const;
   void unpack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer, bool accumulate) const;
   void zero(const std::vector<HaloRect>& rects) const;
+  // Builds (or keeps, for the same fields) the direct datatype of every forward transfer
+  // whose rects MPI can walk cheaply: host fields, rows of at least kDirectRowBytes
+  // contiguous bytes. Transfers left without one are packed as before.
+  static constexpr std::size_t kDirectRowBytes = 256;
+  void prepare_direct();
+  void free_direct() noexcept;
 };
 
 }  // namespace tessera::domain
