@@ -170,7 +170,7 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
     // Each rank reads exactly its block, whatever layout wrote the file.
     for (Target& t : targets) {
       t.staged = reader->read(*t.dataset, t.offset, t.destination.shape());
-      if (is_main_replica(mesh, t.placement)) t.checksum = block_checksum(t.staged, t.global_shape, t.offset);
+      if (is_main_replica(mesh, t.placement)) t.checksum = block_checksum(t.staged, t.global_shape, t.offset, reader->header().checksum);
     }
   });
 

@@ -1,6 +1,7 @@
-// The per_rank layout: each writing rank's slice file with serial HDF5, then rank 0's
-// index file of virtual datasets over the slices. Both are built in memory and written
-// in one piece (create_memory_file / write_memory_file in format.hpp).
+// The per_rank layout: each writing rank's slice file with serial HDF5, its blocks
+// written by tessera where HDF5 laid them out (write_raw_extents in format.hpp), then
+// rank 0's index file of virtual datasets over the slices, built in memory and written
+// in one piece (create_memory_file / write_memory_file).
 #include <filesystem>
 #include <map>
 
@@ -27,15 +28,25 @@ std::vector<std::int64_t> slice_records(const SaveContext& c) {
   return records;
 }
 
+// The slice file at full speed (format.hpp, RawExtent): HDF5 writes the layout and the
+// metadata only, then the blocks go from the tensors' memory to the file in one pwrite
+// each. Space for the whole file is checked first, so HDF5's own small writes do not
+// meet a full disk.
 FileDigest write_slice_file(SaveContext& c, const std::vector<std::uint64_t>& slice_checksums) {
   const int rank = c.world.rank();
   const std::string path = (fs::path(c.temp_dir) / rank_file_name(rank)).string();
+  std::uint64_t bytes = std::uint64_t{64} << 10;  // metadata, generously
+  for (const Entry& e : c.entries) {
+    if (e.writer) bytes += static_cast<std::uint64_t>(e.host.nbytes()) + 4096;
+  }
+  check_free_space(c.temp_dir, bytes);
+  std::vector<RawExtent> extents;
   {
-    H5File file = create_memory_file();
+    H5File file(TESSERA_CHECK_HDF5(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT)));
     write_header(file.get(), c.header);
     write_int_attribute(file.get(), "rank", rank);
     std::map<std::string, H5Group> groups;
-    bool first = true;
+    const H5Plist dcpl = laid_out_dataset_properties();
     for (std::size_t i = 0; i < c.entries.size(); ++i) {
       const Entry& e = c.entries[i];
       if (!e.writer) continue;
@@ -44,21 +55,19 @@ FileDigest write_slice_file(SaveContext& c, const std::vector<std::uint64_t>& sl
       const H5Space space = make_space(e.host.shape());
       H5Dataset dataset(TESSERA_CHECK_HDF5(H5Dcreate2(group->second.get(), e.name.c_str(),
                                                       file_type_of(e.host.dtype()), space.get(), H5P_DEFAULT,
-                                                      H5P_DEFAULT, H5P_DEFAULT)));
+                                                      dcpl.get(), H5P_DEFAULT)));
       if (e.host.numel() > 0) {
-        TESSERA_CHECK_HDF5(H5Dwrite(dataset.get(), memory_type_of(e.host.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                    e.host.data()));
+        extents.push_back(raw_extent_of(dataset.get(), e.host.data(), static_cast<std::uint64_t>(e.host.nbytes())));
       }
       write_dataset_attributes(dataset.get(), e.placement.str(), e.host.dtype(), slice_checksums[i]);
       write_int_array_attribute(dataset.get(), "global_shape", e.global_shape);
       write_int_array_attribute(dataset.get(), "offset", e.offset);
-      dataset.close();
-      if (first) c.hook.maybe_fail(rank, "write", "writing " + e.path() + " to " + path);
-      first = false;
     }
     for (auto& [name, group] : groups) group.close();
-    return write_memory_file(file, path);
+    file.close();
   }
+  c.hook.maybe_fail(rank, "write", "writing the blocks of " + path);
+  return write_raw_extents(path, std::move(extents));
 }
 
 // HDF5 reads '%' in virtual source names as a printf-style pattern.

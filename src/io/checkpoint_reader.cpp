@@ -170,7 +170,7 @@ void verify_slices(const CheckpointReader& reader, VerifyReport& report) {
           }
           const std::uint64_t stored = read_uint_attribute(dataset.get(), "checksum");
           const std::uint64_t computed = block_checksum(block, Shape(global.begin(), global.end()),
-                                                        Shape(offset.begin(), offset.end()));
+                                                        Shape(offset.begin(), offset.end()), reader.header().checksum);
           if (stored != computed) {
             report.failed.push_back("slice " + dpath + " in " + path + ": checksum mismatch (stored " + hex(stored) +
                                     ", computed " + hex(computed) + ")");
@@ -213,7 +213,7 @@ VerifyReport verify_checkpoint(const std::string& path) {
   for (const DatasetInfo& d : reader.datasets()) {
     try {
       const Tensor data = reader.read(d);
-      const std::uint64_t computed = block_checksum(data, d.shape, Shape(d.shape.size(), 0));
+      const std::uint64_t computed = block_checksum(data, d.shape, Shape(d.shape.size(), 0), reader.header().checksum);
       if (computed == d.checksum) {
         report.passed.push_back(d.path);
       } else {

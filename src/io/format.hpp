@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/hdf5_handles.hpp"
 #include "io/manifest.hpp"
@@ -47,6 +48,25 @@ H5File create_memory_file();
 // file is removed.
 // Returns the file's digest for the MANIFEST (computed from the image: no re-read).
 FileDigest write_memory_file(H5File& file, const std::string& path);
+
+// Large files written by one process (per_rank slices) take another way, which copies
+// nothing: HDF5 lays the file out on disk (metadata, and room for every dataset:
+// contiguous, allocated early, never filled) and closes it; then tessera writes each
+// dataset's bytes from the tensor's memory at the offset HDF5 chose (RawExtent), fsyncs
+// and computes the MANIFEST digest from memory, reading back only the bytes that are not
+// raw data (HDF5's metadata, a few KiB). The caller checks free space before HDF5 opens
+// the file (check_free_space), so the small metadata writes do not meet a full disk;
+// failures in the raw writes are tessera's own, an IoError naming the file.
+struct RawExtent {
+  std::uint64_t offset = 0;  // in the file
+  const void* data = nullptr;
+  std::uint64_t bytes = 0;
+};
+// A dcpl for such a dataset (contiguous, allocation at creation, no fill).
+H5Plist laid_out_dataset_properties();
+// The file offset of `dataset`'s contiguous storage, as a RawExtent over `data`.
+RawExtent raw_extent_of(hid_t dataset, const void* data, std::uint64_t bytes);
+FileDigest write_raw_extents(const std::string& path, std::vector<RawExtent> extents);
 
 }  // namespace tessera::io::detail
 

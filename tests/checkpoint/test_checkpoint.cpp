@@ -5,7 +5,9 @@
 
 #include <hdf5.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -392,5 +394,140 @@ TEST(CheckpointReader, ArrayAttributesWhereOneValueIsExpectedAreErrors) {
     ADD_FAILURE() << "a 2-element format_version was accepted";
   } catch (const Error& e) {
     expect_contains(e.what(), "'format_version' holds 2 values where one is expected");
+  }
+}
+
+// Format version 1 (checksum tessera-hashsum64-v1) stays readable. The fixture in
+// tests/checkpoint/data/format_v1 was written by write_reference_checkpoints before
+// format 2 (tp 2, seed 2024, AdamW trained 2 steps); loading it at this test's layout
+// verifies every block with the v1 algorithm, and the values must equal the serial twin
+// trained the same way.
+TEST_F(Checkpoint, FormatVersion1LoadsAndVerifiesAtAnyLayout) {
+  const fs::path fixture = fs::path(TESSERA_TEST_SOURCE_DIR) / "data" / "format_v1";
+  auto serial = make_serial_model(2024, /*with_bf16=*/true);
+  {
+    auto all = serial->named_parameters();
+    AdamW adam(NamedParameters(all.begin(), all.begin() + 6), {});
+    train(*serial, adam, 2);
+  }
+  const auto masters = serial->named_parameters();
+  for (const char* layout : {"per_rank", "shared"}) {
+    const io::CheckpointReader reader((fixture / layout).string());
+    EXPECT_EQ(reader.header().format_version, 1);
+    EXPECT_EQ(reader.header().checksum, io::ChecksumAlgorithm::hashsum64_v1);
+    auto model = make_model(mesh->tp(), 5, /*with_bf16=*/true);
+    const io::LoadResult r = io::load_checkpoint((fixture / layout).string(), *mesh, *model);
+    EXPECT_EQ(r.step, 7);
+    const auto got = model->named_parameters();
+    ASSERT_EQ(got.size(), masters.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const Parameter& p = *got[i].second;
+      EXPECT_TRUE(same_bytes(p.value, block_of(masters[i].second->value, p.local_offset, p.value.shape())))
+          << layout << " " << got[i].first;
+    }
+  }
+}
+
+// v2's definition (checksum.hpp) by hand for a few words, and the properties the format
+// relies on: blocks of any tiling add up to the whole, a flipped bit or swapped
+// elements change the sum, and v1 and v2 differ.
+namespace {
+std::uint32_t reference_fmix32(std::uint32_t z) {
+  z ^= z >> 16;
+  z *= 0x85ebca6bu;
+  z ^= z >> 13;
+  z *= 0xc2b2ae35u;
+  return z ^ (z >> 16);
+}
+std::uint32_t reference_key(std::uint64_t j) {
+  return static_cast<std::uint32_t>(j) * 0x9e3779b1u + static_cast<std::uint32_t>(j >> 32) * 0x85ebca77u + 0x165667b1u;
+}
+}  // namespace
+
+TEST(BlockChecksum, Version2MatchesItsDefinitionForEveryElementSize) {
+  // f32 [3, 5]: word j = i.
+  Tensor f = Tensor::empty({3, 5}, DType::f32);
+  std::uint64_t want = 0;
+  for (std::int64_t i = 0; i < 15; ++i) {
+    f.data<float>()[i] = 0.25f * static_cast<float>(i) - 1.0f;
+    std::uint32_t w;
+    std::memcpy(&w, &f.data<float>()[i], 4);
+    want += reference_fmix32(w ^ reference_key(static_cast<std::uint64_t>(i)));
+  }
+  EXPECT_EQ(io::block_checksum(f, {3, 5}, {0, 0}, io::ChecksumAlgorithm::hashsum64_v2), want);
+  // f64 [4] at offset 2 of [9]: words 2i, 2i + 1 (low, high).
+  Tensor d = Tensor::empty({4}, DType::f64);
+  want = 0;
+  for (std::int64_t i = 0; i < 4; ++i) {
+    d.data<double>()[i] = 1.0 / static_cast<double>(i + 3);
+    std::uint64_t bits;
+    std::memcpy(&bits, &d.data<double>()[i], 8);
+    const std::uint64_t g = static_cast<std::uint64_t>(i + 2);
+    want += reference_fmix32(static_cast<std::uint32_t>(bits) ^ reference_key(2 * g));
+    want += reference_fmix32(static_cast<std::uint32_t>(bits >> 32) ^ reference_key(2 * g + 1));
+  }
+  EXPECT_EQ(io::block_checksum(d, {9}, {2}, io::ChecksumAlgorithm::hashsum64_v2), want);
+  // bf16: the 16 bits zero-extended.
+  Tensor b = Tensor::empty({2}, DType::bf16);
+  std::uint16_t raw[2] = {0x3f80, 0xc000};
+  std::memcpy(b.data(), raw, 4);
+  want = reference_fmix32(0x3f80u ^ reference_key(0)) + reference_fmix32(0xc000u ^ reference_key(1));
+  EXPECT_EQ(io::block_checksum(b, {2}, {0}, io::ChecksumAlgorithm::hashsum64_v2), want);
+}
+
+TEST(BlockChecksum, Version2BlocksOfAnyTilingAddUpAndDamageShows) {
+  const std::int64_t rows = 37, cols = 1029;  // odd sizes: vector loops with remainders
+  Tensor whole = Tensor::empty({rows, cols}, DType::f32);
+  for (std::int64_t i = 0; i < rows * cols; ++i) whole.data<float>()[i] = std::sin(0.001f * static_cast<float>(i));
+  const std::uint64_t total = io::block_checksum(whole, {rows, cols}, {0, 0});
+  EXPECT_NE(total, io::block_checksum(whole, {rows, cols}, {0, 0}, io::ChecksumAlgorithm::hashsum64_v1));
+  for (const auto& [r0, c0] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {10, 500}, {36, 7}}) {
+    std::uint64_t sum = 0;
+    for (const auto& [o, n] : std::vector<std::pair<Shape, Shape>>{{{0, 0}, {r0, c0}},
+                                                                   {{0, c0}, {r0, cols - c0}},
+                                                                   {{r0, 0}, {rows - r0, c0}},
+                                                                   {{r0, c0}, {rows - r0, cols - c0}}}) {
+      sum += io::block_checksum(block_of(whole, o, n), {rows, cols}, o);
+    }
+    EXPECT_EQ(sum, total) << "cut at " << r0 << ", " << c0;
+  }
+  // A view with strides and an unaligned copy give the same contribution.
+  const Tensor column = whole.narrow(1, 3, 2);
+  EXPECT_EQ(io::block_checksum(column, {rows, cols}, {0, 3}), io::block_checksum(column.contiguous(), {rows, cols}, {0, 3}));
+  Tensor damaged = whole.clone();
+  reinterpret_cast<std::uint32_t*>(damaged.data())[777] ^= 1u << 9;
+  EXPECT_NE(io::block_checksum(damaged, {rows, cols}, {0, 0}), total);
+  Tensor swapped = whole.clone();
+  std::swap(swapped.data<float>()[5], swapped.data<float>()[6]);
+  EXPECT_NE(io::block_checksum(swapped, {rows, cols}, {0, 0}), total);
+}
+
+TEST(BlockChecksum, UnknownAlgorithmNamesAreErrorsNamingTheFile) {
+  EXPECT_EQ(io::parse_checksum_algorithm("tessera-hashsum64-v1", "f.h5"), io::ChecksumAlgorithm::hashsum64_v1);
+  EXPECT_EQ(io::parse_checksum_algorithm("tessera-hashsum64-v2", "f.h5"), io::ChecksumAlgorithm::hashsum64_v2);
+  try {
+    io::parse_checksum_algorithm("md5", "/x/checkpoint.h5");
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'/x/checkpoint.h5' names checksum algorithm 'md5'"), std::string::npos)
+        << e.what();
+  }
+}
+
+// CRC-32C: the standard check value, and long buffers (three interleaved streams joined
+// by multiplication mod the polynomial) equal to the same bytes fed in short pieces
+// (one chain), at lengths around the block size and unaligned starts.
+TEST(Crc32c, CheckValueAndInterleavedStreamsAgreeWithOneChain) {
+  EXPECT_EQ(io::crc32c("123456789", 9), 0xE3069283u);
+  std::vector<unsigned char> bytes(200000 + 13);
+  std::uint32_t x = 12345;
+  for (auto& b : bytes) b = static_cast<unsigned char>((x = x * 1103515245u + 12345u) >> 24);
+  for (std::size_t start : {std::size_t{0}, std::size_t{3}}) {
+    for (std::size_t n : {std::size_t{24575}, std::size_t{24576}, std::size_t{24577}, std::size_t{3 * 24576 + 100},
+                          std::size_t{200000}}) {
+      std::uint32_t pieces = 0;
+      for (std::size_t at = 0; at < n; at += 7) pieces = io::crc32c(&bytes[start + at], std::min<std::size_t>(7, n - at), pieces);
+      EXPECT_EQ(io::crc32c(&bytes[start], n), pieces) << "length " << n << " from " << start;
+    }
   }
 }

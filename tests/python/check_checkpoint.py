@@ -2,13 +2,15 @@
 """Reads tessera checkpoints with h5py as any user would, and checks them against the
 serial model's master weights written by write_reference_checkpoints.
 
-    /usr/bin/python3 check_checkpoint.py OUTDIR
+    /usr/bin/python3 check_checkpoint.py OUTDIR [FORMAT_VERSION]
 
 For each layout (OUTDIR/per_rank, OUTDIR/shared): follows `latest`, opens
 checkpoint.h5, and checks that every /model dataset is the full master array equal to
 OUTDIR/reference.h5 (bf16 compared as its 16-bit patterns), that the attributes
 documented in docs/checkpoint-format.md are there, and that every checksum
-(tessera-hashsum64-v1) recomputed with numpy matches. Exits 1 on any mismatch.
+recomputed with numpy matches, with the algorithm the header names (format 2:
+tessera-hashsum64-v2; format 1, still read: tessera-hashsum64-v1). Exits 1 on any
+mismatch.
 """
 
 import os
@@ -26,7 +28,28 @@ def mix64(z):
     return z ^ (z >> np.uint64(31))
 
 
-def checksum(array):
+def fmix32(z):
+    z = z ^ (z >> np.uint32(16))
+    z = z * np.uint32(0x85EBCA6B)
+    z = z ^ (z >> np.uint32(13))
+    z = z * np.uint32(0xC2B2AE35)
+    return z ^ (z >> np.uint32(16))
+
+
+def checksum_v2(array):
+    """Sum over 32-bit words of fmix32(word ^ key(j)) mod 2^64: a 2- or 4-byte element is
+    one word at j = i, an 8-byte one two words (low, high) at j = 2i, 2i + 1."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    width = flat.dtype.itemsize
+    words = flat.view(np.uint16).astype(np.uint32) if width == 2 else flat.view(np.uint32)
+    j = np.arange(words.size, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        key = ((j & np.uint64(0xFFFFFFFF)).astype(np.uint32) * np.uint32(0x9E3779B1)
+               + (j >> np.uint64(32)).astype(np.uint32) * np.uint32(0x85EBCA77) + np.uint32(0x165667B1))
+        return int(np.sum(fmix32(words ^ key).astype(np.uint64), dtype=np.uint64))
+
+
+def checksum_v1(array):
     """Sum over elements of mix64(mix64(i + golden) ^ bits) mod 2^64, i the C-order index."""
     flat = np.ascontiguousarray(array).reshape(-1)
     width = flat.dtype.itemsize
@@ -43,6 +66,7 @@ def as_str(value):
 
 def main():
     outdir = sys.argv[1]
+    want_version = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     failures = []
     with h5py.File(os.path.join(outdir, "reference.h5"), "r") as ref:
         reference = {name: ref["model"][name][()] for name in ref["model"]}
@@ -55,12 +79,17 @@ def main():
         path = os.path.join(root, step_dir, "checkpoint.h5")
         with h5py.File(path, "r") as f:
             attrs = {k: f.attrs[k] for k in f.attrs}
-            expect = {"format": "tessera-checkpoint", "layout": layout, "checksum_algorithm": "tessera-hashsum64-v1"}
+            version = int(attrs.get("format_version", 0))
+            if version != want_version:
+                failures.append(f"{path}: format_version {version}, expected {want_version}")
+            algorithm = {1: "tessera-hashsum64-v1", 2: "tessera-hashsum64-v2"}.get(version)
+            checksum = checksum_v1 if version == 1 else checksum_v2
+            expect = {"format": "tessera-checkpoint", "layout": layout, "checksum_algorithm": algorithm}
             for key, want in expect.items():
                 if as_str(attrs.get(key)) != want:
                     failures.append(f"{path}: root attribute {key} = {attrs.get(key)!r}, expected {want!r}")
-            if int(attrs["format_version"]) != 1 or int(attrs["step"]) != 7 or int(attrs["mesh_tp"]) != 2:
-                failures.append(f"{path}: format_version/step/mesh_tp = {attrs['format_version']}, "
+            if int(attrs["step"]) != 7 or int(attrs["mesh_tp"]) != 2:
+                failures.append(f"{path}: step/mesh_tp = "
                                 f"{attrs['step']}, {attrs['mesh_tp']}")
             if f"layout: {layout}" not in as_str(attrs["metadata"]):
                 failures.append(f"{path}: metadata {attrs['metadata']!r}")

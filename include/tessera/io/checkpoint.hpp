@@ -44,7 +44,7 @@ std::string_view checkpoint_layout_name(CheckpointLayout layout) noexcept;  // "
 CheckpointLayout parse_checkpoint_layout(std::string_view text);
 
 inline constexpr const char* checkpoint_format_name = "tessera-checkpoint";
-inline constexpr std::int64_t checkpoint_format_version = 1;
+inline constexpr std::int64_t checkpoint_format_version = 2;
 inline constexpr const char* checkpoint_file_name = "checkpoint.h5";
 
 struct SaveOptions {

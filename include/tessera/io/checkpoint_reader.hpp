@@ -10,6 +10,7 @@
 
 #include "tessera/comm.hpp"
 #include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checksum.hpp"
 #include "tessera/parallelism.hpp"
 #include "tessera/tensor.hpp"
 
@@ -26,7 +27,8 @@ struct CheckpointHeader {
   std::int64_t world_size = 1;
   std::int64_t step = 0;
   std::string metadata;
-  std::string checksum_algorithm;
+  std::string checksum_algorithm;      // its name; `checksum` holds it parsed
+  ChecksumAlgorithm checksum = ChecksumAlgorithm::hashsum64_v2;
   std::vector<std::int64_t> writer_ranks;  // per_rank: ranks that wrote a slice file
   std::string optimizer_type;          // empty when no optimizer state was saved
   std::int64_t optimizer_step_count = 0;
