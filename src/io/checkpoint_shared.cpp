@@ -22,8 +22,57 @@ std::uint64_t estimated_file_bytes(const std::vector<Entry>& entries) {
   return bytes;
 }
 
+// A block of a C-order dataset as runs that are contiguous both in the block (which is
+// contiguous in memory) and in the file: the innermost dimensions the block spans fully
+// join its rows into longer runs. (file element index, block element index, elements).
+struct Run {
+  std::uint64_t file_element, block_element, elements;
+};
+
+std::vector<Run> block_runs(const Shape& global, const Shape& offset, const Shape& extent) {
+  const int rank = static_cast<int>(global.size());
+  std::vector<Run> runs;
+  if (shape_numel(extent) == 0) return runs;
+  if (rank == 0) return {{0, 0, 1}};
+  // Dimensions j..rank-1 form one run: every dimension after j is spanned fully.
+  int j = rank - 1;
+  while (j > 0 && extent[j] == global[j]) --j;
+  std::uint64_t run = 1;
+  for (int d = j; d < rank; ++d) run *= static_cast<std::uint64_t>(extent[d]);
+  const Shape strides = contiguous_strides(global);
+  Shape index(static_cast<std::size_t>(j), 0);  // over dimensions 0..j-1 of the block
+  for (std::uint64_t block_element = 0;; block_element += run) {
+    std::uint64_t file_element = static_cast<std::uint64_t>(offset[j] * strides[j]);
+    for (int d = 0; d < j; ++d) file_element += static_cast<std::uint64_t>((offset[d] + index[d]) * strides[d]);
+    runs.push_back({file_element, block_element, run});
+    int d = j - 1;
+    for (; d >= 0; --d) {
+      if (++index[d] < extent[d]) break;
+      index[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return runs;
+}
+
+// (offset in the file, bytes, CRC-32C) of every piece this rank wrote, flattened for
+// all_gather_vectors.
+void add_piece(std::vector<std::int64_t>& pieces, std::uint64_t offset, std::uint64_t bytes, std::uint32_t crc) {
+  pieces.push_back(static_cast<std::int64_t>(offset));
+  pieces.push_back(static_cast<std::int64_t>(bytes));
+  pieces.push_back(static_cast<std::int64_t>(crc));
+}
+
 }  // namespace
 
+// Rank 0 lays the file out with serial HDF5 (metadata, and every dataset contiguous at
+// its global shape, allocated at creation, never filled: format.hpp, RawExtent) and
+// closes it; every writing rank then writes its blocks' runs where they belong with
+// pwrite, straight from the tensors, hashes them on the way and fsyncs; rank 0 joins the
+// pieces' CRCs in file order with what lies between them (HDF5's metadata, read back)
+// into the MANIFEST digest. No MPI-IO: its collectives busy-poll outside tessera's wait
+// policy, and at 1-2 ranks its own buffering cost more than the write. The bytes on
+// disk are the layout HDF5 chose, so any HDF5 reader (and h5py) reads the file as one.
 void save_shared(SaveContext& c) {
   std::vector<std::uint64_t> totals(c.entries.size());
   for (std::size_t i = 0; i < c.entries.size(); ++i) totals[i] = c.entries[i].checksum;
@@ -33,80 +82,68 @@ void save_shared(SaveContext& c) {
   const std::string path = (fs::path(c.temp_dir) / checkpoint_file_name).string();
   const MPI_Comm comm = c.world.mpi_comm();
   const int rank = c.world.rank();
-  // Room for the whole file first, in one agreed step. Once the collective file exists,
-  // a write that fails on one rank only (a full disk, a file-size limit) leaves the
-  // others inside an MPI-IO collective, and closing the file flushes metadata that may
-  // fail the same way: the ranks would wait for each other for ever. Checking the space
-  // up front turns the common cases into a clean, agreed error before H5Fcreate.
+  // Room for the whole file first, in one agreed step, so that HDF5's own writes do
+  // not meet a full disk and the ranks' writes fail (if at all) in tessera's code.
+  std::vector<std::int64_t> offsets;  // per entry: where its data starts in the file (rank 0)
   agree_on_success(comm, [&] {
-    if (rank == 0) check_free_space(c.temp_dir, estimated_file_bytes(c.entries));
+    if (rank != 0) return;
+    check_free_space(c.temp_dir, estimated_file_bytes(c.entries));
+    H5File file(TESSERA_CHECK_HDF5(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT)));
+    write_header(file.get(), c.header);
+    H5Group model = create_ordered_group(file.get(), "model");
+    H5Group optimizer;
+    if (!c.header.optimizer_type.empty()) {
+      optimizer = create_ordered_group(file.get(), "optimizer");
+      write_optimizer_group_attributes(optimizer.get(), c.header);
+    }
+    const H5Plist dcpl = laid_out_dataset_properties();
+    for (const Entry& e : c.entries) {
+      const H5Space space = make_space(e.global_shape);
+      const hid_t group = e.section == "model" ? model.get() : optimizer.get();
+      H5Dataset dataset(TESSERA_CHECK_HDF5(
+          H5Dcreate2(group, e.name.c_str(), file_type_of(e.host.dtype()), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)));
+      write_dataset_attributes(dataset.get(), e.placement.str(), e.host.dtype(), e.checksum);
+      offsets.push_back(shape_numel(e.global_shape) == 0
+                            ? -1
+                            : static_cast<std::int64_t>(raw_extent_of(dataset.get(), nullptr, 0).offset));
+    }
+    optimizer.close();
+    model.close();
+    file.close();
   });
-  {
-    H5File file;
-    H5Group model, optimizer;
-    std::vector<H5Dataset> datasets;
-    // Every call below is collective: each rank makes it in the same order with the
-    // same arguments, and the ranks agree after each phase, so a failure on one rank
-    // reaches every rank at the next agreement instead of leaving the others waiting.
-    agree_on_success(comm, [&] {
-      H5Plist fapl(TESSERA_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)));
-      TESSERA_CHECK_HDF5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
-      TESSERA_CHECK_HDF5(H5Pset_all_coll_metadata_ops(fapl.get(), true));
-      TESSERA_CHECK_HDF5(H5Pset_coll_metadata_write(fapl.get(), true));
-      file = H5File(TESSERA_CHECK_HDF5(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get())));
-    });
-    agree_on_success(comm, [&] {
-      write_header(file.get(), c.header);
-      model = create_ordered_group(file.get(), "model");
-      if (!c.header.optimizer_type.empty()) {
-        optimizer = create_ordered_group(file.get(), "optimizer");
-        write_optimizer_group_attributes(optimizer.get(), c.header);
-      }
-      H5Plist dcpl(TESSERA_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE)));
-      // Every element is written, so filling first would only double the I/O.
-      TESSERA_CHECK_HDF5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
-      for (const Entry& e : c.entries) {
-        const H5Space space = make_space(e.global_shape);
-        const hid_t group = e.section == "model" ? model.get() : optimizer.get();
-        datasets.emplace_back(TESSERA_CHECK_HDF5(H5Dcreate2(group, e.name.c_str(), file_type_of(e.host.dtype()),
-                                                            space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)));
-        write_dataset_attributes(datasets.back().get(), e.placement.str(), e.host.dtype(), e.checksum);
-      }
-    });
-    H5Plist dxpl(TESSERA_CHECK_HDF5(H5Pcreate(H5P_DATASET_XFER)));
-    TESSERA_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  offsets = all_gather_vectors(c.world, offsets)[0];
+
+  std::vector<std::int64_t> pieces;  // this rank's (offset, bytes, crc) triples
+  agree_on_success(comm, [&] {
+    std::vector<RawExtent> extents;
     for (std::size_t i = 0; i < c.entries.size(); ++i) {
       const Entry& e = c.entries[i];
-      agree_on_success(comm, [&] {
-        H5Space file_space(TESSERA_CHECK_HDF5(H5Dget_space(datasets[i].get())));
-        const bool writes = e.writer && e.host.numel() > 0;
-        const H5Space memory_space = make_space(writes ? e.host.shape() : Shape{1});
-        if (writes) {
-          select_block(file_space, e.offset, e.host.shape());
-        } else {
-          // Replicas take part in the collective call with an empty selection.
-          TESSERA_CHECK_HDF5(H5Sselect_none(file_space.get()));
-          TESSERA_CHECK_HDF5(H5Sselect_none(memory_space.get()));
-        }
-        static const std::int64_t dummy = 0;  // a valid buffer for an empty selection
-        TESSERA_CHECK_HDF5(H5Dwrite(datasets[i].get(), memory_type_of(e.host.dtype()), memory_space.get(),
-                                    file_space.get(), dxpl.get(), writes ? e.host.data() : &dummy));
-        if (i == 0) c.hook.maybe_fail(rank, "write", "writing " + e.path() + " to " + path);
-      });
+      if (!e.writer || e.host.numel() == 0) continue;
+      const std::uint64_t element = dtype_size(e.host.dtype());
+      const auto* base = static_cast<const unsigned char*>(e.host.data());
+      for (const Run& r : block_runs(e.global_shape, e.offset, e.host.shape())) {
+        const std::uint64_t bytes = r.elements * element;
+        extents.push_back({static_cast<std::uint64_t>(offsets[i]) + r.file_element * element,
+                           base + r.block_element * element, bytes});
+      }
     }
-    agree_on_success(comm, [&] {
-      for (H5Dataset& d : datasets) d.close();
-      optimizer.close();
-      model.close();
-      file.close();
-    });
-  }
-  // Each rank flushes what its node wrote (on a parallel file system, every node's).
+    if (!extents.empty()) {
+      for (const HashedPiece& x : write_extents(path, extents)) add_piece(pieces, x.offset, x.bytes, x.crc);
+    }
+    c.hook.maybe_fail(rank, "write", "writing the blocks of " + path);
+  });
+  const auto all_pieces = all_gather_vectors(c.world, pieces);
   agree_on_success(comm, [&] {
-    fsync_path(path, false);
     c.hook.maybe_fail(rank, "index", "finishing " + path);
-    // Read back once, from the page cache: the MANIFEST's CRC covers what MPI-IO wrote.
-    if (rank == 0) c.files.push_back(digest_file(c.temp_dir, checkpoint_file_name));
+    if (rank != 0) return;
+    std::vector<HashedPiece> hashed;  // every rank's pieces
+    for (const auto& list : all_pieces) {
+      for (std::size_t k = 0; k + 2 < list.size(); k += 3) {
+        hashed.push_back({static_cast<std::uint64_t>(list[k]), static_cast<std::uint64_t>(list[k + 1]),
+                          static_cast<std::uint32_t>(list[k + 2])});
+      }
+    }
+    c.files.push_back(digest_with_pieces(path, std::move(hashed)));
   });
 }
 

@@ -177,43 +177,63 @@ std::uint32_t crc_of_file_range(int fd, const std::string& path, std::uint64_t f
 
 }  // namespace
 
-FileDigest write_raw_extents(const std::string& path, std::vector<RawExtent> extents) {
-  std::sort(extents.begin(), extents.end(), [](const RawExtent& a, const RawExtent& b) { return a.offset < b.offset; });
-  const int fd = ::open(path.c_str(), O_RDWR);
+std::vector<HashedPiece> write_extents(const std::string& path, const std::vector<RawExtent>& extents) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  if (fd < 0) throw IoError("checkpoint: cannot open '" + path + "' for writing: " + std::strerror(errno));
+  std::vector<HashedPiece> pieces;
+  try {
+    for (const RawExtent& e : extents) {
+      write_all(fd, path, static_cast<const unsigned char*>(e.data), e.bytes, e.offset);
+    }
+#if defined(__linux__)
+    // Start the write-back now, so the disk works while the CRCs below are computed
+    // (fsync then waits for less). Advisory: a failure here shows at fsync.
+    (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+    pieces.reserve(extents.size());
+    for (const RawExtent& e : extents) {
+      pieces.push_back({e.offset, e.bytes, crc32c(e.data, static_cast<std::size_t>(e.bytes))});
+    }
+    if (::fsync(fd) != 0) throw IoError("checkpoint: fsync of '" + path + "' failed: " + std::strerror(errno));
+    if (::close(fd) != 0) throw IoError("checkpoint: closing '" + path + "' failed: " + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  return pieces;
+}
+
+FileDigest digest_with_pieces(const std::string& path, std::vector<HashedPiece> pieces) {
+  std::sort(pieces.begin(), pieces.end(), [](const HashedPiece& a, const HashedPiece& b) { return a.offset < b.offset; });
+  const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw IoError("checkpoint: cannot open '" + path + "': " + std::strerror(errno));
   try {
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw IoError("checkpoint: cannot stat '" + path + "': " + std::strerror(errno));
     const auto size = static_cast<std::uint64_t>(st.st_size);
-    for (const RawExtent& e : extents) {
-      if (e.offset + e.bytes > size) {
-        throw InternalError("checkpoint: HDF5 laid out " + std::to_string(e.bytes) + " bytes at " +
-                            std::to_string(e.offset) + " past the end of '" + path + "' (" + std::to_string(size) +
-                            " bytes)");
-      }
-      write_all(fd, path, static_cast<const unsigned char*>(e.data), e.bytes, e.offset);
-#if defined(__linux__)
-      // Start the write-back now, so the disk works while the digest below is computed
-      // (fsync then waits for less). Advisory: a failure here shows at fsync.
-      (void)::sync_file_range(fd, static_cast<off_t>(e.offset), static_cast<off_t>(e.bytes), SYNC_FILE_RANGE_WRITE);
-#endif
-    }
-    // The digest in file order: raw extents from memory, everything between them read back.
     std::uint32_t crc = 0;
     std::uint64_t at = 0;
-    for (const RawExtent& e : extents) {
-      crc = crc_of_file_range(fd, path, at, e.offset, crc);
-      crc = crc32c(e.data, static_cast<std::size_t>(e.bytes), crc);
-      at = e.offset + e.bytes;
+    for (const HashedPiece& p : pieces) {
+      if (p.offset < at || p.offset + p.bytes > size) {
+        throw InternalError("checkpoint: a written piece of " + std::to_string(p.bytes) + " bytes at " +
+                            std::to_string(p.offset) + " overlaps another or lies past the end of '" + path + "' (" +
+                            std::to_string(size) + " bytes)");
+      }
+      crc = crc_of_file_range(fd, path, at, p.offset, crc);
+      crc = crc32c_combine(crc, p.crc, p.bytes);
+      at = p.offset + p.bytes;
     }
     crc = crc_of_file_range(fd, path, at, size, crc);
-    if (::fsync(fd) != 0) throw IoError("checkpoint: fsync of '" + path + "' failed: " + std::strerror(errno));
-    if (::close(fd) != 0) throw IoError("checkpoint: closing '" + path + "' failed: " + std::strerror(errno));
+    ::close(fd);
     return {std::filesystem::path(path).filename().string(), size, crc};
   } catch (...) {
     ::close(fd);
     throw;
   }
+}
+
+FileDigest write_raw_extents(const std::string& path, const std::vector<RawExtent>& extents) {
+  return digest_with_pieces(path, write_extents(path, extents));
 }
 
 void check_free_space(const std::string& dir, std::uint64_t bytes) {

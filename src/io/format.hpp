@@ -49,24 +49,35 @@ H5File create_memory_file();
 // Returns the file's digest for the MANIFEST (computed from the image: no re-read).
 FileDigest write_memory_file(H5File& file, const std::string& path);
 
-// Large files written by one process (per_rank slices) take another way, which copies
-// nothing: HDF5 lays the file out on disk (metadata, and room for every dataset:
-// contiguous, allocated early, never filled) and closes it; then tessera writes each
-// dataset's bytes from the tensor's memory at the offset HDF5 chose (RawExtent), fsyncs
-// and computes the MANIFEST digest from memory, reading back only the bytes that are not
-// raw data (HDF5's metadata, a few KiB). The caller checks free space before HDF5 opens
-// the file (check_free_space), so the small metadata writes do not meet a full disk;
-// failures in the raw writes are tessera's own, an IoError naming the file.
+// Large files take another way, which copies nothing: HDF5 lays the file out on disk
+// (metadata, and room for every dataset: contiguous, allocated early, never filled) and
+// closes it; then tessera writes the datasets' bytes from the tensors' memory at the
+// offsets HDF5 chose (RawExtent), fsyncs, and hashes them from memory (HashedPiece);
+// the MANIFEST digest joins those hashes in file order with the bytes between them
+// (HDF5's metadata, a few KiB), read back. The caller checks free space before HDF5
+// opens the file (check_free_space), so HDF5's small writes do not meet a full disk;
+// failures in the raw writes are tessera's own, an IoError naming the file. per_rank
+// slices are written so by one process, the shared file by every writing rank, each
+// its own pieces (checkpoint_shared.cpp).
 struct RawExtent {
   std::uint64_t offset = 0;  // in the file
   const void* data = nullptr;
   std::uint64_t bytes = 0;
 };
+struct HashedPiece {
+  std::uint64_t offset = 0, bytes = 0;
+  std::uint32_t crc = 0;  // CRC-32C of the piece's bytes alone
+};
 // A dcpl for such a dataset (contiguous, allocation at creation, no fill).
 H5Plist laid_out_dataset_properties();
 // The file offset of `dataset`'s contiguous storage, as a RawExtent over `data`.
 RawExtent raw_extent_of(hid_t dataset, const void* data, std::uint64_t bytes);
-FileDigest write_raw_extents(const std::string& path, std::vector<RawExtent> extents);
+// Writes `extents` into the existing file `path`, fsyncs it, and returns their hashes.
+std::vector<HashedPiece> write_extents(const std::string& path, const std::vector<RawExtent>& extents);
+// The digest of the whole file `path`: `pieces` (disjoint) from their hashes, the rest read.
+FileDigest digest_with_pieces(const std::string& path, std::vector<HashedPiece> pieces);
+// write_extents, then digest_with_pieces: a file written by one process.
+FileDigest write_raw_extents(const std::string& path, const std::vector<RawExtent>& extents);
 
 }  // namespace tessera::io::detail
 

@@ -531,3 +531,13 @@ TEST(Crc32c, CheckValueAndInterleavedStreamsAgreeWithOneChain) {
     }
   }
 }
+
+TEST(Crc32c, CombineJoinsPiecesHashedApart) {
+  std::vector<unsigned char> bytes(100000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 31 + 7);
+  const std::uint32_t whole = io::crc32c(bytes.data(), bytes.size());
+  for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{77777}, bytes.size()}) {
+    const std::uint32_t a = io::crc32c(bytes.data(), cut), b = io::crc32c(bytes.data() + cut, bytes.size() - cut);
+    EXPECT_EQ(io::crc32c_combine(a, b, bytes.size() - cut), whole) << "cut at " << cut;
+  }
+}

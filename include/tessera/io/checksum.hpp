@@ -62,6 +62,9 @@ constexpr std::uint64_t checksum_element(std::uint64_t global_index, std::uint64
 // a table otherwise; both give the same value. The checkpoint MANIFEST records one per
 // file (docs/checkpoint-format.md).
 std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0) noexcept;
+// The CRC-32C of A followed by B from crc32c(A), crc32c(B) and B's length: pieces of a
+// file hashed apart (by different ranks) are joined in file order.
+std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t bytes_b) noexcept;
 
 // The contribution of `block` (a host tensor, any strides) that sits at `offset` in a
 // tensor of `global_shape`. Throws ShapeError when the block lies outside it.
