@@ -69,15 +69,5 @@ class Input {
   std::size_t n_, i_ = 0;
 };
 
-// TESSERA_FUZZ_INCLUDE_FINDINGS=1 puts back the inputs of reported, unfixed library bugs
-// that the targets leave out by default, so the smoke tests stay green and keep looking
-// for new bugs (docs/fuzzing.md, "Findings"; reproducers in fuzz/findings/).
-inline bool include_findings() {
-  static const bool on = [] {
-    const char* v = std::getenv("TESSERA_FUZZ_INCLUDE_FINDINGS");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
 
 }  // namespace tessera::fuzz

@@ -83,9 +83,8 @@ SEEDS = {
 }
 
 
-# Reproducers of the reported reader bugs (fuzz/findings/; docs/fuzzing.md, "Findings").
-# They need TESSERA_FUZZ_INCLUDE_FINDINGS=1: by default the harness does not generate the
-# attributes involved (arrays where the format has a scalar).
+# Reproducers of the reported (and fixed) reader bugs (fuzz/findings/; docs/fuzzing.md,
+# "Findings"): arrays where the format has a scalar.
 INT_ARRAY = bytes([0x95, 2, 0x09, 0x09, 0x00])      # an int64 array attribute [1, 1]
 STRING_ARRAY = bytes([0x98, 0x00, 0x00, 0x01])      # a variable-length string array of 2
 FIXED_STRING_ARRAY = bytes([0x98, 0x01])            # a fixed-length (8) string array of 2

@@ -35,6 +35,13 @@ struct Run {
   bool beyond_pole = false; // lat runs: rows outside [0, nlat)
 };
 
+// Where the side (before, inside, after the receiving box `own`) of index i ends.
+std::int64_t side_end(std::int64_t i, const ShardRange& own, std::int64_t end) {
+  if (i < own.start) return std::min(own.start, end);
+  if (i < own.end()) return std::min(own.end(), end);
+  return end;
+}
+
 int block_of(std::int64_t index, std::int64_t global, int parts) {
   // Inverse of shard_range: the first global % parts blocks hold base + 1.
   const std::int64_t base = global / parts, extra = global % parts;
@@ -51,7 +58,7 @@ void append(std::vector<Run>& runs, const Run& element) {
     const bool same = last.kind == element.kind && last.side == element.side && last.shift == element.shift &&
                       last.beyond_pole == element.beyond_pole && last.dst + last.length == element.dst;
     if (same && element.kind == Kind::zero) {
-      ++last.length;
+      last.length += element.length;
       return;
     }
     if (same && last.block == element.block) {
@@ -94,7 +101,29 @@ class Planner {
     const ShardRange own = d_.lat_range(q);
     const std::int64_t n = d_.global_lat();
     std::vector<Run> runs;
-    for (std::int64_t i = own.start - s_.width.lat_before; i < own.end() + s_.width.lat_after; ++i) {
+    const std::int64_t first = own.start - s_.width.lat_before, end = own.end() + s_.width.lat_after;
+    if (s_.pole != PolePolicy::zero && (first < -n || end > 2 * n)) {
+      // Beyond one grid's depth past a pole no cell can be copied (and walking a huge
+      // width row by row would take minutes: fuzz finding 4).
+      const bool low = first < -n;
+      throw InvalidArgument("HaloExchange (" + s_.width.str() + "): a latitude halo of " +
+                            std::to_string(low ? s_.width.lat_before : s_.width.lat_after) +
+                            " rows reaches past both poles of a " + std::to_string(n) + "-latitude grid");
+    }
+    for (std::int64_t i = first; i < end; ++i) {
+      if (s_.pole == PolePolicy::zero && (i < 0 || i >= n)) {
+        // Zero rows beyond a pole, all of them in one run (a width can be anything).
+        const std::int64_t stop = std::min(i < 0 ? std::min<std::int64_t>(0, end) : end, side_end(i, own, end));
+        Run e;
+        e.dst = i;
+        e.length = stop - i;
+        e.side = i < own.start ? 0 : (i >= own.end() ? 2 : 1);
+        e.beyond_pole = true;
+        e.kind = Kind::zero;
+        append(runs, e);
+        i = stop - 1;
+        continue;
+      }
       Run e;
       e.dst = i;
       e.length = 1;
@@ -128,7 +157,29 @@ class Planner {
     const ShardRange own = d_.lon_range(r);
     const std::int64_t n = d_.global_lon();
     std::vector<Run> runs;
-    for (std::int64_t j = own.start - s_.width.lon_before; j < own.end() + s_.width.lon_after; ++j) {
+    const std::int64_t first = own.start - s_.width.lon_before, end = own.end() + s_.width.lon_after;
+    if (s_.periodic_lon && (first + shift < -2 * n || end + shift > 3 * n)) {
+      // Around the ring twice: no rank holds such a halo (check_lon names the rank for
+      // narrower ones), and walking a huge width column by column would take minutes
+      // (fuzz finding 4).
+      const bool low = first + shift < -2 * n;
+      throw InvalidArgument("HaloExchange (" + s_.width.str() + "): a periodic longitude halo of " +
+                            std::to_string(low ? s_.width.lon_before : s_.width.lon_after) +
+                            " columns wraps around the whole " + std::to_string(n) + "-longitude ring");
+    }
+    for (std::int64_t j = first; j < end; ++j) {
+      if (!s_.periodic_lon && (j + shift < 0 || j + shift >= n)) {
+        // Zero columns beyond the grid's edge, all of them in one run.
+        const std::int64_t stop = std::min(j + shift < 0 ? std::min<std::int64_t>(-shift, end) : end, side_end(j, own, end));
+        Run e;
+        e.dst = j;
+        e.length = stop - j;
+        e.side = j < own.start ? 0 : (j >= own.end() ? 2 : 1);
+        e.kind = Kind::zero;
+        append(runs, e);
+        j = stop - 1;
+        continue;
+      }
       Run e;
       e.dst = j;
       e.length = 1;

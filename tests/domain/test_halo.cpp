@@ -495,3 +495,26 @@ TEST(HaloExchange, RanksPassingDifferentFieldCountsFailTogetherInsteadOfHanging)
   std::vector<Tensor> agreed{ex.allocate(DType::f64, {})};
   EXPECT_NO_THROW(ex.exchange(agreed));
 }
+
+// Regression (fuzz finding 4, fuzz/findings/fuzz_capi_shapes-halo-width-linear-time):
+// planning walked every padded row and column, so a halo of 2^30 rows took minutes to
+// plan. Zero rows beyond the poles (and zero columns beyond a non-periodic edge) are now
+// one run whatever their width; copied halos that wide are errors at once.
+TEST(HaloExchange, HugeWidthsPlanAtOnce) {
+  const int huge = 1 << 30;
+  const std::int64_t wide = 2 * static_cast<std::int64_t>(huge);
+  // Split along longitude: every rank owns all 7 latitudes, its latitude halo is all
+  // beyond the poles.
+  Decomposition by_lon(world(), {7, 8}, {1, world_size()});
+  HaloExchange zero(by_lon, {{huge, huge, 0, 0}, true, PolePolicy::zero});
+  EXPECT_EQ(zero.padded_shape({}), (Shape{7 + wide, by_lon.box().lon.length}));
+  // Split along latitude: every rank owns all 8 longitudes, its non-periodic longitude
+  // halo is all beyond the edges.
+  Decomposition by_lat(world(), {7, 8}, {world_size(), 1});
+  HaloExchange edges(by_lat, {{0, 0, huge, huge}, false, PolePolicy::zero});
+  EXPECT_EQ(edges.padded_shape({}), (Shape{by_lat.box().lat.length, 8 + wide}));
+  expect_error([&] { HaloExchange ex(by_lat, {{0, 0, huge, 0}, true, PolePolicy::zero}); },
+               "a periodic longitude halo of 1073741824 columns wraps around the whole 8-longitude ring", "huge lon");
+  expect_error([&] { HaloExchange ex(by_lon, {{huge, 0, 0, 0}, true, PolePolicy::replicate}); },
+               "a latitude halo of 1073741824 rows reaches past both poles of a 7-latitude grid", "huge lat");
+}

@@ -33,25 +33,27 @@ int main(int argc, char** argv) {
   config.tensor = mode == "collective" ? 2 : 1;
   config.domain = mode == "halo" ? 2 : 1;
   if (mode == "api" || mode == "ok") config.data = DataParallelMode::ddp;  // 2 replicas
-  Mesh mesh(MPI_COMM_WORLD, config);
-  Tensor x = Tensor::from_vector(std::vector<float>{1.0f, 2.0f}, {2});
-  if (mode == "ok") {
-    for (int i = 0; i < 200; ++i) mesh.world().all_reduce(x);
-    if (rank == 0) std::printf("watchdog_hang ok: 200 all-reduces completed\n");
-  } else if (mode == "halo") {
-    domain::Decomposition decomposition(mesh.domain(), {1, 8, 8});
-    domain::HaloSpec spec;
-    spec.width = {1, 1, 0, 0};
-    domain::HaloExchange halo(decomposition, spec);
-    Tensor field = halo.allocate(DType::f32, {1});
-    std::vector<Tensor> fields{field};
-    if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(60));
-    halo.exchange(fields);
-  } else {
-    Communicator& comm = mode == "collective" ? mesh.tp() : mesh.world();
-    comm.all_reduce(x);  // call #1: every rank
-    if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(60));
-    comm.all_reduce(x);  // call #2: rank 1 never gets here in time
+  {  // the mesh (its communicators) goes before MPI_Finalize
+    Mesh mesh(MPI_COMM_WORLD, config);
+    Tensor x = Tensor::from_vector(std::vector<float>{1.0f, 2.0f}, {2});
+    if (mode == "ok") {
+      for (int i = 0; i < 200; ++i) mesh.world().all_reduce(x);
+      if (rank == 0) std::printf("watchdog_hang ok: 200 all-reduces completed\n");
+    } else if (mode == "halo") {
+      domain::Decomposition decomposition(mesh.domain(), {1, 8, 8});
+      domain::HaloSpec spec;
+      spec.width = {1, 1, 0, 0};
+      domain::HaloExchange halo(decomposition, spec);
+      Tensor field = halo.allocate(DType::f32, {1});
+      std::vector<Tensor> fields{field};
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+      halo.exchange(fields);
+    } else {
+      Communicator& comm = mode == "collective" ? mesh.tp() : mesh.world();
+      comm.all_reduce(x);  // call #1: every rank
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+      comm.all_reduce(x);  // call #2: rank 1 never gets here in time
+    }
   }
   MPI_Finalize();
   return 0;
