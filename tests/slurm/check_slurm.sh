@@ -6,7 +6,7 @@
 #   check_slurm.sh MODE SOURCE_DIR BUILD_DIR WORK_DIR MPIEXEC
 #
 # MODE: srun | sbatch_cpu | sbatch_cpu_default_mpi | sbatch_gpu | sbatch_gpu_default_mpi |
-#       preempt_term | preempt_usr1 | kill_during_save
+#       preempt_term | preempt_usr1 | kill_during_save | bench_sweep
 # BUILD_DIR holds bin/tessera-run and bin/tessera-ckpt (what the sbatch scripts call
 # BUILD_DIR). Everything is written under WORK_DIR; tessera-run runs in SOURCE_DIR.
 set -euo pipefail
@@ -186,6 +186,28 @@ kill_during_save)
   ! ls -a "$work/ckpt" | grep -q '^\.step_.*\.tmp-' || fail "an unfinished save was left: $(ls -a "$work/ckpt")"
   expect_in "$work/job2.out" 'resumed from .*step_00000003.* at step 3 ' "the second job"
   identical "$work/reference/step_00000008" "$work/ckpt/step_00000008"
+  ;;
+
+bench_sweep)
+  [[ -x $build/bin/bench_halo ]] || skip "the benchmarks are not built (TESSERA_BUILD_BENCHMARKS=ON)"
+  # scripts/bench-sweep --slurm: one salloc allocation, every point an srun step; then
+  # scripts/bench-plot turns the JSON into the tables (and charts, with matplotlib).
+  timeout 240 scripts/bench-sweep --build "$build" --out "$work/results" --ranks 1,2 --min-time 0.01 --quick \
+    --slurm "--time=00:05:00 --overcommit" > "$work/sweep.log" 2>&1 || fail "bench-sweep --slurm: $(cat "$work/sweep.log")"
+  cat "$work/sweep.log"
+  expect_in "$work/sweep.log" '^bench-sweep: salloc -n 2 ' "bench-sweep --slurm"
+  expect_in "$work/sweep.log" 'srun -n 2 --mpi=pmi2 .*bench_halo' "bench-sweep inside the allocation"
+  for f in bench_tp_mlp.strong bench_tp_mlp.weak bench_collectives.strong bench_halo.strong bench_halo.weak \
+           bench_checkpoint.strong; do
+    for n in 1 2; do
+      grep -q '"benchmarks"' "$work/results/$f.np$n.json" || fail "no benchmark results in $work/results/$f.np$n.json"
+    done
+  done
+  /usr/bin/python3 scripts/bench-plot --results "$work/results" --out "$work/plots" > "$work/plot.log" 2>&1 ||
+    fail "bench-plot: $(cat "$work/plot.log")"
+  cat "$work/plot.log"
+  expect_in "$work/plots/tables.md" 'halo' "bench-plot's tables"
+  expect_in "$work/plots/tables.md" '\| *2 *\|' "bench-plot's tables (the 2-rank column)"
   ;;
 
 *) fail "unknown mode $mode" ;;
