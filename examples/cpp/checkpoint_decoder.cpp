@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     }
 
     io::SaveOptions save;
-    save.layout = io::CheckpointLayout::per_rank;  // or shared (one file, MPI-IO)
+    save.layout = io::CheckpointLayout::per_rank;  // or shared (one file)
     save.step = 5;
     save.metadata = model.describe();
     const std::string dir = io::save_checkpoint("runs/decoder", mesh, model, &optimizer, save);

@@ -184,6 +184,15 @@ int tessera_decomp_scatter(const tessera_decomp_t* decomp, const void* global, v
 int tessera_decomp_gather(const tessera_decomp_t* decomp, const void* local, void* global,
                           tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* local_shape,
                           int root);
+/* Collective. The sum over every rank of its `local` box (as for scatter), added exactly
+ * and rounded once: the same bits at every decomposition and rank count (conservation
+ * diagnostics). NaN for any NaN, +-inf for infinities of one sign. docs/domain.md. */
+int tessera_decomp_global_sum(const tessera_decomp_t* decomp, const void* local, tessera_dtype_t dtype,
+                              tessera_order_t order, int ndim, const int64_t* local_shape, double* sum);
+/* Not collective: the process grid (grid_lat x grid_lon = ranks) that gives each rank of
+ * an nlat x nlon grid the shortest box boundary, like MPI_Dims_create; pass the result
+ * to tessera_decomp_create. TESSERA_ERR_INVALID_ARGUMENT when no grid gives every rank a cell. */
+int tessera_decomp_auto_grid(int ranks, int64_t nlat, int64_t nlon, int* grid_lat, int* grid_lon);
 
 /* ------------------------------------------------------------------------------------
  * Halo exchange on caller arrays. A field is this rank's box plus a halo frame:

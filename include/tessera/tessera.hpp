@@ -58,15 +58,18 @@
 // domain: decomposition, halo exchange, domain-parallel layers
 #include "tessera/domain/decomposition.hpp"
 #include "tessera/domain/domain_conv2d.hpp"
+#include "tessera/domain/global_sum.hpp"
 #include "tessera/domain/gradient_sync.hpp"
 #include "tessera/domain/halo_exchange.hpp"
 #include "tessera/domain/halo_index.hpp"
 #include "tessera/domain/loss.hpp"
 
-// io: sharded HDF5 checkpoints
+// io: sharded HDF5 checkpoints, safetensors and the PyTorch key mapping
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/io/checksum.hpp"
+#include "tessera/io/safetensors.hpp"
+#include "tessera/io/weight_mapping.hpp"
 
 // dp: data parallelism (ddp, fsdp2), the sampler contract, memory reports
 #include "tessera/dp/data_parallel.hpp"

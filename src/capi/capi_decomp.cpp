@@ -3,6 +3,7 @@
 #include "capi/capi_internal.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/detail/checked_math.hpp"
+#include "tessera/domain/global_sum.hpp"
 
 using namespace tessera;
 using tessera::capi::guarded;
@@ -208,6 +209,31 @@ int tessera_decomp_scatter(const tessera_decomp_t* decomp, const void* global, v
   return guarded("tessera_decomp_scatter", [&] {
     capi::scatter_gather(capi::decomposition_of(decomp), false, global, local, dtype, order, ndim, local_shape, root,
                          [](Tensor t) { return t; }, "scatter");
+  });
+}
+
+int tessera_decomp_global_sum(const tessera_decomp_t* decomp, const void* local, tessera_dtype_t dtype,
+                              tessera_order_t order, int ndim, const int64_t* local_shape, double* sum) {
+  return guarded("tessera_decomp_global_sum", [&] {
+    const Decomposition& d = capi::decomposition_of(decomp);
+    Tensor view;
+    // Argument checks agreed first: a bad pointer on one rank fails every rank.
+    agree_on_success(d.comm().mpi_comm(), [&] {
+      capi::require(sum, "the sum pointer");
+      view = capi::array_view(const_cast<void*>(local), dtype, order, ndim, local_shape,
+                              "tessera_decomp_global_sum: the local array");
+    });
+    *sum = tessera::domain::global_sum(d, view);
+  });
+}
+
+int tessera_decomp_auto_grid(int ranks, int64_t nlat, int64_t nlon, int* grid_lat, int* grid_lon) {
+  return guarded("tessera_decomp_auto_grid", [&] {
+    capi::require(grid_lat, "the grid_lat pointer");
+    capi::require(grid_lon, "the grid_lon pointer");
+    const ProcessGrid g = tessera::domain::auto_process_grid(ranks, nlat, nlon);
+    *grid_lat = g.lat;
+    *grid_lon = g.lon;
   });
 }
 

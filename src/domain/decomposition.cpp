@@ -17,6 +17,31 @@ namespace tessera::domain {
 
 std::string ProcessGrid::str() const { return std::to_string(lat) + "x" + std::to_string(lon); }
 
+ProcessGrid auto_process_grid(int ranks, std::int64_t nlat, std::int64_t nlon) {
+  if (ranks < 1) throw InvalidArgument("auto_process_grid: " + std::to_string(ranks) + " ranks");
+  if (nlat < 1 || nlon < 1) {
+    throw InvalidArgument("auto_process_grid: a " + std::to_string(nlat) + " x " + std::to_string(nlon) + " grid");
+  }
+  ProcessGrid best{0, 0};
+  std::int64_t best_boundary = 0;
+  for (int plat = ranks; plat >= 1; --plat) {  // latitude-major first: it wins ties
+    if (ranks % plat != 0) continue;
+    const int plon = ranks / plat;
+    if (plat > nlat || plon > nlon) continue;  // some rank would own nothing
+    // The largest box (the first blocks of the partition rule hold one more).
+    const std::int64_t boundary = (nlat + plat - 1) / plat + (nlon + plon - 1) / plon;
+    if (best.lat == 0 || boundary < best_boundary) {
+      best = {plat, plon};
+      best_boundary = boundary;
+    }
+  }
+  if (best.lat == 0) {
+    throw InvalidArgument("auto_process_grid: no process grid of " + std::to_string(ranks) + " ranks gives every rank a cell of a " +
+                          std::to_string(nlat) + " x " + std::to_string(nlon) + " grid");
+  }
+  return best;
+}
+
 std::string LocalBox::str() const {
   return "lat [" + std::to_string(lat.start) + ", " + std::to_string(lat.end()) + ") x lon [" +
          std::to_string(lon.start) + ", " + std::to_string(lon.end()) + ")";

@@ -1,9 +1,12 @@
-// tessera-ckpt: the checkpoint inspector (docs/checkpoint-format.md).
+// tessera-ckpt: the checkpoint inspector (docs/checkpoint-format.md) and converter
+// (docs/pytorch.md).
 //
 //   tessera-ckpt info   PATH            header, tensor tree with shapes, dtypes, placements
 //   tessera-ckpt verify PATH            recompute every checksum (and each slice's)
 //   tessera-ckpt merge  PATH OUTPUT.h5  one self-contained file from any layout
 //   tessera-ckpt diff   PATH_A PATH_B   max abs difference per tensor
+//   tessera-ckpt import IN.safetensors ROOT [options]   PyTorch weights -> a checkpoint
+//   tessera-ckpt export PATH OUT.safetensors [options]  master weights -> PyTorch
 //
 // PATH is a checkpoint.h5, a step directory or a root directory (its `latest`).
 // Exit status: 0 success (diff: identical), 1 verify found problems (diff: the
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "convert.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 
@@ -32,7 +36,10 @@ int usage() {
   std::cerr << "usage: tessera-ckpt info PATH\n"
                "       tessera-ckpt verify PATH\n"
                "       tessera-ckpt merge PATH OUTPUT.h5\n"
-               "       tessera-ckpt diff PATH_A PATH_B\n";
+               "       tessera-ckpt diff PATH_A PATH_B\n"
+               "       tessera-ckpt import IN.safetensors OUTPUT_ROOT [--mapping MAP.yaml] [--metadata META.yaml]\n"
+               "                           [--dtype f32|f64|bf16] [--step N] [--layout shared|per_rank]\n"
+               "       tessera-ckpt export PATH OUT.safetensors [--format safetensors] [--mapping MAP.yaml]\n";
   return 2;
 }
 
@@ -202,6 +209,10 @@ int main(int argc, char** argv) {
       status = merge(args[1], args[2]);
     } else if (args.size() == 3 && args[0] == "diff") {
       status = diff(args[1], args[2]);
+    } else if (!args.empty() && args[0] == "import") {
+      status = ckpt::import_command({args.begin() + 1, args.end()});
+    } else if (!args.empty() && args[0] == "export") {
+      status = ckpt::export_command({args.begin() + 1, args.end()});
     } else {
       status = usage();
     }

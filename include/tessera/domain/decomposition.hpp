@@ -50,6 +50,12 @@ struct LocalBox {
   std::string str() const;  // "lat [0, 181) x lon [0, 1440)"
 };
 
+// The process grid for `ranks` ranks over an nlat x nlon plane that gives each rank the
+// shortest box boundary (the halo a rank exchanges: local lat + local lon extents, by the
+// partition rule), like MPI_Dims_create but aware of the grid's aspect; among equals,
+// more ranks along latitude. InvalidArgument when no grid gives every rank a cell.
+ProcessGrid auto_process_grid(int ranks, std::int64_t nlat, std::int64_t nlon);
+
 class Decomposition {
  public:
   // 1-D along latitude: grid {comm.size(), 1}. `global_shape` has at least two dims,

@@ -1,0 +1,144 @@
+// The tessera half of the PyTorch parity test (tests/python/check_pytorch.py): loads a
+// checkpoint that `tessera-ckpt import` made from a PyTorch state dict, at the layout of
+// this launch, runs the model on the inputs PyTorch ran, and compares with PyTorch's
+// outputs (computed in float64 from the same float32 weights).
+//
+//   mpiexec -n TP*DOMAIN pytorch_parity emulator CHECKPOINT IO.safetensors TP DOMAIN
+//   mpiexec -n TP        pytorch_parity decoder  CHECKPOINT IO.safetensors TP 1
+//
+// IO.safetensors holds "input" and "output" (emulator: f32 [B, C, nlat, nlon]) or "ids"
+// (i64 [B, S]) and "logits" (f32 [B, S, vocab]). Each rank compares its own block (its
+// latitude band, its vocabulary shard); the largest difference over the ranks must stay
+// within fp32 rounding: TOLERANCE x max(1, max |output|). Exit status 0 when it does, 1
+// when not, 2 on an error.
+
+#include <mpi.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "tessera/error.hpp"
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
+#include "tessera/io/safetensors.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/models/decoder.hpp"
+#include "tessera/models/load_model.hpp"
+#include "tessera/tp/parallelize.hpp"
+
+using namespace tessera;
+
+namespace {
+
+// fp32 rounding through a few layers, relative to the outputs' magnitude. A wrong key,
+// transpose or split moves the outputs by O(1).
+constexpr double kTolerance = 1e-5;
+
+Tensor read_io(const io::SafetensorsFile& file, const std::string& name) {
+  const io::SafetensorsEntry* e = file.find(name);
+  if (e == nullptr) throw IoError(file.path() + " has no tensor '" + name + "'");
+  return file.read(*e);
+}
+
+// max |a - b| and max |b| over two f32 tensors of one shape.
+std::pair<double, double> compare(const Tensor& got, const Tensor& want) {
+  if (got.shape() != want.shape()) {
+    throw ShapeError("tessera gives " + got.str() + ", PyTorch " + want.str());
+  }
+  const auto a = got.contiguous().to_vector<float>();
+  const auto b = want.contiguous().to_vector<float>();
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return {diff, scale};
+}
+
+std::pair<double, double> run_emulator(const std::string& checkpoint, const io::SafetensorsFile& io_file,
+                                       const Mesh& mesh) {
+  auto model = load_model(checkpoint, mesh);
+  const auto box = model->decomposition().box();
+  auto block = [&](const Tensor& t) {
+    return t.narrow(2, box.lat.start, box.lat.length).narrow(3, box.lon.start, box.lon.length).contiguous();
+  };
+  const Tensor y = model->forward(block(read_io(io_file, "input")));
+  return compare(y, block(read_io(io_file, "output")));
+}
+
+models::DecoderConfig decoder_config(const std::string& checkpoint) {
+  const io::CheckpointReader reader(checkpoint);
+  const YAML::Node m = YAML::Load(reader.header().metadata)["model"];
+  if (!m.IsMap() || m["type"].as<std::string>() != "decoder") {
+    throw ConfigError(reader.file() + ": the metadata describes no decoder");
+  }
+  models::DecoderConfig c;
+  c.vocab = m["vocab"].as<std::int64_t>();
+  c.d_model = m["d_model"].as<std::int64_t>();
+  c.n_heads = m["n_heads"].as<std::int64_t>();
+  c.hidden = m["hidden"].as<std::int64_t>();
+  c.n_layers = m["n_layers"].as<std::int64_t>();
+  c.eps = m["eps"].as<double>();
+  c.tie_embeddings = m["tie_embeddings"].as<bool>();
+  return c;
+}
+
+std::pair<double, double> run_decoder(const std::string& checkpoint, const io::SafetensorsFile& io_file,
+                                      const Mesh& mesh) {
+  const models::DecoderConfig config = decoder_config(checkpoint);
+  models::Decoder model(config);
+  if (mesh.tp_size() > 1) {
+    tp::parallelize(model, mesh, models::decoder_tp_plan(config, /*sequence_parallel=*/false).plan);
+  }
+  io::load_checkpoint(checkpoint, mesh, model);
+  const Tensor logits = model.forward(read_io(io_file, "ids"));
+  // Under tp the head is column-parallel: this rank holds the vocabulary block its
+  // weight's shard covers.
+  std::int64_t offset = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (name == "head.weight" && !p->local_offset.empty()) offset = p->local_offset[0];
+  }
+  const Tensor want = read_io(io_file, "logits").narrow(2, offset, logits.shape()[2]);
+  return compare(logits, want);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int status = 2;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    if (argc != 6) throw InvalidArgument("usage: pytorch_parity emulator|decoder CHECKPOINT IO.safetensors TP DOMAIN");
+    const std::string kind = argv[1], checkpoint = argv[2];
+    const io::SafetensorsFile io_file(argv[3]);
+    const ParallelismConfig layout{DataParallelMode::none, std::stoi(argv[4]), std::stoi(argv[5])};
+    const Mesh mesh(MPI_COMM_WORLD, layout);
+    std::pair<double, double> local;
+    if (kind == "emulator") {
+      local = run_emulator(checkpoint, io_file, mesh);
+    } else if (kind == "decoder") {
+      local = run_decoder(checkpoint, io_file, mesh);
+    } else {
+      throw InvalidArgument("unknown model kind '" + kind + "' (emulator or decoder)");
+    }
+    double worst[2] = {local.first, local.second};
+    MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const double bound = kTolerance * std::max(1.0, worst[1]);
+    status = worst[0] <= bound ? 0 : 1;
+    if (rank == 0) {
+      std::printf("%s tp=%d domain=%d: max |tessera - pytorch| = %.3g (outputs up to %.3g, bound %.3g): %s\n",
+                  kind.c_str(), layout.tensor, layout.domain, worst[0], worst[1], bound, status == 0 ? "ok" : "FAIL");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pytorch_parity: error on rank %d: %s\n", rank, e.what());
+    status = 2;
+  }
+  MPI_Finalize();
+  return status;
+}
