@@ -69,7 +69,7 @@ module tessera
   public :: tessera_decomp_create, tessera_decomp_create_from_mesh, tessera_decomp_destroy, &
     tessera_decomp_rank, tessera_decomp_size, tessera_decomp_global, tessera_decomp_grid, &
     tessera_decomp_coords, tessera_decomp_box, tessera_decomp_box_of, tessera_decomp_comm, &
-    tessera_decomp_scatter, tessera_decomp_gather
+    tessera_decomp_scatter, tessera_decomp_gather, tessera_decomp_global_sum, tessera_decomp_auto_grid
   public :: tessera_halo_create, tessera_halo_destroy, tessera_halo_padded, tessera_halo_add_field, &
     tessera_halo_clear_fields, tessera_halo_num_fields, tessera_halo_exchange, tessera_halo_start, &
     tessera_halo_finish, tessera_halo_exchange_adjoint, tessera_halo_start_adjoint, &
@@ -86,6 +86,9 @@ module tessera
   end interface
   interface tessera_decomp_gather
     module procedure decomp_gather_r32, decomp_gather_r64
+  end interface
+  interface tessera_decomp_global_sum
+    module procedure decomp_global_sum_r32, decomp_global_sum_r64
   end interface
   interface tessera_halo_add_field
     module procedure halo_add_field_r32, halo_add_field_r64
@@ -262,6 +265,22 @@ module tessera
       integer(c_int), value :: dtype, order, ndim, root
       integer(c_int64_t), intent(in) :: shape(*)
       integer(c_int) :: c_decomp_gather
+    end function
+    function c_decomp_global_sum(decomp, local, dtype, order, ndim, shape, total) &
+        bind(c, name="tessera_decomp_global_sum")
+      import :: c_int, c_int64_t, c_ptr, c_double
+      type(c_ptr), value :: decomp, local
+      integer(c_int), value :: dtype, order, ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      real(c_double), intent(out) :: total
+      integer(c_int) :: c_decomp_global_sum
+    end function
+    function c_decomp_auto_grid(ranks, nlat, nlon, grid_lat, grid_lon) bind(c, name="tessera_decomp_auto_grid")
+      import :: c_int, c_int64_t
+      integer(c_int), value :: ranks
+      integer(c_int64_t), value :: nlat, nlon
+      integer(c_int), intent(out) :: grid_lat, grid_lon
+      integer(c_int) :: c_decomp_auto_grid
     end function
 
     function c_halo_create(decomp, lat_before, lat_after, lon_before, lon_after, periodic, pole, halo) &
@@ -722,6 +741,20 @@ contains
     a = 0; b = 0
     call finish_call(c_decomp_global(decomp%ptr, a, b), ierr)
     nlat = int(a); nlon = int(b)
+  end subroutine
+
+  !> Not collective: the process grid for `ranks` ranks that gives each rank of an
+  !> nlat x nlon grid the shortest box boundary (docs/domain.md); pass it to
+  !> tessera_decomp_create.
+  subroutine tessera_decomp_auto_grid(ranks, nlat, nlon, grid_lat, grid_lon, ierr)
+    integer, intent(in) :: ranks, nlat, nlon
+    integer, intent(out) :: grid_lat, grid_lon
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: a, b
+    call begin_call()
+    a = 0; b = 0
+    call finish_call(c_decomp_auto_grid(int(ranks, c_int), int(nlat, c_int64_t), int(nlon, c_int64_t), a, b), ierr)
+    grid_lat = int(a); grid_lon = int(b)
   end subroutine
 
   subroutine tessera_decomp_grid(decomp, grid_lat, grid_lon, ierr)
@@ -1325,6 +1358,24 @@ contains
                                       int(rank(local), c_int), s, int(root, c_int)), ierr)
   end subroutine
 
+  !> Collective: the sum over every rank of its box `local` (lon, lat, ...), exact and
+  !> rounded once: the same bits at every decomposition (docs/domain.md).
+  subroutine decomp_global_sum_r32(decomp, local, total, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real32), intent(in), target :: local(..)
+    real(real64), intent(out) :: total
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS)
+    real(c_double) :: t
+    total = 0
+    if (.not. describe_r32(local, s, 'tessera_decomp_global_sum', 'local', ierr)) return
+    call begin_call()
+    t = 0
+    call finish_call(c_decomp_global_sum(decomp%ptr, c_loc(local), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                         int(rank(local), c_int), s, t), ierr)
+    total = real(t, real64)
+  end subroutine
+
   subroutine decomp_gather_r32(decomp, local, global, root, ierr)
     type(tessera_decomp), intent(in) :: decomp
     real(real32), intent(in), target :: local(..)
@@ -1411,6 +1462,22 @@ contains
     call begin_call()
     call finish_call(c_decomp_scatter(decomp%ptr, address_r64(global), c_loc(local), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
                                       int(rank(local), c_int), s, int(root, c_int)), ierr)
+  end subroutine
+
+  subroutine decomp_global_sum_r64(decomp, local, total, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    real(real64), intent(in), target :: local(..)
+    real(real64), intent(out) :: total
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS)
+    real(c_double) :: t
+    total = 0
+    if (.not. describe_r64(local, s, 'tessera_decomp_global_sum', 'local', ierr)) return
+    call begin_call()
+    t = 0
+    call finish_call(c_decomp_global_sum(decomp%ptr, c_loc(local), TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                         int(rank(local), c_int), s, t), ierr)
+    total = real(t, real64)
   end subroutine
 
   subroutine decomp_gather_r64(decomp, local, global, root, ierr)
