@@ -104,7 +104,8 @@ typedef enum tessera_mesh_dim TESSERA_ENUM_INT_ {
 typedef enum tessera_pole TESSERA_ENUM_INT_ {
   TESSERA_POLE_ZERO = 0,        /* zero beyond the poles */
   TESSERA_POLE_REPLICATE = 1,   /* the edge row repeated (zero-gradient boundary) */
-  TESSERA_POLE_ACROSS_POLE = 2  /* the mirrored row, half the circle round */
+  TESSERA_POLE_ACROSS_POLE = 2, /* the mirrored row, half the circle round */
+  TESSERA_POLE_ACROSS_POLE_POINT = 3 /* the same on a grid whose edge rows are the poles */
 } tessera_pole_t;
 typedef enum tessera_layout TESSERA_ENUM_INT_ {
   TESSERA_LAYOUT_SHARED = 0,   /* one file, parallel HDF5 */
@@ -217,6 +218,12 @@ int tessera_halo_add_field(tessera_halo_t* halo, void* data, tessera_dtype_t dty
  * the distance in elements between neighbours along each of those dims. */
 int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dtype_t dtype, int ndim,
                                    const int64_t* shape, const int64_t* strides, int* index);
+/* Marks two registered fields (their indices) as the horizontal components of one
+ * vector field (u eastward, v northward): under TESSERA_POLE_ACROSS_POLE[_POINT] every
+ * exchange (tessera_halo_exchange, _finish) negates their halo rows beyond a pole, and
+ * every adjoint (_exchange_adjoint, _start_adjoint) negates them first: a vector mirrored
+ * across the pole points the other way. Cleared with the fields. Not collective. */
+int tessera_halo_set_vector_pair(tessera_halo_t* halo, int u_index, int v_index);
 int tessera_halo_clear_fields(tessera_halo_t* halo);
 int tessera_halo_num_fields(const tessera_halo_t* halo, int* count);
 

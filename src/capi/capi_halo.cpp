@@ -1,5 +1,7 @@
 // C API: halo exchange on caller-owned arrays.
 
+#include <algorithm>
+
 #include "capi/capi_internal.hpp"
 #include "tessera/agree.hpp"
 
@@ -17,9 +19,10 @@ PolePolicy to_pole(int pole) {
     case TESSERA_POLE_ZERO: return PolePolicy::zero;
     case TESSERA_POLE_REPLICATE: return PolePolicy::replicate;
     case TESSERA_POLE_ACROSS_POLE: return PolePolicy::across_pole;
+    case TESSERA_POLE_ACROSS_POLE_POINT: return PolePolicy::across_pole_point;
     default:
       throw InvalidArgument("pole policy " + std::to_string(pole) +
-                            " is not TESSERA_POLE_ZERO (0), _REPLICATE (1) or _ACROSS_POLE (2)");
+                            " is not TESSERA_POLE_ZERO (0), _REPLICATE (1), _ACROSS_POLE (2) or _ACROSS_POLE_POINT (3)");
   }
 }
 
@@ -144,6 +147,7 @@ int tessera_halo_clear_fields(tessera_halo_t* halo) {
       throw InvalidArgument("cannot clear the fields while an exchange is in flight");
     }
     halo->fields.clear();
+    halo->vector_components.clear();
   });
 }
 
@@ -154,8 +158,42 @@ int tessera_halo_num_fields(const tessera_halo_t* halo, int* count) {
   });
 }
 
+namespace {
+
+// The vector components' sign flip across the poles (tessera_halo_set_vector_pair).
+void flip_vector_components(tessera_halo_t* halo) {
+  for (int index : halo->vector_components) {
+    capi::exchange_of(halo).flip_beyond_poles(halo->fields[static_cast<std::size_t>(index)]);
+  }
+}
+
+}  // namespace
+
+int tessera_halo_set_vector_pair(tessera_halo_t* halo, int u_index, int v_index) {
+  return guarded("tessera_halo_set_vector_pair", [&] {
+    capi::exchange_of(halo);
+    const int n = static_cast<int>(halo->fields.size());
+    for (int index : {u_index, v_index}) {
+      if (index < 0 || index >= n) {
+        throw InvalidArgument("field index " + std::to_string(index) + " is not one of the " + std::to_string(n) +
+                              " registered fields [0, " + std::to_string(n) + ")");
+      }
+    }
+    if (u_index == v_index) throw InvalidArgument("u and v are the same field (" + std::to_string(u_index) + ")");
+    for (int index : {u_index, v_index}) {
+      if (std::find(halo->vector_components.begin(), halo->vector_components.end(), index) ==
+          halo->vector_components.end()) {
+        halo->vector_components.push_back(index);
+      }
+    }
+  });
+}
+
 int tessera_halo_exchange(tessera_halo_t* halo) {
-  return guarded("tessera_halo_exchange", [&] { agreed_exchange(halo).exchange(halo->fields); });
+  return guarded("tessera_halo_exchange", [&] {
+    agreed_exchange(halo).exchange(halo->fields);
+    flip_vector_components(halo);
+  });
 }
 
 int tessera_halo_start(tessera_halo_t* halo) {
@@ -163,15 +201,26 @@ int tessera_halo_start(tessera_halo_t* halo) {
 }
 
 int tessera_halo_finish(tessera_halo_t* halo) {
-  return guarded("tessera_halo_finish", [&] { capi::exchange_of(halo).finish(); });
+  return guarded("tessera_halo_finish", [&] {
+    capi::exchange_of(halo).finish();
+    flip_vector_components(halo);
+  });
 }
 
 int tessera_halo_exchange_adjoint(tessera_halo_t* halo) {
-  return guarded("tessera_halo_exchange_adjoint", [&] { agreed_exchange(halo).exchange_adjoint(halo->fields); });
+  return guarded("tessera_halo_exchange_adjoint", [&] {
+    HaloExchange& ex = agreed_exchange(halo);
+    flip_vector_components(halo);
+    ex.exchange_adjoint(halo->fields);
+  });
 }
 
 int tessera_halo_start_adjoint(tessera_halo_t* halo) {
-  return guarded("tessera_halo_start_adjoint", [&] { agreed_exchange(halo).start_adjoint(halo->fields); });
+  return guarded("tessera_halo_start_adjoint", [&] {
+    HaloExchange& ex = agreed_exchange(halo);
+    flip_vector_components(halo);
+    ex.start_adjoint(halo->fields);
+  });
 }
 
 int tessera_halo_finish_adjoint(tessera_halo_t* halo) {

@@ -37,6 +37,7 @@ struct tessera_halo {
   std::shared_ptr<tessera_decomp_state> decomp;
   std::optional<tessera::domain::HaloExchange> exchange;
   std::vector<tessera::Tensor> fields;
+  std::vector<int> vector_components;  // indices of fields flagged by tessera_halo_set_vector_pair
   // The field count was agreed on every rank since the last registration call (add,
   // successful or not, or clear): see agreed_exchange in capi_halo.cpp.
   bool field_count_agreed = false;

@@ -19,6 +19,7 @@
 #include "tessera/agree.hpp"
 #include "tessera/check.hpp"
 #include "tessera/comm.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::domain {
 
@@ -27,6 +28,7 @@ std::string_view pole_policy_name(PolePolicy policy) noexcept {
     case PolePolicy::zero: return "zero";
     case PolePolicy::replicate: return "replicate";
     case PolePolicy::across_pole: return "across_pole";
+    case PolePolicy::across_pole_point: return "across_pole_point";
   }
   return "?";
 }
@@ -396,6 +398,56 @@ void HaloExchange::exchange(const std::vector<Tensor>& fields) {
 void HaloExchange::exchange_adjoint(const std::vector<Tensor>& fields) {
   start_adjoint(fields);
   finish_adjoint();
+}
+
+namespace {
+
+void require_vector_components(const Tensor& u, const Tensor& v) {
+  for (const Tensor* t : {&u, &v}) {
+    if (t->defined() && t->dtype() == DType::i64) {
+      throw InvalidArgument(std::string("HaloExchange::exchange_vector: component ") + (t == &u ? "u" : "v") +
+                            " is i64; a vector field is f32, f64 or bf16");
+    }
+  }
+}
+
+}  // namespace
+
+void HaloExchange::flip_beyond_poles(const Tensor& field) const {
+  if (!mirrors_across_pole(spec().pole)) return;
+  const Decomposition& d = decomposition();
+  const HaloWidths& w = spec().width;
+  const LocalBox box = d.box();
+  // A field with the wrong shape is left alone: the exchange reports it, agreed.
+  if (!field.defined() || field.dim() < 2 || field.dtype() == DType::i64 ||
+      field.shape() != padded_shape(Shape(field.shape().begin(), field.shape().end() - 2))) {
+    return;
+  }
+  const int lat_dim = field.dim() - 2;
+  const auto negate_rows = [&](std::int64_t first, std::int64_t count) {
+    if (count <= 0) return;
+    Tensor rows = field.narrow(lat_dim, first, count);
+    Tensor negated = rows.contiguous().clone();
+    tessera::ops::scale(negated, -1.0);
+    rows.copy_from(negated);
+  };
+  if (box.lat.start == 0) negate_rows(0, w.lat_before);
+  if (box.lat.end() == d.global_lat()) negate_rows(w.lat_before + box.lat.length, w.lat_after);
+}
+
+void HaloExchange::exchange_vector(const Tensor& u, const Tensor& v) {
+  // Agreed, so that an i64 component on one rank fails every rank.
+  agree_on_success(decomposition().comm().mpi_comm(), [&] { require_vector_components(u, v); });
+  exchange(std::vector<Tensor>{u, v});
+  flip_beyond_poles(u);
+  flip_beyond_poles(v);
+}
+
+void HaloExchange::exchange_vector_adjoint(const Tensor& u, const Tensor& v) {
+  agree_on_success(decomposition().comm().mpi_comm(), [&] { require_vector_components(u, v); });
+  flip_beyond_poles(u);
+  flip_beyond_poles(v);
+  exchange_adjoint(std::vector<Tensor>{u, v});
 }
 
 }  // namespace tessera::domain

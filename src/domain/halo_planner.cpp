@@ -86,12 +86,13 @@ class Planner {
     if (w.lat_before < 0 || w.lat_after < 0 || w.lon_before < 0 || w.lon_after < 0) {
       throw InvalidArgument(what + ": halo widths must be >= 0");
     }
-    if (s_.pole == PolePolicy::across_pole) {
+    if (mirrors_across_pole(s_.pole)) {
+      const std::string name(pole_policy_name(s_.pole));
       if (!s_.periodic_lon) {
-        throw InvalidArgument(what + ": across_pole needs periodic longitude (the sphere wraps)");
+        throw InvalidArgument(what + ": " + name + " needs periodic longitude (the sphere wraps)");
       }
       if (d_.global_lon() % 2 != 0) {
-        throw InvalidArgument(what + ": across_pole needs an even longitude count, got " +
+        throw InvalidArgument(what + ": " + name + " needs an even longitude count, got " +
                               std::to_string(d_.global_lon()) + " (the halo is shifted by nlon/2)");
       }
     }
@@ -136,8 +137,12 @@ class Planner {
         switch (s_.pole) {
           case PolePolicy::zero: e.kind = Kind::zero; break;
           case PolePolicy::replicate: e.src = low ? 0 : n - 1; break;
-          case PolePolicy::across_pole:
+          case PolePolicy::across_pole:  // mirrored about the pole between rows -1 and 0
             e.src = low ? -1 - i : 2 * n - 1 - i;
+            e.shift = d_.global_lon() / 2;
+            break;
+          case PolePolicy::across_pole_point:  // mirrored about the pole row 0 (or n - 1)
+            e.src = low ? -i : 2 * (n - 1) - i;
             e.shift = d_.global_lon() / 2;
             break;
         }
@@ -214,7 +219,11 @@ class Planner {
           if (edge < 0 || edge >= d_.global_lat()) continue;
           nearest = block_of(edge, d_.global_lat(), P);
         } else {
-          if (s_.pole != PolePolicy::across_pole) continue;
+          if (!mirrors_across_pole(s_.pole)) continue;
+          // Mirrored about a pole row, the rows skip the pole itself and may come from
+          // the polar block and the next one: no single-sender rule (each piece has its
+          // own sender; lat_runs has checked that every mirrored row exists).
+          if (s_.pole == PolePolicy::across_pole_point) continue;
           nearest = side == 0 ? 0 : P - 1;
         }
         for (const Run& run : runs) {

@@ -43,7 +43,7 @@ module tessera
   integer, parameter, public :: TESSERA_MESH_DP = 0, TESSERA_MESH_TP = 1, TESSERA_MESH_DOMAIN = 2, &
     TESSERA_MESH_WORLD = 3
   integer, parameter, public :: TESSERA_POLE_ZERO = 0, TESSERA_POLE_REPLICATE = 1, &
-    TESSERA_POLE_ACROSS_POLE = 2
+    TESSERA_POLE_ACROSS_POLE = 2, TESSERA_POLE_ACROSS_POLE_POINT = 3
   integer, parameter, public :: TESSERA_LAYOUT_SHARED = 0, TESSERA_LAYOUT_PER_RANK = 1
   integer, parameter :: MAX_DIMS = 8
 

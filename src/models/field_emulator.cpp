@@ -35,11 +35,12 @@ domain::LatitudeGrid parse_latitude_grid(std::string_view text, std::string_view
 }
 
 domain::PolePolicy parse_pole_policy(std::string_view text, std::string_view key) {
-  for (auto p : {domain::PolePolicy::zero, domain::PolePolicy::replicate, domain::PolePolicy::across_pole}) {
+  for (auto p : {domain::PolePolicy::zero, domain::PolePolicy::replicate, domain::PolePolicy::across_pole,
+                 domain::PolePolicy::across_pole_point}) {
     if (text == domain::pole_policy_name(p)) return p;
   }
   throw ConfigError(std::string(key) + ": unknown pole policy '" + std::string(text) +
-                    "' (expected zero, replicate or across_pole)");
+                    "' (expected zero, replicate, across_pole or across_pole_point)");
 }
 
 void FieldEmulatorConfig::validate() const {

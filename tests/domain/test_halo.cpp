@@ -61,6 +61,10 @@ bool source_of(std::int64_t i, std::int64_t j, std::int64_t nlat, std::int64_t n
         si = i < 0 ? -(i + 1) : (nlat - 1) - (i - nlat);
         sj = j + nlon / 2;
         break;
+      case PolePolicy::across_pole_point:  // row -k is row k; row n-1+k is row n-1-k
+        si = i < 0 ? -i : (nlat - 1) - (i - (nlat - 1));
+        sj = j + nlon / 2;
+        break;
     }
   }
   if (spec.periodic_lon) {
@@ -141,7 +145,8 @@ std::vector<Case> coordinate_cases() {
   };
   for (const auto& [shape, widths] : geometries)
     for (const HaloWidths& w : widths) {
-      for (PolePolicy pole : {PolePolicy::zero, PolePolicy::replicate, PolePolicy::across_pole})
+      for (PolePolicy pole :
+           {PolePolicy::zero, PolePolicy::replicate, PolePolicy::across_pole, PolePolicy::across_pole_point})
         cases.push_back({shape, w, true, pole});
       for (PolePolicy pole : {PolePolicy::zero, PolePolicy::replicate}) cases.push_back({shape, w, false, pole});
     }
@@ -272,9 +277,10 @@ TEST(HaloExchange, AdjointSatisfiesDotProductIdentity) {
   std::mt19937_64 rng(1234 + world_rank());
   std::uniform_real_distribution<double> uni(-1.0, 1.0);
   for (const ProcessGrid& g : grids())
-    for (PolePolicy pole : {PolePolicy::zero, PolePolicy::replicate, PolePolicy::across_pole})
+    for (PolePolicy pole :
+         {PolePolicy::zero, PolePolicy::replicate, PolePolicy::across_pole, PolePolicy::across_pole_point})
       for (bool periodic : {true, false}) {
-        if (pole == PolePolicy::across_pole && !periodic) continue;
+        if (mirrors_across_pole(pole) && !periodic) continue;
         Decomposition d(world(), {2, 13, 12}, g);
         HaloExchange ex(d, {{2, 1, 3, 2}, periodic, pole});
         Tensor x = ex.allocate(DType::f64, {2});
@@ -517,4 +523,52 @@ TEST(HaloExchange, HugeWidthsPlanAtOnce) {
                "a periodic longitude halo of 1073741824 columns wraps around the whole 8-longitude ring", "huge lon");
   expect_error([&] { HaloExchange ex(by_lon, {{huge, 0, 0, 0}, true, PolePolicy::replicate}); },
                "a latitude halo of 1073741824 rows reaches past both poles of a 7-latitude grid", "huge lat");
+}
+
+// Vector pairs: under the mirroring policies every halo cell beyond a pole holds the
+// mirrored cell's value negated (u and v both reverse across the pole), every other halo
+// cell the plain rule's value; with other policies exchange_vector is exchange({u, v}).
+// The adjoint is the transpose (dot-product identity).
+TEST(HaloExchange, VectorPairsFlipSignAcrossThePole) {
+  for (const ProcessGrid& g : grids())
+    for (PolePolicy pole : {PolePolicy::across_pole, PolePolicy::across_pole_point, PolePolicy::replicate}) {
+      Decomposition d(world(), {2, 13, 12}, g);
+      HaloExchange ex(d, {{2, 1, 1, 2}, true, pole});
+      Tensor u = ex.allocate(DType::f64, {2}), v = ex.allocate(DType::f64, {2});
+      fill_coordinates(ex, u);
+      fill_coordinates(ex, v);
+      ex.exchange_vector(u, v);
+      const LocalBox box = d.box();
+      const HaloWidths w = ex.spec().width;
+      const std::int64_t pl = u.size(1), pn = u.size(2);
+      int errors = 0;
+      for (const Tensor* t : {&u, &v})
+        for (std::int64_t l = 0; l < 2; ++l)
+          for (std::int64_t a = 0; a < pl; ++a)
+            for (std::int64_t b = 0; b < pn; ++b) {
+              const std::int64_t i = box.lat.start - w.lat_before + a, j = box.lon.start - w.lon_before + b;
+              const bool beyond = i < 0 || i >= d.global_lat();
+              const double sign = beyond && mirrors_across_pole(pole) ? -1.0 : 1.0;
+              const double want = sign * expected_value(l, i, j, d.global_lat(), d.global_lon(), ex.spec());
+              if (t->data<double>()[(l * pl + a) * pn + b] != want) ++errors;
+            }
+      EXPECT_EQ(errors, 0) << g.str() << " " << pole_policy_name(pole);
+      // The transpose.
+      std::mt19937_64 rng(99 + world_rank());
+      std::uniform_real_distribution<double> uni(-1.0, 1.0);
+      Tensor xu = ex.allocate(DType::f64, {2}), xv = ex.allocate(DType::f64, {2});
+      Tensor yu = ex.allocate(DType::f64, {2}), yv = ex.allocate(DType::f64, {2});
+      for (Tensor* t : {&xu, &xv, &yu, &yv})
+        for (std::int64_t k = 0; k < t->numel(); ++k) t->data<double>()[k] = uni(rng);
+      Tensor axu = xu.clone(), axv = xv.clone(), atyu = yu.clone(), atyv = yv.clone();
+      ex.exchange_vector(axu, axv);
+      ex.exchange_vector_adjoint(atyu, atyv);
+      double sums[2] = {0, 0};
+      for (std::int64_t k = 0; k < xu.numel(); ++k) {
+        sums[0] += axu.data<double>()[k] * yu.data<double>()[k] + axv.data<double>()[k] * yv.data<double>()[k];
+        sums[1] += xu.data<double>()[k] * atyu.data<double>()[k] + xv.data<double>()[k] * atyv.data<double>()[k];
+      }
+      MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      EXPECT_NEAR(sums[0], sums[1], 1e-12 * std::max(1.0, std::abs(sums[0]))) << g.str() << " " << pole_policy_name(pole);
+    }
 }

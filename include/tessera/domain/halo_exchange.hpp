@@ -16,6 +16,10 @@
 //                    halo row k beyond the pole is grid row k (counting from the pole)
 //                    at longitude + nlon/2, possibly owned by another rank.
 //                    Needs periodic longitude and an even longitude count.
+//       across_pole_point  the same for a grid whose first and last latitude rows are
+//                    the poles themselves (721 latitudes, pole points included): the
+//                    mirror is the pole row, so halo row k beyond the pole is grid row k
+//                    counting the pole as row 0 (row -k <- row k), at longitude + nlon/2.
 //
 // Several fields, of different dtypes and leading dims, travel in one exchange with one
 // message per (neighbour, direction): every field's part for that neighbour is packed
@@ -48,8 +52,13 @@
 
 namespace tessera::domain {
 
-enum class PolePolicy { zero, replicate, across_pole };
-std::string_view pole_policy_name(PolePolicy policy) noexcept;  // "zero" "replicate" "across_pole"
+enum class PolePolicy { zero, replicate, across_pole, across_pole_point };
+// "zero" "replicate" "across_pole" "across_pole_point"
+std::string_view pole_policy_name(PolePolicy policy) noexcept;
+// Whether halo rows beyond a pole are mirrored rows (across_pole, across_pole_point).
+constexpr bool mirrors_across_pole(PolePolicy policy) noexcept {
+  return policy == PolePolicy::across_pole || policy == PolePolicy::across_pole_point;
+}
 
 // Halo width per side. "before" is the low-index side (lat row 0 side, lon column 0 side).
 struct HaloWidths {
@@ -111,6 +120,19 @@ class HaloExchange {
   void exchange_adjoint(const Tensor& field) { exchange_adjoint(std::vector<Tensor>{field}); }
   void start_adjoint(const std::vector<Tensor>& fields);
   void finish_adjoint();
+
+  // A vector field's two horizontal components (u eastward, v northward; f32, f64 or
+  // bf16): exchanged together like two fields, then, under across_pole and
+  // across_pole_point, the halo rows beyond a pole negated in both, because a vector
+  // mirrored across the pole points the other way (with the half-turn in longitude, the
+  // local east and north both reverse). Other policies: exactly exchange({u, v}).
+  void exchange_vector(const Tensor& u, const Tensor& v);
+  // Its transpose: the beyond-pole halo rows negated first, then exchange_adjoint.
+  void exchange_vector_adjoint(const Tensor& u, const Tensor& v);
+  // The sign flip alone (after finish() of a split exchange, before start_adjoint()):
+  // this rank's halo rows beyond a pole times -1 under the mirroring policies, nothing
+  // otherwise. Not collective.
+  void flip_beyond_poles(const Tensor& field) const;
 
   bool in_flight() const;
 
