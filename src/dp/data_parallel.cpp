@@ -66,6 +66,7 @@ struct Engine {
   DataParallelOptions options;
   bool active = false;  // dp size > 1 and mode != none
   bool hooks = false;   // units are wrapped
+  bool sync = true;     // backward starts the reduction (false: accumulate locally)
   std::vector<ParamState> params;
   std::vector<Unit> units;
   std::vector<Bucket> buckets;
@@ -202,18 +203,32 @@ struct Engine {
       for (int i : g.params) params[i].p->grad = params[i].full_grad;
     }
   }
+  // Without sync, the full gradients stay open (the next backward adds to them) and the
+  // parameters point at their shards again, as between steps.
+  void park_grads(Unit& unit) {
+    for (const Group& g : unit.groups) {
+      for (int i : g.params) params[i].p->grad = params[i].shard_grad;
+    }
+  }
+
   void post_backward(int u) {
     Unit& unit = units[u];
     release(unit);
     if (--unit.pending <= 0) {
       unit.pending = 0;
-      scatter_grads(u);
+      if (sync) {
+        scatter_grads(u);
+      } else {
+        park_grads(unit);
+      }
     }
     if (options.overlap) {
       for (int i : unit.params) {
         ParamState& s = params[i];
         if (s.sharded || s.bucket < 0) continue;
-        if (--s.pending == 0) {
+        // Without sync the bucket is not counted ready: its launch waits for the
+        // backward that has sync (or for finish).
+        if (--s.pending == 0 && sync) {
           if (++buckets[s.bucket].ready == buckets[s.bucket].params.size()) launch_ready();
         }
         if (s.pending < 0) s.pending = 0;  // a backward without a forward: counted once
@@ -472,6 +487,15 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::finish_gradient_sync() { engine_->finish(); }
+
+void DataParallel::set_gradient_sync(bool enabled) { engine_->sync = enabled; }
+bool DataParallel::gradient_sync() const { return engine_->sync; }
+
+void DataParallel::finish_evaluation() {
+  // Evaluation forwards released what they gathered; only their counts remain.
+  for (auto& u : engine_->units) u.pending = 0;
+  for (auto& s : engine_->params) s.pending = 0;
+}
 
 DataParallelMode DataParallel::mode() const { return engine_->mode; }
 const DataParallelOptions& DataParallel::options() const { return engine_->options; }

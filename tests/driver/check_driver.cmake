@@ -1,6 +1,9 @@
 # Driver checks, run with cmake -P (CTest label `driver`). Arguments (-D):
 #   MODE      demo | resume | resume_safety | disk_full | layouts | bad_config | dry_run
 #             (the field emulator)
+#             accumulate (optimizer.accumulate against bigger batches, both models) |
+#             metrics (data.validation, eval_every, logging.metrics_file, plot-metrics) |
+#             features_bad_config (their errors) | examples (examples/configs/*.yaml)
 #             decoder_train | decoder_layouts | decoder_resume | decoder_bad_config |
 #             decoder_dry_run (model.type: decoder)
 #             device (the `device` key, any machine) | device_cuda (training on a GPU against
@@ -467,6 +470,277 @@ elseif(MODE STREQUAL "decoder_dry_run")
   if(NOT n EQUAL 1 OR NOT last_output MATCHES "sequence parallel off" OR NOT last_output MATCHES "\\[0, 16\\)")
     message(FATAL_ERROR "tied embeddings: expected one note with the reason and no sequence parallelism:\n${last_output}")
   endif()
+
+elseif(MODE STREQUAL "accumulate")
+  # optimizer.accumulate N with data.batch_size B trains like batch N x B: the same
+  # samples per step, gradients summed over the micro-batches and reduced over dp once.
+  # Reference: batch 8 at (1,1,1); against it, within fp32 rounding (1e-5, as the layouts):
+  # the field emulator at 1 rank (4 x 2, 2 x 4), ddp 2 (4 x 2), fsdp2 2 x domain 2 (4 x 2)
+  # and ddp 2 x tp 2 (2 x 4); the decoder at tp 1 (4 x 2), fsdp2 2 x tp 2 (4 x 2) and
+  # ddp 2 (2 x 4).
+  set(common ${tiny} ${data} --set=checkpoint.interval=0)
+  expect_success(1 ${common} "--set=checkpoint.dir=${WORK_DIR}/ref" "--set=parallelism={data: none}" --set=data.batch_size=8)
+  set(cases "1|{data: none}|4|2|f1_4x2" "1|{data: none}|2|4|f1_2x4" "2|{data: ddp}|4|2|ddp2_4x2"
+            "4|{data: fsdp2, domain: 2}|4|2|fsdp2dom2_4x2" "4|{data: ddp, tensor: 2}|2|4|ddp2tp2_2x4")
+  foreach(case IN LISTS cases)
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 np)
+    list(GET case 1 layout)
+    list(GET case 2 batch)
+    list(GET case 3 n)
+    list(GET case 4 name)
+    expect_success(${np} ${common} "--set=checkpoint.dir=${WORK_DIR}/${name}" "--set=parallelism=${layout}"
+                   --set=data.batch_size=${batch} --set=optimizer.accumulate=${n})
+    if(NOT last_output MATCHES "${n} micro-batches of ${batch} per step \\(8 samples\\)")
+      message(FATAL_ERROR "${name}: the run does not announce ${n} micro-batches of ${batch}:\n${last_output}")
+    endif()
+    max_difference("${WORK_DIR}/ref" "${WORK_DIR}/${name}" max)
+    if(max GREATER 1e-5)
+      message(FATAL_ERROR "batch 8 and ${name} (batch ${batch} x accumulate ${n}, ${layout}) differ by up to ${max} (tolerance 1e-5):\n${diff_output}")
+    endif()
+    message(STATUS "field emulator batch 8 vs ${name}: max abs difference ${max}")
+  endforeach()
+  set(common ${dtiny} --set=checkpoint.interval=0)
+  expect_success(1 ${common} "--set=checkpoint.dir=${WORK_DIR}/dref" "--set=parallelism={data: none}")
+  set(cases "1|{data: none}|4|2|d1_4x2" "4|{data: fsdp2, tensor: 2}|4|2|dfsdp2tp2_4x2" "2|{data: ddp}|2|4|dddp2_2x4")
+  foreach(case IN LISTS cases)
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 np)
+    list(GET case 1 layout)
+    list(GET case 2 batch)
+    list(GET case 3 n)
+    list(GET case 4 name)
+    expect_success(${np} ${common} "--set=checkpoint.dir=${WORK_DIR}/${name}" "--set=parallelism=${layout}"
+                   --set=data.batch_size=${batch} --set=optimizer.accumulate=${n})
+    max_difference("${WORK_DIR}/dref" "${WORK_DIR}/${name}" max)
+    if(max GREATER 1e-5)
+      message(FATAL_ERROR "decoder batch 8 and ${name} (batch ${batch} x accumulate ${n}, ${layout}) differ by up to ${max} (tolerance 1e-5):\n${diff_output}")
+    endif()
+    message(STATUS "decoder batch 8 vs ${name}: max abs difference ${max}")
+  endforeach()
+  # AdamW hardly sees the scale of the gradient; SGD moves with it, so these pairs would
+  # catch a step that summed the micro-batch gradients instead of averaging them.
+  set(sgd --set=optimizer.type=sgd --set=optimizer.lr=0.05 --set=checkpoint.interval=0)
+  foreach(case "1|4|${tiny}|{data: none}|{data: fsdp2, domain: 2}|4|2|fields"
+               "1|2|${dtiny}|{data: none}|{data: ddp}|2|4|tokens")
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 np_ref)
+    list(GET case 1 np)
+    list(GET case 2 config)
+    list(GET case 3 ref_layout)
+    list(GET case 4 layout)
+    list(GET case 5 batch)
+    list(GET case 6 n)
+    list(GET case 7 name)
+    set(path "")
+    if(name STREQUAL "fields")
+      set(path "${data}")
+    endif()
+    expect_success(${np_ref} ${config} ${path} ${sgd} "--set=checkpoint.dir=${WORK_DIR}/sgd_ref_${name}"
+                   "--set=parallelism=${ref_layout}" --set=data.batch_size=8)
+    expect_success(${np} ${config} ${path} ${sgd} "--set=checkpoint.dir=${WORK_DIR}/sgd_${name}"
+                   "--set=parallelism=${layout}" --set=data.batch_size=${batch} --set=optimizer.accumulate=${n})
+    max_difference("${WORK_DIR}/sgd_ref_${name}" "${WORK_DIR}/sgd_${name}" max)
+    if(max GREATER 1e-5)
+      message(FATAL_ERROR "SGD ${name}: batch 8 and batch ${batch} x accumulate ${n} (${layout}) differ by up to ${max}:\n${diff_output}")
+    endif()
+    message(STATUS "SGD ${name}: batch 8 vs ${batch} x ${n} at ${layout}: max abs difference ${max}")
+  endforeach()
+
+elseif(MODE STREQUAL "metrics")
+  # data.validation, schedule.eval_every and logging.metrics_file: the validation line
+  # every eval_every steps and at the last; every progress line with its ETA; the metrics
+  # file's records and their keys; a resumed run appends; scripts/plot-metrics makes a PNG.
+
+  # expect_records(<file> <type> <steps> <keys>): the records of <type> are at exactly
+  # <steps> (a list) and each has every key of <keys> with a value that is not null.
+  function(expect_records file type steps keys)
+    file(STRINGS "${file}" lines)
+    set(seen "")
+    foreach(line IN LISTS lines)
+      string(JSON t ERROR_VARIABLE err GET "${line}" type)
+      if(err)
+        message(FATAL_ERROR "${file}: not a JSON record: ${line} (${err})")
+      endif()
+      if(NOT t STREQUAL type)
+        continue()
+      endif()
+      foreach(key IN LISTS keys)
+        string(JSON v ERROR_VARIABLE err GET "${line}" ${key})
+        string(JSON kind ERROR_VARIABLE err2 TYPE "${line}" ${key})
+        if(err OR kind STREQUAL "NULL")
+          message(FATAL_ERROR "${file}: a ${type} record without '${key}': ${line}")
+        endif()
+      endforeach()
+      if(NOT steps STREQUAL "-")
+        string(JSON step GET "${line}" step)
+        list(APPEND seen ${step})
+      endif()
+    endforeach()
+    if(NOT steps STREQUAL "-" AND NOT seen STREQUAL steps)
+      message(FATAL_ERROR "${file}: ${type} records at steps '${seen}', expected '${steps}'")
+    endif()
+  endfunction()
+
+  set(train_keys step loss baseline lr grad_norm step_time_s samples_per_s eta_s epoch)
+  set(np2 "--set=parallelism={data: none, domain: 2}")
+  # The field emulator, the last quarter of the 121 times held out (30 frames: 29 samples
+  # t -> t+1 from t = 91; training on t < 90), validation every 3 steps.
+  expect_success(2 ${tiny} ${data} ${np2} "--set=checkpoint.dir=" --set=data.validation=0.25
+                 --set=schedule.eval_every=3 "--set=logging.metrics_file=${WORK_DIR}/fields.jsonl")
+  string(REGEX MATCHALL "\nvalidation step +[0-9]+/8  val_loss [0-9.e+-]+  persistence [0-9.e+-]+ +\\(29 samples" vals "${last_output}")
+  list(LENGTH vals n)
+  if(NOT n EQUAL 3 OR NOT last_output MATCHES "validation: 29 samples held out \\(t >= 91"
+     OR NOT last_output MATCHES "summary: final validation loss")
+    message(FATAL_ERROR "expected 29 held-out samples evaluated at steps 3, 6, 8:\n${last_output}")
+  endif()
+  string(REGEX MATCHALL "\nstep +[0-9]+/8  loss [^\n]* lr [^\n]* grad_norm [^\n]* step [0-9.]+ ms  [0-9.]+ samples/s  [0-9.e+-]+ grid points/s  eta [0-9hms.]+" lines "${last_output}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL 2)
+    message(FATAL_ERROR "expected 2 progress lines with loss, lr, grad_norm, step time, throughput and eta:\n${last_output}")
+  endif()
+  expect_records("${WORK_DIR}/fields.jsonl" run - "model;steps;batch_size;accumulate;train_samples;validation_samples")
+  expect_records("${WORK_DIR}/fields.jsonl" train "4;8" "${train_keys};grid_points_per_s")
+  expect_records("${WORK_DIR}/fields.jsonl" validation "3;6;8" "val_loss;baseline;samples")
+  expect_records("${WORK_DIR}/fields.jsonl" summary - "final_loss;final_val_loss")
+
+  # A validation file (the training file itself here: all its 120 samples), at ddp 2.
+  expect_success(2 ${tiny} ${data} "--set=parallelism={data: ddp}" "--set=checkpoint.dir="
+                 "--set=data.validation=${SOURCE_DIR}/data/rossby_haurwitz.h5" --set=schedule.eval_every=4)
+  if(NOT last_output MATCHES "validation: 120 samples of [^\n]*rossby_haurwitz.h5"
+     OR NOT last_output MATCHES "\nvalidation step +4/8  val_loss [^\n]*\\(120 samples")
+    message(FATAL_ERROR "data.validation as a file: expected 120 validation samples at step 4:\n${last_output}")
+  endif()
+
+  # The decoder: a tenth of the samples held out, every 4 steps, tokens/s in the records.
+  expect_success(2 ${dtiny} "--set=checkpoint.dir=" --set=data.validation=0.1 --set=schedule.eval_every=4
+                 --set=optimizer.accumulate=2 "--set=logging.metrics_file=${WORK_DIR}/decoder.jsonl")
+  if(NOT last_output MATCHES "\nvalidation step +4/8  val_loss [0-9.e+-]+  unigram ")
+    message(FATAL_ERROR "the decoder's validation line is missing:\n${last_output}")
+  endif()
+  expect_records("${WORK_DIR}/decoder.jsonl" train "4;8" "${train_keys};tokens_per_s")
+  expect_records("${WORK_DIR}/decoder.jsonl" validation "4;8" "val_loss;samples")
+  expect_records("${WORK_DIR}/decoder.jsonl" run - "accumulate;samples_per_step")
+
+  # The validation loss does not depend on the layout: 28 held-out samples (an even count,
+  # so dp 2 evaluates them all) at (1,1,1) and at fsdp2 2 x domain 2; the decoder's 26 at
+  # tp 1 and at fsdp2 2 x tp 2.
+  foreach(case "1|${tiny}|{data: none}|0.24|fields" "4|${tiny}|{data: fsdp2, domain: 2}|0.24|fields"
+               "1|${dtiny}|{data: none}|0.1|tokens" "4|${dtiny}|{data: fsdp2, tensor: 2}|0.1|tokens")
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 np)
+    list(GET case 1 config)
+    list(GET case 2 layout)
+    list(GET case 3 fraction)
+    list(GET case 4 kind)
+    set(path "")
+    if(kind STREQUAL "fields")
+      set(path "${data}")
+    endif()
+    expect_success(${np} ${config} ${path} "--set=parallelism=${layout}" "--set=checkpoint.dir="
+                   --set=data.validation=${fraction})
+    if(NOT last_output MATCHES "summary: final validation loss ([0-9.e+-]+)")
+      message(FATAL_ERROR "${kind} at ${layout}: no final validation loss:\n${last_output}")
+    endif()
+    if(np EQUAL 1)
+      set(reference "${CMAKE_MATCH_1}")
+    else()
+      execute_process(COMMAND /usr/bin/python3 -c
+                      "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)"
+                      ${reference} ${CMAKE_MATCH_1} RESULT_VARIABLE close)
+      if(NOT close EQUAL 0)
+        message(FATAL_ERROR "${kind}: final validation loss ${CMAKE_MATCH_1} at ${layout} vs ${reference} at 1 rank")
+      endif()
+      message(STATUS "${kind}: final validation loss ${reference} at 1 rank, ${CMAKE_MATCH_1} at ${layout}")
+    endif()
+  endforeach()
+
+  # The decoder on bytes, validated on the bytes of a second file.
+  expect_success(2 ${dtiny} "--set=checkpoint.dir=" --set=model.vocab=256 --set=data.source=bytes
+                 "--set=data.path=${SOURCE_DIR}/docs/driver.md" "--set=data.validation=${SOURCE_DIR}/docs/domain.md")
+  if(NOT last_output MATCHES "validation: [0-9]+ samples of bytes of [^\n]*docs/domain.md"
+     OR NOT last_output MATCHES "\nvalidation step +8/8  val_loss ")
+    message(FATAL_ERROR "the decoder with a validation file: expected its samples evaluated at step 8:\n${last_output}")
+  endif()
+
+  # Killed after step 5 and resumed from step 3: the second run appends its records.
+  set(killed ${tiny} ${data} ${np2} "--set=checkpoint.dir=${WORK_DIR}/ckpt" --set=data.validation=0.25
+             --set=schedule.eval_every=2 "--set=logging.metrics_file=${WORK_DIR}/resumed.jsonl")
+  run_driver(out rc 2 ${killed} --kill-after-step 5)
+  expect_success(2 ${killed} --set=resume=latest)
+  expect_records("${WORK_DIR}/resumed.jsonl" validation "2;4;4;6;8" "val_loss")
+  expect_records("${WORK_DIR}/resumed.jsonl" run - "start_step")
+
+  # The PNG, with the plain renderer and with whatever this machine has.
+  foreach(how "--plain" "")
+    file(REMOVE "${WORK_DIR}/loss.png")
+    execute_process(COMMAND /usr/bin/python3 "${SOURCE_DIR}/scripts/plot-metrics" "${WORK_DIR}/resumed.jsonl"
+                            -o "${WORK_DIR}/loss.png" ${how}
+                    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0 OR NOT EXISTS "${WORK_DIR}/loss.png")
+      message(FATAL_ERROR "plot-metrics ${how} failed (${rc}):\n${out}${err}")
+    endif()
+    file(READ "${WORK_DIR}/loss.png" magic LIMIT 8 HEX)
+    if(NOT magic STREQUAL "89504e470d0a1a0a" OR NOT out MATCHES "wrote [^\n]*loss.png \\(2 training and 4 validation points")
+      message(FATAL_ERROR "plot-metrics ${how}: not a PNG of 2 training and 4 validation points ('${magic}'):\n${out}${err}")
+    endif()
+    message(STATUS "plot-metrics ${how}: ${out}")
+  endforeach()
+
+elseif(MODE STREQUAL "features_bad_config")
+  # The keys of accumulation, validation and metrics: a bad value is refused before
+  # training, naming the key, once (rank 0). Several --set of one case are joined by '&'.
+  set(np2 "--set=parallelism={data: none, domain: 2}")
+  foreach(case "fields|--set=optimizer.accumulate=0|optimizer.accumulate must be an integer >= 1, got 0"
+               "fields|--set=schedule.eval_every=2|schedule.eval_every \\(2\\) needs validation data"
+               "fields|--set=data.validation=1.5|data.validation must be a fraction in \\(0, 1\\)"
+               "fields|--set=data.validation=0.999|data.validation \\(0.999\\) holds out 121 of the 121 times"
+               "fields|--set=data.validation=no/such/file.h5|data.validation: cannot read 'no/such/file.h5'"
+               "tokens|--set=data.validation=corpus.txt|data.validation names a file \\('corpus.txt'\\), whose bytes are tokens only with data.source bytes"
+               "fields|--set=logging.metrics=x.jsonl|logging.metrics: unknown key 'metrics'"
+               "fields|--set=logging.metrics_file=/proc/no/such/dir/m.jsonl|logging.metrics_file: cannot open '/proc/no/such/dir/m.jsonl'"
+               "fields|--set=data.batch_size=64&--set=optimizer.accumulate=4|data.batch_size 64 x optimizer.accumulate 4 leaves no full step per epoch")
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 config)  # fields: tiny.yaml at domain 2; tokens: decoder_tiny.yaml
+    list(GET case 1 set)
+    list(GET case 2 expect)
+    string(REPLACE "&" ";" set "${set}")
+    if(config STREQUAL "tokens")
+      run_driver(out rc 2 ${dtiny} ${set} "--set=checkpoint.dir=")
+    else()
+      run_driver(out rc 2 ${tiny} ${data} ${np2} ${set} "--set=checkpoint.dir=")
+    endif()
+    if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: [^\n]*${expect}" OR out MATCHES "\nstep ")
+      message(FATAL_ERROR "${set}: expected an error before training matching '${expect}'; got ${rc}:\n${out}")
+    endif()
+    string(REGEX MATCHALL "tessera-run: error:" errors "${out}")
+    list(LENGTH errors n)
+    if(NOT n EQUAL 1)
+      message(FATAL_ERROR "${set}: expected the error once (rank 0 only), got ${n} times:\n${out}")
+    endif()
+  endforeach()
+
+elseif(MODE STREQUAL "examples")
+  # The worked example configs of docs/driver.md run, and the document shows each whole.
+  file(READ "${SOURCE_DIR}/docs/driver.md" doc)
+  foreach(case "2|accumulate.yaml|4 micro-batches of 8 per step \\(32 samples\\)"
+               "2|validation.yaml|\nvalidation step +30/30  val_loss")
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 np)
+    list(GET case 1 name)
+    list(GET case 2 expect)
+    set(config "${SOURCE_DIR}/examples/configs/${name}")
+    file(READ "${config}" text)
+    string(FIND "${doc}" "```yaml\n${text}```" at)
+    if(at LESS 0)
+      message(FATAL_ERROR "docs/driver.md does not show examples/configs/${name} whole in a yaml block")
+    endif()
+    expect_success(${np} "${config}" "--set=checkpoint.dir=" "--set=logging.metrics_file=${WORK_DIR}/${name}.jsonl")
+    if(NOT last_output MATCHES "${expect}" OR NOT last_output MATCHES "final loss [^\n]*\\(below")
+      message(FATAL_ERROR "examples/configs/${name}: expected '${expect}' and a final loss below the baseline:\n${last_output}")
+    endif()
+    message(STATUS "examples/configs/${name}: ok")
+  endforeach()
 
 else()
   message(FATAL_ERROR "unknown MODE '${MODE}'")

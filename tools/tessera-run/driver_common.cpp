@@ -144,6 +144,11 @@ void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t pa
   });
 }
 
+std::string evaluation_schedule(const ScheduleConfig& schedule) {
+  if (schedule.eval_every <= 0) return "at the last step";
+  return "every " + std::to_string(schedule.eval_every) + " steps and at the last step";
+}
+
 std::string first_difference(const std::string& a, const std::string& b) {
   std::istringstream ia(a), ib(b);
   std::string la, lb;

@@ -1,7 +1,8 @@
 #pragma once
 // What tessera-run's model setups (train_field_emulator.cpp, train_decoder.cpp) and its
 // training loop (training_loop.cpp) share: the command-line options, rank-0 logging, the
-// optimizer from the config, the device, the mesh line and the per-rank memory plan table.
+// optimizer from the config, the device, the mesh line, the per-rank memory plan table and
+// the naming of a second data file's errors (data.validation).
 
 #include <cstdint>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "run_config.hpp"
+#include "tessera/error.hpp"
 #include "tessera/dp/memory.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/optim.hpp"
@@ -74,6 +76,23 @@ void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& rang
 // Collective over the mesh's world.
 void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t parameters,
                       dp::OptimizerKind optimizer);
+
+// Runs `read` and returns its result; a ConfigError or IoError it throws is thrown again
+// with `key` in front ("data.validation: ..."), for a second file read with the keys of
+// the first, whose own messages name those keys.
+template <class Read>
+auto naming_key(const std::string& key, Read&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const ConfigError& e) {
+    throw ConfigError(key + ": " + e.what());
+  } catch (const IoError& e) {
+    throw IoError(key + ": " + e.what());
+  }
+}
+
+// When data.validation is evaluated: "every 3 steps and at the last step" or "at the last step".
+std::string evaluation_schedule(const ScheduleConfig& schedule);
 
 // The first line where two YAML texts differ, for "the checkpoint's model differs" errors.
 std::string first_difference(const std::string& a, const std::string& b);

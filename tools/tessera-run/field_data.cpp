@@ -2,12 +2,15 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <sstream>
 
+#include "driver_common.hpp"
 #include "tessera/error.hpp"
 #include "tessera/models/field_emulator.hpp"
 
@@ -182,6 +185,57 @@ FieldDataInfo read_field_data_info(const DataConfig& c) {
     throw ConfigError("data.lead (" + std::to_string(c.lead) + ") leaves no sample in " + what + ", which has " +
                       std::to_string(info.times) + " times");
   }
+  return info;
+}
+
+ValidationSplit split_field_samples(const DataConfig& c, const FieldDataInfo& info,
+                                    const FieldDataInfo* validation_file) {
+  ValidationSplit split;
+  split.train = info.times - c.lead;
+  if (validation_file != nullptr) {
+    split.validation = validation_file->times - c.lead;
+  } else if (c.validation_fraction > 0) {
+    const std::int64_t held = std::max<std::int64_t>(
+        c.lead + 1, std::llround(c.validation_fraction * static_cast<double>(info.times)));
+    split.train = info.times - held - c.lead;
+    split.validation_first = info.times - held;
+    split.validation = held - c.lead;
+    if (split.train < 1) {
+      char fraction[32];
+      std::snprintf(fraction, sizeof fraction, "%g", c.validation_fraction);
+      throw ConfigError("data.validation (" + std::string(fraction) + ") holds out " +
+                        std::to_string(held) + " of the " + std::to_string(info.times) + " times of " + name_of(c) +
+                        ", which leaves no training sample (t -> t+" + std::to_string(c.lead) +
+                        "); hold out a smaller fraction");
+    }
+  }
+  return split;
+}
+
+DataConfig validation_file_config(const DataConfig& c) {
+  DataConfig v = c;
+  v.path = c.validation_path;
+  return v;
+}
+
+FieldDataInfo read_validation_info(const DataConfig& c, const FieldDataInfo& train) {
+  DataConfig v = validation_file_config(c);
+  v.variables = train.variables;  // by name: the file may order its channels otherwise
+  v.normalize = false;            // the training statistics normalise it (below)
+  const std::string what = "data.validation: " + name_of(v);
+  if (std::FILE* f = std::fopen(v.path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {  // (read_field_data_info would blame data.path)
+    throw IoError("data.validation: cannot read '" + v.path + "': " + std::strerror(errno));
+  }
+  FieldDataInfo info = naming_key("data.validation", [&] { return read_field_data_info(v); });
+  if (info.nlat != train.nlat || info.nlon != train.nlon || info.latitude_grid != train.latitude_grid) {
+    throw ConfigError(what + ": its grid " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) +
+                      " differs from the training data's " + std::to_string(train.nlat) + "x" +
+                      std::to_string(train.nlon) + " (or its latitude_grid does)");
+  }
+  info.mean = train.mean;
+  info.std = train.std;
   return info;
 }
 

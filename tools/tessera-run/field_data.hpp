@@ -34,6 +34,19 @@ struct FieldDataInfo {
 // Reads the header; throws IoError / ConfigError naming the file, dataset and key.
 FieldDataInfo read_field_data_info(const DataConfig& config);
 
+// data.validation for the fields. A fraction holds out the last frames of the series
+// (round(fraction x times), at least lead + 1): training samples use only the earlier
+// frames and validation samples only the held-out ones, so no frame is in both. A file
+// validates on all its samples. ConfigError naming data.validation when a part is empty.
+ValidationSplit split_field_samples(const DataConfig& config, const FieldDataInfo& info,
+                                    const FieldDataInfo* validation_file);
+// The validation file's header (data.validation, the same data.dataset): the training
+// file's variables, by name, on the same grid; normalised with the training file's mean
+// and std (the model's). Throws IoError / ConfigError naming data.validation.
+FieldDataInfo read_validation_info(const DataConfig& config, const FieldDataInfo& train);
+// `config` with the validation file as its path (to build its FieldData).
+DataConfig validation_file_config(const DataConfig& config);
+
 class FieldData {
  public:
   // Reads rows [lat_start, lat_start + lat_count) of every time and selected channel,

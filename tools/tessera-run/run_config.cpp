@@ -166,6 +166,27 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
 
 const std::vector<std::string> kModelTypes = {"field_emulator", "decoder"};
 
+// data.validation: a number is the held-out fraction, anything else a file path (write
+// ./0.5 for a file of that name).
+void parse_validation(const Parser& p, const YAML::Node& v, const std::string& key, DataConfig& d) {
+  d.validation_fraction = 0;
+  d.validation_path.clear();
+  if (v.IsNull()) return;
+  const std::string t = p.string(v, key);
+  char* end = nullptr;
+  const double x = std::strtod(t.c_str(), &end);
+  if (!t.empty() && *end == '\0') {
+    if (!(x > 0 && x < 1)) {
+      throw ConfigError(p.where(v, key) + " must be a fraction in (0, 1) of the data to hold out, or a file path; got " +
+                        t);
+    }
+    d.validation_fraction = x;
+    return;
+  }
+  if (t.empty()) throw ConfigError(p.where(v, key) + " must be a fraction in (0, 1) or a file path, got ''");
+  d.validation_path = t;
+}
+
 // The decoder's cross-key rules: what the tensor-parallel layers and the data need.
 void check_decoder(const RunConfig& c) {
   const auto& a = c.decoder.arch;
@@ -313,6 +334,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
               }},
              {"batch_size", [&](const YAML::Node& x, const std::string& kk) { d.batch_size = p.integer(x, kk, 1); }},
              {"shuffle", [&](const YAML::Node& x, const std::string& kk) { d.shuffle = p.boolean(x, kk); }},
+             {"validation", [&](const YAML::Node& x, const std::string& kk) { parse_validation(p, x, kk, d); }},
            });
            return;
          }
@@ -324,6 +346,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
            {"lead", [&](const YAML::Node& x, const std::string& kk) { d.lead = p.integer(x, kk, 1); }},
            {"normalize", [&](const YAML::Node& x, const std::string& kk) { d.normalize = p.boolean(x, kk); }},
            {"shuffle", [&](const YAML::Node& x, const std::string& kk) { d.shuffle = p.boolean(x, kk); }},
+           {"validation", [&](const YAML::Node& x, const std::string& kk) { parse_validation(p, x, kk, d); }},
          });
        }},
       {"optimizer", [&](const YAML::Node& v, const std::string& key) {
@@ -341,6 +364,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
               o.lr_schedule = p.choice(x, kk, {"constant", "cosine"});
             }},
            {"min_lr", [&](const YAML::Node& x, const std::string& kk) { o.min_lr = p.number(x, kk, 0.0); }},
+           {"accumulate", [&](const YAML::Node& x, const std::string& kk) { o.accumulate = p.integer(x, kk, 1); }},
          });
          const auto check_beta = [&](double b, const char* name) {
            if (b >= 1.0) throw ConfigError(p.where(v, key + "." + name) + " must be in [0, 1), got " + std::to_string(b));
@@ -352,6 +376,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
          p.section(v, key, {
            {"steps", [&](const YAML::Node& x, const std::string& kk) { s.steps = p.integer(x, kk, 1); }},
            {"log_every", [&](const YAML::Node& x, const std::string& kk) { s.log_every = p.integer(x, kk, 1); }},
+           {"eval_every", [&](const YAML::Node& x, const std::string& kk) { s.eval_every = p.integer(x, kk, 0); }},
            {"seed", [&](const YAML::Node& x, const std::string& kk) {
               s.seed = static_cast<std::uint64_t>(p.integer(x, kk, 0));
             }},
@@ -386,6 +411,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
                 if (t == log_level_name(l)) c.log_level = l;
               }
             }},
+           {"metrics_file", [&](const YAML::Node& x, const std::string& kk) {
+              c.metrics_file = x.IsNull() ? "" : p.string(x, kk);
+            }},
          });
        }},
   };
@@ -418,6 +446,15 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
   if (c.optimizer.min_lr > c.optimizer.lr) {
     throw ConfigError(c.source + ": optimizer.min_lr (" + std::to_string(c.optimizer.min_lr) +
                       ") must not exceed optimizer.lr (" + std::to_string(c.optimizer.lr) + ")");
+  }
+  if (c.schedule.eval_every > 0 && !c.data.has_validation()) {
+    throw ConfigError(c.source + ": schedule.eval_every (" + std::to_string(c.schedule.eval_every) +
+                      ") needs validation data: set data.validation to a fraction in (0, 1) to hold out, or a file");
+  }
+  if (c.model_type == "decoder" && !c.data.validation_path.empty() && c.data.source != "bytes") {
+    throw ConfigError(c.source + ": data.validation names a file ('" + c.data.validation_path +
+                      "'), whose bytes are tokens only with data.source bytes (data.source is " + c.data.source +
+                      "); use a fraction in (0, 1) to hold out part of the synthetic corpus");
   }
   if ((c.resume == "latest" || c.resume == "latest_or_start") && c.checkpoint.dir.empty()) {
     throw ConfigError(c.source + ": resume: " + c.resume +

@@ -21,6 +21,16 @@ namespace tessera::run {
 enum class LogLevel { error, warn, info, debug };
 std::string_view log_level_name(LogLevel level) noexcept;
 
+// Which samples train and which validate (data.validation). Training samples are
+// [0, train) of the training data; validation samples are [validation_first,
+// validation_first + validation) of the training data (a held-out fraction) or of the
+// validation file.
+struct ValidationSplit {
+  std::int64_t train = 0;
+  std::int64_t validation_first = 0;
+  std::int64_t validation = 0;
+};
+
 // The `data` section. Its keys depend on model.type: the field emulator reads gridded
 // fields from HDF5 (path, dataset, variables, lead, normalize); the decoder reads a
 // token stream (source, path, tokens, branching, seed). batch_size and shuffle are
@@ -33,6 +43,12 @@ struct DataConfig {
   std::int64_t lead = 1;                         // predict time t + lead from time t
   bool normalize = true;                         // (x - mean) / std per channel (file attributes)
   bool shuffle = true;                           // per-epoch permutation from schedule.seed
+  // data.validation: held-out samples, evaluated every schedule.eval_every steps. Either
+  // a fraction in (0, 1) of this data (the last part: field frames, token samples) or a
+  // second file of the same kind (validation_path). Neither: no validation.
+  double validation_fraction = 0;
+  std::string validation_path;
+  bool has_validation() const { return validation_fraction > 0 || !validation_path.empty(); }
 
   // Decoder (token) data.
   std::string source = "synthetic";  // synthetic (a seeded Markov language) | bytes (path's bytes)
@@ -68,11 +84,15 @@ struct OptimizerConfig {
   std::int64_t warmup_steps = 0;                  // linear warm-up from 0
   std::string lr_schedule = "constant";           // constant | cosine (to min_lr at schedule.steps)
   double min_lr = 0.0;
+  // Micro-batches of data.batch_size per optimizer step: gradients add up over them and
+  // are reduced over dp once per step, so a step trains on batch_size x accumulate samples.
+  std::int64_t accumulate = 1;
 };
 
 struct ScheduleConfig {
   std::int64_t steps = 100;   // total optimizer steps (a resumed run continues to this step)
   std::int64_t log_every = 10;
+  std::int64_t eval_every = 0;  // validation every N steps (and at the last); 0: at the last only
   std::uint64_t seed = 42;    // initialisation and data order
 };
 
@@ -98,6 +118,7 @@ struct RunConfig {
   // "latest_or_start" (the same, or step 0 when the directory holds no checkpoint), or a path.
   std::string resume;
   LogLevel log_level = LogLevel::info;
+  std::string metrics_file;  // logging.metrics_file: JSON lines of every progress record; empty: none
   std::string device = "auto";  // auto | host | cuda: where the model, its state and the batches live
   // Seconds after which a rank stuck in a collective reports and aborts the job
   // (set_collective_timeout); absent (< 0): TESSERA_COLLECTIVE_TIMEOUT decides; 0: none.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -102,6 +103,28 @@ TokenData::TokenData(const DataConfig& config, std::int64_t vocab, std::int64_t 
   for (std::int64_t t = 1; t <= used; ++t) counts[ids_[t]] += 1.0;
   for (auto& c : counts) c /= static_cast<double>(used);
   unigram_entropy_ = entropy(counts);
+}
+
+ValidationSplit split_token_samples(const DataConfig& c, const TokenData& data, const TokenData* validation_file) {
+  ValidationSplit split;
+  split.train = data.samples();
+  if (validation_file != nullptr) {
+    split.validation = validation_file->samples();
+  } else if (c.validation_fraction > 0) {
+    const std::int64_t held = std::max<std::int64_t>(
+        1, std::llround(c.validation_fraction * static_cast<double>(data.samples())));
+    split.train = data.samples() - held;
+    split.validation_first = split.train;
+    split.validation = held;
+    if (split.train < 1) {
+      char fraction[32];
+      std::snprintf(fraction, sizeof fraction, "%g", c.validation_fraction);
+      throw ConfigError("data.validation (" + std::string(fraction) + ") holds out " +
+                        std::to_string(held) + " of the " + std::to_string(data.samples()) + " samples of " +
+                        data.describe() + ", which leaves no training sample; hold out a smaller fraction");
+    }
+  }
+  return split;
 }
 
 std::int64_t TokenData::samples() const {

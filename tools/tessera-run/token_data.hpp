@@ -26,6 +26,13 @@
 
 namespace tessera::run {
 
+// data.validation for the tokens: a fraction holds out the last round(fraction x
+// samples) samples (at least one), whose targets no training sample predicts; a file
+// (data.source bytes) validates on all of `validation_file`'s samples. ConfigError naming
+// data.validation when a part is empty.
+class TokenData;
+ValidationSplit split_token_samples(const DataConfig& config, const TokenData& data, const TokenData* validation_file);
+
 class TokenData {
  public:
   // Builds (synthetic) or reads (bytes) the stream. Throws ConfigError / IoError

@@ -103,16 +103,20 @@ std::int64_t activation_bytes_per_sequence(const models::DecoderConfig& a, std::
 
 class DecoderTask final : public TrainingTask {
  public:
+  // `validation_data`: the validation file's tokens (null: none, or a held-out part of `data`).
   DecoderTask(const RunConfig& cfg, const Mesh& mesh, std::unique_ptr<models::Decoder> model,
-              std::unique_ptr<TokenData> data, bool vocab_sharded_logits)
-      : cfg_(cfg), mesh_(mesh), model_(std::move(model)), data_(std::move(data)) {
+              std::unique_ptr<TokenData> data, std::unique_ptr<TokenData> validation_data,
+              const ValidationSplit& split, bool vocab_sharded_logits)
+      : cfg_(cfg), mesh_(mesh), model_(std::move(model)), data_(std::move(data)),
+        validation_data_(std::move(validation_data)), split_(split) {
     // Vocab-sharded logits: the loss is a tp collective. Replicated logits (tied
     // embeddings): every tp rank computes the whole loss itself.
     if (!vocab_sharded_logits || mesh.tp_size() == 1) self_.emplace(MPI_COMM_SELF);
   }
 
   nn::Module& model() override { return *model_; }
-  std::int64_t samples() const override { return data_->samples(); }
+  std::int64_t samples() const override { return split_.train; }
+  std::int64_t validation_samples() const override { return split_.validation; }
 
   void check_saved_model(const io::CheckpointMetadata& header) const override {
     const models::DecoderConfig saved = decoder_from_metadata(header.metadata, header.file);
@@ -142,14 +146,20 @@ class DecoderTask final : public TrainingTask {
   }
   double forward_backward() override {
     const Tensor logits = model_->forward(ids_);
-    const Shape shape = logits.shape();
-    const tp::CrossEntropyResult ce = tp::vocab_parallel_cross_entropy(
-        logits.reshape({shape[0] * shape[1], shape[2]}), targets_, self_ ? *self_ : mesh_.tp());
-    model_->backward(ce.grad_logits.reshape(shape));
+    const tp::CrossEntropyResult ce = loss_of(logits, targets_);
+    model_->backward(ce.grad_logits.reshape(logits.shape()));
     return ce.loss;
   }
   // The unigram entropy: the best a model without context can do.
   double baseline() override { return data_->unigram_entropy(); }
+  Evaluation evaluate(const std::vector<std::int64_t>& samples) override {
+    std::vector<std::int64_t> indices(samples);
+    for (auto& i : indices) i += split_.validation_first;
+    Tensor ids, targets;
+    (validation_data_ ? *validation_data_ : *data_).batch(indices, ids, targets);
+    const Tensor logits = model_->forward(ids.to(mesh_.device()));
+    return {loss_of(logits, targets.to(mesh_.device())).loss, data_->unigram_entropy()};
+  }
 
   std::string baseline_name() const override { return "unigram"; }
   std::string throughput_unit() const override { return "tokens"; }
@@ -162,7 +172,15 @@ class DecoderTask final : public TrainingTask {
   const RunConfig& cfg_;
   const Mesh& mesh_;
   std::unique_ptr<models::Decoder> model_;
-  std::unique_ptr<TokenData> data_;
+  // The next-token cross-entropy of logits [B, S, vocab (shard)] against targets [B * S].
+  tp::CrossEntropyResult loss_of(const Tensor& logits, const Tensor& targets) {
+    const Shape shape = logits.shape();
+    return tp::vocab_parallel_cross_entropy(logits.reshape({shape[0] * shape[1], shape[2]}), targets,
+                                            self_ ? *self_ : mesh_.tp());
+  }
+
+  std::unique_ptr<TokenData> data_, validation_data_;
+  ValidationSplit split_;
   std::optional<Communicator> self_;
   Tensor ids_, targets_;
 };
@@ -186,9 +204,19 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
 
   std::unique_ptr<TokenData> data;
   agree_on_success(world, [&] { data = std::make_unique<TokenData>(cfg.data, arch.vocab, seq_len); });
-  if (data->samples() < cfg.data.batch_size) {
+  std::unique_ptr<TokenData> validation_data;
+  if (!cfg.data.validation_path.empty()) {
+    agree_on_success(world, [&] {
+      DataConfig v = cfg.data;
+      v.path = cfg.data.validation_path;
+      validation_data =
+          naming_key("data.validation", [&] { return std::make_unique<TokenData>(v, arch.vocab, seq_len); });
+    });
+  }
+  const ValidationSplit split = split_token_samples(cfg.data, *data, validation_data.get());
+  if (split.train < cfg.data.batch_size) {
     throw ConfigError(cfg.source + ": data.batch_size (" + std::to_string(cfg.data.batch_size) + ") exceeds the " +
-                      std::to_string(data->samples()) + " samples of " + data->describe());
+                      std::to_string(split.train) + " training samples of " + data->describe());
   }
 
   // The plan decides what sequence parallelism really does (tied embeddings switch it off).
@@ -209,6 +237,13 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   log.info("data: " + data->describe() + ", " + std::to_string(data->samples()) + " samples of " +
            std::to_string(seq_len) + " tokens, batch " + std::to_string(cfg.data.batch_size) + " (" +
            std::to_string(local_batch) + " per dp replica)");
+  if (split.validation > 0) {
+    log.info("validation: " + std::to_string(split.validation) + " samples " +
+             (validation_data ? "of " + validation_data->describe()
+                              : "held out (samples >= " + std::to_string(split.validation_first) + ", the last " +
+                                    fmt("%g", cfg.data.validation_fraction) + ")") +
+             ", " + evaluation_schedule(cfg.schedule));
+  }
   char line[512];
   std::snprintf(line, sizeof line,
                 "baselines (nats/token): uniform %.4f (log vocab), unigram %.4f (no context)%s", data->uniform_entropy(),
@@ -241,7 +276,8 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
     if (arch.tie_embeddings) dpo.overlap = false;
     data_parallel = std::make_unique<dp::DataParallel>(*model, mesh, dpo);
   }
-  DecoderTask task(cfg, mesh, std::move(model), std::move(data), plan.vocab_sharded_logits);
+  DecoderTask task(cfg, mesh, std::move(model), std::move(data), std::move(validation_data), split,
+                   plan.vocab_sharded_logits);
   return run_training(cfg, opts, log, mesh, task, data_parallel.get());
 }
 

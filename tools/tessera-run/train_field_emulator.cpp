@@ -50,13 +50,17 @@ std::int64_t activation_bytes_per_sample(const models::FieldEmulatorConfig& m, s
 
 class FieldEmulatorTask final : public TrainingTask {
  public:
+  // `validation_data`: the validation file's fields (null: none, or a held-out part of `data`).
   FieldEmulatorTask(const RunConfig& cfg, const Mesh& mesh, const FieldDataInfo& info,
                     const models::FieldEmulatorConfig& arch, std::unique_ptr<models::FieldEmulator> model,
-                    std::unique_ptr<FieldData> data)
-      : cfg_(cfg), mesh_(mesh), info_(info), arch_(arch), model_(std::move(model)), data_(std::move(data)) {}
+                    std::unique_ptr<FieldData> data, std::unique_ptr<FieldData> validation_data,
+                    const ValidationSplit& split)
+      : cfg_(cfg), mesh_(mesh), info_(info), arch_(arch), model_(std::move(model)), data_(std::move(data)),
+        validation_data_(std::move(validation_data)), split_(split) {}
 
   nn::Module& model() override { return *model_; }
-  std::int64_t samples() const override { return info_.times - cfg_.data.lead; }
+  std::int64_t samples() const override { return split_.train; }
+  std::int64_t validation_samples() const override { return split_.validation; }
 
   void check_saved_model(const io::CheckpointMetadata& header) const override {
     const auto saved = models::model_config_from_metadata(header.metadata, header.file);
@@ -88,6 +92,16 @@ class FieldEmulatorTask final : public TrainingTask {
   double baseline() override {
     return domain::lat_weighted_mse(x_, y_, model_->decomposition(), info_.latitude_grid).value;
   }
+  Evaluation evaluate(const std::vector<std::int64_t>& samples) override {
+    std::vector<std::int64_t> times(samples);
+    for (auto& t : times) t += split_.validation_first;
+    (validation_data_ ? *validation_data_ : *data_).batch(times, vx_read_, vy_read_);
+    const Tensor x = vx_read_.to(mesh_.device()), y = vy_read_.to(mesh_.device());
+    const Tensor prediction = model_->forward(x);
+    const auto& d = model_->decomposition();
+    return {domain::lat_weighted_mse(prediction, y, d, info_.latitude_grid).value,
+            domain::lat_weighted_mse(x, y, d, info_.latitude_grid).value};
+  }
 
   std::string baseline_name() const override { return "persistence"; }
   std::string throughput_unit() const override { return "grid points"; }
@@ -102,8 +116,10 @@ class FieldEmulatorTask final : public TrainingTask {
   const FieldDataInfo& info_;
   const models::FieldEmulatorConfig& arch_;
   std::unique_ptr<models::FieldEmulator> model_;
-  std::unique_ptr<FieldData> data_;
+  std::unique_ptr<FieldData> data_, validation_data_;
+  ValidationSplit split_;
   Tensor x_read_, y_read_, x_, y_;  // as read (host, reused between steps) and as trained (mesh's device)
+  Tensor vx_read_, vy_read_;        // validation batches as read
 };
 
 }  // namespace
@@ -123,7 +139,13 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
                       ") must be divisible by the number of data-parallel replicas (" + std::to_string(dp_size) + ")");
   }
   const std::int64_t local_batch = cfg.data.batch_size / dp_size;
-  const std::int64_t samples = info.times - cfg.data.lead;
+  FieldDataInfo validation_info;
+  if (!cfg.data.validation_path.empty()) {
+    agree_on_success(world, [&] { validation_info = read_validation_info(cfg.data, info); });
+  }
+  const ValidationSplit split =
+      split_field_samples(cfg.data, info, cfg.data.validation_path.empty() ? nullptr : &validation_info);
+  const std::int64_t samples = split.train;
   if (samples < cfg.data.batch_size) {
     throw ConfigError(cfg.source + ": data.batch_size (" + std::to_string(cfg.data.batch_size) + ") exceeds the " +
                       std::to_string(samples) + " samples of '" + cfg.data.path + "'");
@@ -145,6 +167,14 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
            std::string(models::latitude_grid_name(info.latitude_grid)) + "), " + std::to_string(samples) +
            " samples (t -> t+" + std::to_string(cfg.data.lead) + "), batch " + std::to_string(cfg.data.batch_size) +
            " (" + std::to_string(local_batch) + " per dp replica)");
+  if (split.validation > 0) {
+    log.info("validation: " + std::to_string(split.validation) + " samples " +
+             (cfg.data.validation_path.empty()
+                  ? "held out (t >= " + std::to_string(split.validation_first) + ", the last " +
+                        fmt("%g", cfg.data.validation_fraction) + " of the times)"
+                  : "of " + cfg.data.validation_path) +
+             ", " + evaluation_schedule(cfg.schedule));
+  }
   log.debug("rank 0 holds " + box.str());
 
   const std::int64_t data_bytes =
@@ -157,8 +187,14 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
     return 0;
   }
 
-  std::unique_ptr<FieldData> data;
+  std::unique_ptr<FieldData> data, validation_data;
   agree_on_success(world, [&] { data = std::make_unique<FieldData>(cfg.data, info, box.lat.start, box.lat.length); });
+  if (!cfg.data.validation_path.empty()) {
+    agree_on_success(world, [&] {
+      validation_data = std::make_unique<FieldData>(validation_file_config(cfg.data), validation_info, box.lat.start,
+                                                    box.lat.length);
+    });
+  }
 
   // Same master weights at every layout (counter-based init), before dp shards them.
   nn::initialize_parameters(*model, cfg.schedule.seed);
@@ -166,7 +202,7 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   if (cfg.parallelism.data != DataParallelMode::none) {
     data_parallel = std::make_unique<dp::DataParallel>(*model, mesh);
   }
-  FieldEmulatorTask task(cfg, mesh, info, arch, std::move(model), std::move(data));
+  FieldEmulatorTask task(cfg, mesh, info, arch, std::move(model), std::move(data), std::move(validation_data), split);
   return run_training(cfg, opts, log, mesh, task, data_parallel.get());
 }
 

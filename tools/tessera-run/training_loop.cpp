@@ -1,5 +1,7 @@
 #include "training_loop.hpp"
 
+#include "metrics.hpp"
+
 #include <cerrno>
 #include <atomic>
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include <signal.h>
@@ -22,6 +25,7 @@
 #include "tessera/dp/sampler.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/optim.hpp"
 #include "tessera/tp/parallelize.hpp"
 
@@ -156,6 +160,72 @@ void check_checkpoint_dir_writable(const RunConfig& cfg, const Mesh& mesh) {
   });
 }
 
+// "1h02m03s", "4m05s", "12.3s": the ETA of the progress lines.
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  char buffer[64];
+  const auto s = static_cast<long long>(seconds + 0.5);
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof buffer, "%lldh%02lldm%02llds", s / 3600, s / 60 % 60, s % 60);
+  } else if (s >= 60) {
+    std::snprintf(buffer, sizeof buffer, "%lldm%02llds", s / 60, s % 60);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.1fs", seconds);
+  }
+  return buffer;
+}
+
+// "grid points" -> "grid_points": the throughput unit as a metrics key.
+std::string json_key(const std::string& unit) {
+  std::string key = unit;
+  for (char& c : key) {
+    if (c == ' ') c = '_';
+  }
+  return key;
+}
+
+// What evaluation goes through: the validation samples in order (no shuffle), each dp
+// replica its share. The sampler drops the last (count mod dp) samples, so every replica
+// evaluates as many (its batches are collectives over tp and domain, and fsdp2 gathers
+// over dp) and each counted sample is counted once.
+struct Validation {
+  std::int64_t samples = 0;    // of the task (0: no validation)
+  std::int64_t evaluated = 0;  // over all dp replicas
+};
+
+Validation plan_validation(const RunConfig& cfg, const Mesh& mesh, const TrainingTask& task) {
+  Validation v;
+  v.samples = task.validation_samples();
+  if (v.samples == 0) return v;
+  if (v.samples < mesh.dp_size()) {
+    throw ConfigError(cfg.source + ": data.validation leaves " + std::to_string(v.samples) +
+                      " validation samples, fewer than the " + std::to_string(mesh.dp_size()) +
+                      " data-parallel replicas that evaluate them; hold out more");
+  }
+  v.evaluated = v.samples / mesh.dp_size() * mesh.dp_size();
+  return v;
+}
+
+// The sample-weighted mean loss over the validation samples (and the baseline's), the
+// same on every rank. Forward passes only: no gradient changes.
+TrainingTask::Evaluation evaluate(const Validation& v, const Mesh& mesh, TrainingTask& task, std::int64_t batch) {
+  dp::DistributedSampler sampler(v.samples, mesh, {.shuffle = false, .seed = 0, .drop_last = true});
+  double sums[3] = {0, 0, 0};
+  const std::int64_t batches = sampler.num_batches(batch);
+  for (std::int64_t b = 0; b < batches; ++b) {
+    const std::vector<std::int64_t> ids = sampler.batch(b, batch);
+    const TrainingTask::Evaluation e = task.evaluate(ids);
+    const auto n = static_cast<double>(ids.size());
+    sums[0] += e.loss * n;
+    sums[1] += e.baseline * n;
+    sums[2] += n;
+  }
+  Tensor t = Tensor::from_vector(std::vector<double>{sums[0], sums[1], sums[2]}, {3});
+  mesh.dp().all_reduce(t, ReduceOp::sum);
+  const auto s = t.to_vector<double>();
+  return {s[0] / s[2], s[1] / s[2]};
+}
+
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -175,7 +245,9 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
   nn::Module& model = task.model();
   const NamedParameters params = model.named_parameters();
   std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, params);
-  const std::int64_t local_batch = cfg.data.batch_size / mesh.dp_size();
+  const std::int64_t local_batch = cfg.data.batch_size / mesh.dp_size();  // one micro-batch
+  const std::int64_t accumulate = cfg.optimizer.accumulate;
+  const std::int64_t samples_per_step = cfg.data.batch_size * accumulate;
   check_checkpoint_dir_writable(cfg, mesh);
 
   // ---- resume
@@ -199,10 +271,21 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
 
   dp::DistributedSampler sampler(task.samples(), mesh,
                                  {.shuffle = cfg.data.shuffle, .seed = cfg.schedule.seed, .drop_last = true});
-  const std::int64_t batches_per_epoch = sampler.num_batches(local_batch, /*drop_last_batch=*/true);
-  if (batches_per_epoch < 1) {
+  // A step takes `accumulate` consecutive micro-batches of the rank's epoch order: the
+  // same samples as one batch of batch_size x accumulate.
+  const std::int64_t steps_per_epoch = sampler.num_batches(local_batch * accumulate, /*drop_last_batch=*/true);
+  if (steps_per_epoch < 1) {
     throw ConfigError(cfg.source + ": data.batch_size " + std::to_string(cfg.data.batch_size) +
-                      " leaves no full batch per epoch");
+                      (accumulate > 1 ? " x optimizer.accumulate " + std::to_string(accumulate) : std::string()) +
+                      " leaves no full step per epoch of the " + std::to_string(task.samples()) + " training samples");
+  }
+  const Validation validation = plan_validation(cfg, mesh, task);
+
+  // The metrics file: appended to by a resumed run, started afresh otherwise.
+  MetricsFile metrics;
+  if (!cfg.metrics_file.empty()) {
+    agree_on_success(mesh.world().mpi_comm(),
+                     [&] { metrics.open(cfg.metrics_file, mesh.global_rank() == 0, start_step > 0); });
   }
 
   const auto save = [&](std::int64_t step) {
@@ -212,7 +295,8 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
     so.keep_last = cfg.checkpoint.keep_last;
     so.metadata = task.checkpoint_metadata("run:\n  config: \"" + cfg.source + "\"\n  seed: " +
                                            std::to_string(cfg.schedule.seed) + "\n  batch_size: " +
-                                           std::to_string(cfg.data.batch_size) + "\n" + task.extra_run_keys());
+                                           std::to_string(cfg.data.batch_size) + "\n  accumulate: " +
+                                           std::to_string(accumulate) + "\n" + task.extra_run_keys());
     if (step == g_kill_during_save) {
       log.info("--kill-during-save " + std::to_string(step) + ": killing every rank during this save");
       arm_kill_during_save(cfg.checkpoint.dir, step);
@@ -224,39 +308,84 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
 
   log.info("training: steps " + std::to_string(start_step + 1) + ".." + std::to_string(cfg.schedule.steps) + ", " +
            cfg.optimizer.type + " lr " + fmt("%g", cfg.optimizer.lr) + ", seed " +
-           std::to_string(cfg.schedule.seed));
+           std::to_string(cfg.schedule.seed) +
+           (accumulate > 1 ? ", " + std::to_string(accumulate) + " micro-batches of " +
+                                 std::to_string(cfg.data.batch_size) + " per step (" +
+                                 std::to_string(samples_per_step) + " samples)"
+                           : std::string()));
 
   const std::string baseline = task.baseline_name(), unit = task.throughput_unit();
-  const double units_per_step = task.units_per_sample() * static_cast<double>(cfg.data.batch_size);
+  const std::string unit_key = json_key(unit) + "_per_s";
+  const double units_per_step = task.units_per_sample() * static_cast<double>(samples_per_step);
+  metrics.write(JsonRecord("run")
+                    .add("model", cfg.model_type)
+                    .add("config", cfg.source)
+                    .add("start_step", start_step)
+                    .add("steps", cfg.schedule.steps)
+                    .add("world_size", mesh.world_size())
+                    .add("dp", mesh.dp_size())
+                    .add("tp", mesh.tp_size())
+                    .add("domain", mesh.domain_size())
+                    .add("batch_size", cfg.data.batch_size)
+                    .add("accumulate", accumulate)
+                    .add("samples_per_step", samples_per_step)
+                    .add("train_samples", task.samples())
+                    .add("validation_samples", validation.samples)
+                    .add("baseline_name", baseline));
+
   double window_loss = 0, window_baseline = 0, window_time = 0, run_time = 0;
   std::int64_t window_steps = 0;
-  double last_loss = NAN, last_baseline = NAN, first_loss = NAN, first_baseline = NAN;
+  double last_loss = NAN, last_baseline = NAN, first_loss = NAN, first_baseline = NAN, last_val_loss = NAN;
   std::string last_checkpoint;
   std::int64_t last_saved_step = -1;
   int stopped_by = 0;  // the agreed stop signal (0: none)
   std::int64_t stopped_at_step = 0;
   char line[512];
+  const auto loop_start = std::chrono::steady_clock::now();
 
   for (std::int64_t step = start_step + 1; step <= cfg.schedule.steps; ++step) {
     const std::int64_t position = step - 1;
-    sampler.set_epoch(position / batches_per_epoch);
-    task.load_batch(sampler.batch(position % batches_per_epoch, local_batch));
+    sampler.set_epoch(position / steps_per_epoch);
+    const std::int64_t first_micro_batch = (position % steps_per_epoch) * accumulate;
 
-    mesh.world().barrier();  // so the step time is the slowest rank's, not rank 0's share
-    const auto t0 = std::chrono::steady_clock::now();
-    optimizer->zero_grad();
-    const double loss = task.forward_backward();
-    // The three reductions of the mesh; each is a no-op where its group has one rank.
-    if (data_parallel) data_parallel->finish_gradient_sync();
-    if (mesh.tp_size() > 1) tp::sync_replicated_gradients(model, mesh.tp());
-    if (mesh.domain_size() > 1) domain::sync_domain_gradients(model, mesh);
+    // Timed: the compute and communication of the step, not the reading of its batches
+    // nor the baselines. The barrier makes it the slowest rank's time, not rank 0's share.
+    double seconds = 0, loss = 0, step_baseline = 0;
+    const auto timed = [&](auto&& work) {
+      const auto t0 = std::chrono::steady_clock::now();
+      work();
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    mesh.world().barrier();
+    timed([&] { optimizer->zero_grad(); });
+    for (std::int64_t micro = 0; micro < accumulate; ++micro) {
+      task.load_batch(sampler.batch(first_micro_batch + micro, local_batch));
+      // Only the last backward of the step starts the dp reduction (no_sync before it).
+      if (data_parallel) data_parallel->set_gradient_sync(micro + 1 == accumulate);
+      timed([&] { loss += task.forward_backward(); });
+      step_baseline += task.baseline();
+    }
+    double grad_norm = NAN;
     const bool log_step = step % cfg.schedule.log_every == 0 || step == cfg.schedule.steps;
     const double lr = learning_rate_at(cfg.optimizer, step, cfg.schedule.steps);
-    const double grad_norm = clip_and_step(cfg, params, *optimizer, mesh, step, log_step);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    timed([&] {
+      // The three reductions of the mesh, once per step; each is a no-op where its group
+      // has one rank.
+      if (data_parallel) data_parallel->finish_gradient_sync();
+      if (mesh.tp_size() > 1) tp::sync_replicated_gradients(model, mesh.tp());
+      if (mesh.domain_size() > 1) domain::sync_domain_gradients(model, mesh);
+      // Each micro-batch's loss is its own mean: the step's mean is their average, and so
+      // is its gradient (every parameter once: the optimizer refuses duplicates).
+      if (accumulate > 1) {
+        for (const auto& [name, p] : params) ops::scale(p->grad, 1.0 / static_cast<double>(accumulate));
+      }
+      grad_norm = clip_and_step(cfg, params, *optimizer, mesh, step, log_step);
+    });
+    loss /= static_cast<double>(accumulate);
+    step_baseline /= static_cast<double>(accumulate);
 
     window_loss += loss;
-    window_baseline += task.baseline();
+    window_baseline += step_baseline;
     window_time += seconds;
     run_time += seconds;
     ++window_steps;
@@ -273,18 +402,52 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
         first_baseline = last_baseline;
       }
       const double step_time = window_time / static_cast<double>(window_steps);
+      // The ETA from the wall time of the steps so far (evaluations and saves included).
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+      const double eta = wall / static_cast<double>(step - start_step) * static_cast<double>(cfg.schedule.steps - step);
+      const double samples_per_s = static_cast<double>(samples_per_step) / step_time;
       std::snprintf(line, sizeof line,
                     "step %6lld/%lld  loss %.6e  %s %.6e  lr %.3e  grad_norm %.3e  step %.1f ms  %.1f samples/s  "
-                    "%.3e %s/s",
+                    "%.3e %s/s  eta %s",
                     static_cast<long long>(step), static_cast<long long>(cfg.schedule.steps), last_loss,
-                    baseline.c_str(), last_baseline, lr, grad_norm, 1e3 * step_time,
-                    static_cast<double>(cfg.data.batch_size) / step_time, units_per_step / step_time, unit.c_str());
+                    baseline.c_str(), last_baseline, lr, grad_norm, 1e3 * step_time, samples_per_s,
+                    units_per_step / step_time, unit.c_str(), format_duration(eta).c_str());
       log.info(line);
+      metrics.write(JsonRecord("train")
+                        .add("step", step)
+                        .add("loss", last_loss)
+                        .add("baseline", last_baseline)
+                        .add("lr", lr)
+                        .add("grad_norm", grad_norm)
+                        .add("step_time_s", step_time)
+                        .add("samples_per_s", samples_per_s)
+                        .add(unit_key, units_per_step / step_time)
+                        .add("eta_s", eta)
+                        .add("epoch", position / steps_per_epoch));
       window_loss = window_baseline = window_time = 0;
       window_steps = 0;
     }
 
     const bool final_step = step == cfg.schedule.steps;
+    if (validation.samples > 0 &&
+        (final_step || (cfg.schedule.eval_every > 0 && step % cfg.schedule.eval_every == 0))) {
+      const auto e0 = std::chrono::steady_clock::now();
+      const TrainingTask::Evaluation e = evaluate(validation, mesh, task, local_batch);
+      if (data_parallel) data_parallel->finish_evaluation();
+      const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+      last_val_loss = e.loss;
+      std::snprintf(line, sizeof line, "validation step %lld/%lld  val_loss %.6e  %s %.6e  (%lld samples, %.1f ms)",
+                    static_cast<long long>(step), static_cast<long long>(cfg.schedule.steps), e.loss,
+                    baseline.c_str(), e.baseline, static_cast<long long>(validation.evaluated), 1e3 * eval_seconds);
+      log.info(line);
+      metrics.write(JsonRecord("validation")
+                        .add("step", step)
+                        .add("val_loss", e.loss)
+                        .add("baseline", e.baseline)
+                        .add("samples", validation.evaluated)
+                        .add("time_s", eval_seconds));
+    }
+
     if (!cfg.checkpoint.dir.empty() &&
         (final_step || (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0))) {
       last_checkpoint = save(step);
@@ -332,7 +495,7 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
   std::snprintf(line, sizeof line, "summary: %lld steps (%lld..%lld) in %.2f s: %.1f ms/step, %.1f samples/s, %.3e %s/s",
                 static_cast<long long>(steps_run), static_cast<long long>(start_step + 1),
                 static_cast<long long>(cfg.schedule.steps), run_time, 1e3 * step_time,
-                static_cast<double>(cfg.data.batch_size) / step_time, units_per_step / step_time, unit.c_str());
+                static_cast<double>(samples_per_step) / step_time, units_per_step / step_time, unit.c_str());
   log.info(line);
   log.info("summary: first logged loss " + fmt("%.6e", first_loss) + " (" + task.first_loss_context(first_baseline) +
            ")");
@@ -341,7 +504,14 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
                 last_loss, baseline.c_str(), last_baseline, last_loss / last_baseline,
                 last_loss < last_baseline ? "below" : "NOT below", baseline.c_str());
   log.info(line);
+  if (validation.samples > 0) log.info("summary: final validation loss " + fmt("%.6e", last_val_loss));
   if (!last_checkpoint.empty()) log.info("summary: last checkpoint " + last_checkpoint);
+  metrics.write(JsonRecord("summary")
+                    .add("steps_run", steps_run)
+                    .add("time_s", run_time)
+                    .add("final_loss", last_loss)
+                    .add("final_baseline", last_baseline)
+                    .add("final_val_loss", last_val_loss));
   return 0;
 }
 

@@ -3,9 +3,10 @@
 // brings a TrainingTask: its model (already parallelised and initialised), its data,
 // its loss and the baseline it is judged against; the loop does the rest the same way
 // for every model: the optimizer, resume (after checking the saved architecture), the
-// distributed sampler, the step (forward/backward, the dp, tp and domain gradient
-// reductions, clipping, the learning-rate schedule), the progress lines, checkpoints
-// and the summary.
+// distributed sampler, the step (optimizer.accumulate micro-batches of forward/backward,
+// the dp, tp and domain gradient reductions once per step, clipping, the learning-rate
+// schedule), validation (data.validation, every schedule.eval_every steps), the progress
+// lines and the metrics file, checkpoints and the summary.
 
 #include <cstdint>
 #include <string>
@@ -25,8 +26,10 @@ class TrainingTask {
   virtual ~TrainingTask() = default;
 
   virtual nn::Module& model() = 0;
-  // The number of samples the sampler draws from.
+  // The number of training samples the sampler draws from (without the held-out part).
   virtual std::int64_t samples() const = 0;
+  // The number of validation samples (data.validation; 0 without), numbered from 0.
+  virtual std::int64_t validation_samples() const = 0;
 
   // Throws ConfigError when a checkpoint's metadata describes another architecture
   // (checked before any weight is read: the same FQNs could hold other shapes).
@@ -44,6 +47,12 @@ class TrainingTask {
   virtual double forward_backward() = 0;
   // The baseline's loss on the loaded batch (not timed).
   virtual double baseline() = 0;
+  // Evaluation: the loss of a forward pass on these validation samples and the
+  // baseline's, without backward (no gradient changes). Collective like forward.
+  struct Evaluation {
+    double loss = 0, baseline = 0;
+  };
+  virtual Evaluation evaluate(const std::vector<std::int64_t>& validation_samples) = 0;
 
   // How the progress lines name things: the baseline ("persistence"), the throughput
   // unit ("grid points") and how many of them a sample holds.

@@ -41,9 +41,15 @@
 //     tp::sync_replicated_gradients(model, mesh.tp());  // tp, domain: linear sums that
 //     domain::sync_domain_gradients(model, mesh);       // commute with the dp average
 //     (clip_grad_norm(...);) optimizer.step();
-// Gradients may be accumulated over several forward/backward pairs, with
-// finish_gradient_sync() after each backward or once at the end. A forward without a
-// backward (evaluation) is allowed; the next finish_gradient_sync() settles the counts.
+// Gradient accumulation over several forward/backward pairs (micro-batches) reduces once
+// per optimizer step: set_gradient_sync(false) before every backward but the last, so
+// those backward passes start no dp traffic and their gradients add up locally (ddp: in
+// the bucket buffers; fsdp2: in the full, unsharded gradients of every unit, which stay
+// allocated until the step's reduction), then set_gradient_sync(true) before the last
+// backward and call finish_gradient_sync() once. (Calling finish_gradient_sync() after
+// each backward also accumulates, in the reduced gradients, at one reduction per
+// micro-batch.) A forward without a backward (evaluation) is allowed: call
+// finish_evaluation() after it, so the next backward starts its reductions on time.
 //
 // The constructor is collective over mesh.dp() (it broadcasts every parameter from dp
 // rank 0, so the replicas start identical); a bad model throws the same error on every
@@ -85,6 +91,19 @@ class DataParallel {
   // for everything, and leaves averaged gradients (fsdp2: averaged gradient shards).
   // Collective over mesh.dp().
   void finish_gradient_sync();
+
+  // Whether a backward starts the dp reduction (default true). While false, backward
+  // passes only accumulate local gradients; finish_gradient_sync() reduces whatever has
+  // accumulated, whatever this setting. Local; every dp rank must set the same value
+  // before the same backward (the trainer's accumulation loop does).
+  void set_gradient_sync(bool enabled);
+  bool gradient_sync() const;
+
+  // After forward passes that no backward follows (evaluation): forgets them, so the next
+  // step's backward starts its reductions during backward again (without this call they
+  // start in finish_gradient_sync(): the same values, without the overlap). Local, no
+  // communication.
+  void finish_evaluation();
 
   DataParallelMode mode() const;
   const DataParallelOptions& options() const;
