@@ -17,16 +17,25 @@
 
 namespace tessera::io::detail {
 
+struct JsonMember;
+
 struct JsonValue {
   enum class Kind { null, boolean, number, string, array, object };
   Kind kind = Kind::null;
   bool boolean = false;
   std::string text;                                          // a string's value, a number's digits
   std::vector<JsonValue> items;                              // array
-  std::vector<std::pair<std::string, JsonValue>> members;    // object, in file order
+  // Object members, in file order. A struct of its own rather than std::pair: clang with
+  // libstdc++ instantiates pair<string, JsonValue> while JsonValue is still incomplete.
+  std::vector<JsonMember> members;
 
   const JsonValue* member(std::string_view key) const;       // nullptr when absent
   std::string_view kind_name() const noexcept;               // "object", "string", ...
+};
+
+struct JsonMember {
+  std::string key;
+  JsonValue value;
 };
 
 // Parses one JSON value; trailing whitespace is allowed, anything else after it is not.
