@@ -5,13 +5,14 @@
 // pole: zero, the edge row, or the mirrored row with a longitude shift of nlon/2) and
 // the longitude rule (periodic wrap or zero) to an owned source cell or to zero. The two
 // rules are separable, so each axis is cut into runs over which the source index moves
-// by +1 or -1 and stays on one rank; a run of rows times a run of columns is a piece: a
+// by +1, -1 (across a pole) or 0 (the edge row, replicated) and stays on one rank; a run of rows times a run of columns is a piece: a
 // rectangle copied from one rank's interior into another's halo. Every rank plans the
 // pieces of every rank in the same order, which is how both ends of a message agree on
 // its layout without exchanging any metadata.
 
 #include "domain/halo_planner.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "tessera/error.hpp"
@@ -61,7 +62,7 @@ void append(std::vector<Run>& runs, const Run& element) {
       last.length += element.length;
       return;
     }
-    if (same && last.block == element.block) {
+    if (same && element.length == 1 && last.block == element.block) {
       const std::int64_t delta = element.src - (last.src + (last.length - 1) * last.step);
       if (last.length == 1 && (delta == 1 || delta == -1)) {
         last.step = static_cast<int>(delta);
@@ -111,49 +112,53 @@ class Planner {
                             std::to_string(low ? s_.width.lat_before : s_.width.lat_after) +
                             " rows reaches past both poles of a " + std::to_string(n) + "-latitude grid");
     }
-    for (std::int64_t i = first; i < end; ++i) {
-      if (s_.pole == PolePolicy::zero && (i < 0 || i >= n)) {
-        // Zero rows beyond a pole, all of them in one run (a width can be anything).
-        const std::int64_t stop = std::min(i < 0 ? std::min<std::int64_t>(0, end) : end, side_end(i, own, end));
-        Run e;
-        e.dst = i;
-        e.length = stop - i;
-        e.side = i < own.start ? 0 : (i >= own.end() ? 2 : 1);
-        e.beyond_pole = true;
-        e.kind = Kind::zero;
-        append(runs, e);
-        i = stop - 1;
-        continue;
-      }
+    // Segment by segment, never row by row (a width or a grid can be huge: fuzz finding
+    // 4): each run ends where the receiving side, the source block or the region (inside
+    // the grid, beyond a pole) changes.
+    const int P = d_.grid().lat;
+    for (std::int64_t i = first; i < end;) {
       Run e;
       e.dst = i;
-      e.length = 1;
       e.side = i < own.start ? 0 : (i >= own.end() ? 2 : 1);
-      if (i >= 0 && i < n) {
+      std::int64_t stop = side_end(i, own, end);
+      if (i >= 0 && i < n) {  // inside the grid: the row itself
         e.src = i;
+        e.block = block_of(i, n, P);
+        stop = std::min({stop, n, d_.lat_range(e.block).end()});
       } else {
-        e.beyond_pole = true;
         const bool low = i < 0;
+        if (low) stop = std::min<std::int64_t>(stop, 0);
+        e.beyond_pole = true;
         switch (s_.pole) {
           case PolePolicy::zero: e.kind = Kind::zero; break;
-          case PolePolicy::replicate: e.src = low ? 0 : n - 1; break;
+          case PolePolicy::replicate:  // the edge row, repeated: source step 0
+            e.src = low ? 0 : n - 1;
+            e.step = 0;
+            break;
           case PolePolicy::across_pole:  // mirrored about the pole between rows -1 and 0
-            e.src = low ? -1 - i : 2 * n - 1 - i;
+          case PolePolicy::across_pole_point: {  // mirrored about the pole row 0 (or n - 1)
+            const bool point = s_.pole == PolePolicy::across_pole_point;
+            e.src = low ? (point ? -i : -1 - i) : (point ? 2 * (n - 1) - i : 2 * n - 1 - i);
+            e.step = -1;
             e.shift = d_.global_lon() / 2;
             break;
-          case PolePolicy::across_pole_point:  // mirrored about the pole row 0 (or n - 1)
-            e.src = low ? -i : 2 * (n - 1) - i;
-            e.shift = d_.global_lon() / 2;
-            break;
+          }
         }
-        if (e.kind == Kind::copy && (e.src < 0 || e.src >= n)) {
-          const int width = low ? s_.width.lat_before : s_.width.lat_after;
-          throw InvalidArgument("HaloExchange: a latitude halo of " + std::to_string(width) +
-                                " rows reaches past both poles of a " + std::to_string(n) + "-latitude grid");
+        if (e.kind == Kind::copy) {
+          const std::int64_t last_src = e.src + e.step * (stop - 1 - i);
+          if (e.src < 0 || e.src >= n || last_src < 0 || last_src >= n) {
+            const int width = low ? s_.width.lat_before : s_.width.lat_after;
+            throw InvalidArgument("HaloExchange: a latitude halo of " + std::to_string(width) +
+                                  " rows reaches past both poles of a " + std::to_string(n) + "-latitude grid");
+          }
+          e.block = block_of(e.src, n, P);
+          // Descending sources leave the block at its first row.
+          if (e.step == -1) stop = std::min(stop, i + (e.src - d_.lat_range(e.block).start) + 1);
         }
       }
-      if (e.kind == Kind::copy) e.block = block_of(e.src, n, d_.grid().lat);
+      e.length = stop - i;
       append(runs, e);
+      i = stop;
     }
     return runs;
   }
@@ -172,33 +177,26 @@ class Planner {
                             std::to_string(low ? s_.width.lon_before : s_.width.lon_after) +
                             " columns wraps around the whole " + std::to_string(n) + "-longitude ring");
     }
-    for (std::int64_t j = first; j < end; ++j) {
-      if (!s_.periodic_lon && (j + shift < 0 || j + shift >= n)) {
-        // Zero columns beyond the grid's edge, all of them in one run.
-        const std::int64_t stop = std::min(j + shift < 0 ? std::min<std::int64_t>(-shift, end) : end, side_end(j, own, end));
-        Run e;
-        e.dst = j;
-        e.length = stop - j;
-        e.side = j < own.start ? 0 : (j >= own.end() ? 2 : 1);
-        e.kind = Kind::zero;
-        append(runs, e);
-        j = stop - 1;
-        continue;
-      }
+    // Segment by segment, as lat_runs: a run ends where the receiving side, the source
+    // block, the ring's wrap or the grid's edge is.
+    const int P = d_.grid().lon;
+    for (std::int64_t j = first; j < end;) {
       Run e;
       e.dst = j;
-      e.length = 1;
       e.side = j < own.start ? 0 : (j >= own.end() ? 2 : 1);
+      std::int64_t stop = side_end(j, own, end);
       const std::int64_t jj = j + shift;
-      if (s_.periodic_lon) {
-        e.src = wrap(jj, n);
-      } else if (jj >= 0 && jj < n) {
-        e.src = jj;
-      } else {
+      if (!s_.periodic_lon && (jj < 0 || jj >= n)) {  // zero beyond the edge
         e.kind = Kind::zero;
+        if (jj < 0) stop = std::min(stop, -shift);
+      } else {
+        e.src = s_.periodic_lon ? wrap(jj, n) : jj;
+        e.block = block_of(e.src, n, P);
+        stop = std::min(stop, j + (d_.lon_range(e.block).end() - e.src));  // to the block's end (and the wrap)
       }
-      if (e.kind == Kind::copy) e.block = block_of(e.src, n, d_.grid().lon);
+      e.length = stop - j;
       append(runs, e);
+      j = stop;
     }
     return runs;
   }

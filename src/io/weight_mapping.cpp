@@ -264,7 +264,10 @@ std::vector<ImportStep> WeightMapping::plan_import(const NamedShapes& keys, cons
     steps.push_back(std::move(step));
   };
 
-  for (const auto& [key, shape] : keys) {
+  for (const auto& entry : keys) {
+    // Named references, not a structured binding: clang 14 cannot capture those in lambdas.
+    const std::string& key = entry.first;
+    const Shape& shape = entry.second;
     const std::string who = "'" + key + "' of '" + file + "' (shape " + shape_str(shape) + ")";
     std::vector<std::pair<std::size_t, std::vector<std::string>>> matching;
     for (std::size_t r = 0; r < rules_.size(); ++r) {

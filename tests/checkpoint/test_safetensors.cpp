@@ -306,7 +306,9 @@ TEST(WeightMapping, ErrorsNameTheKeyShapeRuleAndFile) {
       {"tensors:\n  a: {from: b, rotate: true}\n", "unknown key 'rotate'"},
       {"ignore: [x]\n", "no `tensors:`"},
   };
-  for (const auto& [text, needle] : bad) {
+  for (const auto& entry : bad) {
+    const char* text = entry.first;  // not a structured binding: clang 14 cannot capture one
+    const char* needle = entry.second;
     e = error_of([&] { io::WeightMapping::from_yaml(text, "bad.yaml"); });
     EXPECT_NE(e.find("bad.yaml"), std::string::npos) << text << ": " << e;
     EXPECT_NE(e.find(needle), std::string::npos) << text << ": " << e;
