@@ -30,6 +30,11 @@
 module tessera
   use, intrinsic :: iso_c_binding
   use, intrinsic :: iso_fortran_env, only: real32, real64, int64, error_unit
+#ifdef TESSERA_HAVE_MPI_F08
+  ! Only the handle type: every procedure that takes or returns a communicator has a
+  ! type(MPI_Comm) form beside the integer one (the generic interfaces below).
+  use mpi_f08, only: MPI_Comm
+#endif
   implicit none
   private
 
@@ -81,6 +86,37 @@ module tessera
   public :: tessera_model_load, tessera_model_destroy, tessera_model_info, tessera_model_box, &
     tessera_model_predict, tessera_model_forward
 
+  ! Communicators as integer handles (use mpi) or as type(MPI_Comm) (use mpi_f08).
+  interface tessera_mesh_create
+    module procedure mesh_create_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure mesh_create_f08
+#endif
+  end interface
+  interface tessera_mesh_create_from_file
+    module procedure mesh_create_from_file_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure mesh_create_from_file_f08
+#endif
+  end interface
+  interface tessera_mesh_comm
+    module procedure mesh_comm_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure mesh_comm_f08
+#endif
+  end interface
+  interface tessera_decomp_create
+    module procedure decomp_create_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure decomp_create_f08
+#endif
+  end interface
+  interface tessera_decomp_comm
+    module procedure decomp_comm_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure decomp_comm_f08
+#endif
+  end interface
   interface tessera_decomp_scatter
     module procedure decomp_scatter_r32, decomp_scatter_r64
   end interface
@@ -602,7 +638,7 @@ contains
   ! ---------------------------------------------------------------------------------
 
   !> Collective over `comm`: the dp x tp x domain mesh (data: TESSERA_DATA_*).
-  subroutine tessera_mesh_create(mesh, comm, data, tensor, domain, ierr)
+  subroutine mesh_create_int(mesh, comm, data, tensor, domain, ierr)
     type(tessera_mesh), intent(inout) :: mesh
     integer, intent(in) :: comm, data, tensor, domain
     integer, intent(out), optional :: ierr
@@ -612,7 +648,7 @@ contains
   end subroutine
 
   !> Collective over `comm`: the mesh of a YAML parallelism config file.
-  subroutine tessera_mesh_create_from_file(mesh, comm, path, ierr)
+  subroutine mesh_create_from_file_int(mesh, comm, path, ierr)
     type(tessera_mesh), intent(inout) :: mesh
     integer, intent(in) :: comm
     character(len=*), intent(in) :: path
@@ -665,7 +701,7 @@ contains
   end subroutine
 
   !> The Fortran handle of the communicator of `dim` (owned by the mesh: do not free).
-  subroutine tessera_mesh_comm(mesh, dim, comm, ierr)
+  subroutine mesh_comm_int(mesh, dim, comm, ierr)
     type(tessera_mesh), intent(in) :: mesh
     integer, intent(in) :: dim
     integer, intent(out) :: comm
@@ -683,7 +719,7 @@ contains
 
   !> Collective over `comm`: nlat x nlon on a grid_lat x grid_lon process grid
   !> (0, 0: split along latitude only).
-  subroutine tessera_decomp_create(decomp, comm, nlat, nlon, grid_lat, grid_lon, ierr)
+  subroutine decomp_create_int(decomp, comm, nlat, nlon, grid_lat, grid_lon, ierr)
     type(tessera_decomp), intent(inout) :: decomp
     integer, intent(in) :: comm, nlat, nlon, grid_lat, grid_lon
     integer, intent(out), optional :: ierr
@@ -809,7 +845,7 @@ contains
     lat_first = int(a) + 1; lat_count = int(b); lon_first = int(c) + 1; lon_count = int(d)
   end subroutine
 
-  subroutine tessera_decomp_comm(decomp, comm, ierr)
+  subroutine decomp_comm_int(decomp, comm, ierr)
     type(tessera_decomp), intent(in) :: decomp
     integer, intent(out) :: comm
     integer, intent(out), optional :: ierr
@@ -1525,5 +1561,50 @@ contains
     p = c_null_ptr
     if (size(a) > 0) p = c_loc(a)
   end function
+
+#ifdef TESSERA_HAVE_MPI_F08
+  ! ---------------------------------------------------------------------------------
+  ! The type(MPI_Comm) forms (mpi_f08): the same calls through the handle's MPI_VAL.
+  ! ---------------------------------------------------------------------------------
+
+  subroutine mesh_create_f08(mesh, comm, data, tensor, domain, ierr)
+    type(tessera_mesh), intent(inout) :: mesh
+    type(MPI_Comm), intent(in) :: comm
+    integer, intent(in) :: data, tensor, domain
+    integer, intent(out), optional :: ierr
+    call mesh_create_int(mesh, comm%MPI_VAL, data, tensor, domain, ierr)
+  end subroutine
+
+  subroutine mesh_create_from_file_f08(mesh, comm, path, ierr)
+    type(tessera_mesh), intent(inout) :: mesh
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: path
+    integer, intent(out), optional :: ierr
+    call mesh_create_from_file_int(mesh, comm%MPI_VAL, path, ierr)
+  end subroutine
+
+  subroutine mesh_comm_f08(mesh, dim, comm, ierr)
+    type(tessera_mesh), intent(in) :: mesh
+    integer, intent(in) :: dim
+    type(MPI_Comm), intent(out) :: comm
+    integer, intent(out), optional :: ierr
+    call mesh_comm_int(mesh, dim, comm%MPI_VAL, ierr)
+  end subroutine
+
+  subroutine decomp_create_f08(decomp, comm, nlat, nlon, grid_lat, grid_lon, ierr)
+    type(tessera_decomp), intent(inout) :: decomp
+    type(MPI_Comm), intent(in) :: comm
+    integer, intent(in) :: nlat, nlon, grid_lat, grid_lon
+    integer, intent(out), optional :: ierr
+    call decomp_create_int(decomp, comm%MPI_VAL, nlat, nlon, grid_lat, grid_lon, ierr)
+  end subroutine
+
+  subroutine decomp_comm_f08(decomp, comm, ierr)
+    type(tessera_decomp), intent(in) :: decomp
+    type(MPI_Comm), intent(out) :: comm
+    integer, intent(out), optional :: ierr
+    call decomp_comm_int(decomp, comm%MPI_VAL, ierr)
+  end subroutine
+#endif
 
 end module tessera

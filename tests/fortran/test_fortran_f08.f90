@@ -1,0 +1,68 @@
+! The module from an mpi_f08 program: every procedure that takes or returns a
+! communicator accepts type(MPI_Comm) as well as an integer handle, and both forms give
+! the same mesh, decomposition and communicators.
+program test_fortran_f08
+  use mpi_f08
+  use tessera
+  use, intrinsic :: iso_fortran_env, only: real64, error_unit
+  implicit none
+  type(tessera_mesh) :: mesh, mesh_int
+  type(tessera_decomp) :: d, d_int
+  type(MPI_Comm) :: world, dcomm, domain_comm
+  integer :: rank, nranks, failures, total, status, n, t, dm, dd, grid_lat, grid_lon, dcomm_int
+  real(real64) :: one, sum
+
+  call MPI_Init()
+  world = MPI_COMM_WORLD
+  call MPI_Comm_rank(world, rank)
+  call MPI_Comm_size(world, nranks)
+  failures = 0
+
+  ! The mesh: type(MPI_Comm) and integer forms agree.
+  call tessera_mesh_create(mesh, world, TESSERA_DATA_NONE, 1, nranks, status)
+  call check(status == TESSERA_OK, 'mesh_create with type(MPI_Comm)')
+  call tessera_mesh_create(mesh_int, world%MPI_VAL, TESSERA_DATA_NONE, 1, nranks, status)
+  call check(status == TESSERA_OK, 'mesh_create with an integer handle')
+  call tessera_mesh_config(mesh, dd, t, dm)
+  call check(t == 1 .and. dm == nranks, 'mesh config')
+  call tessera_mesh_comm(mesh, TESSERA_MESH_DOMAIN, domain_comm, status)
+  call check(status == TESSERA_OK, 'mesh_comm into type(MPI_Comm)')
+  call MPI_Comm_size(domain_comm, n)
+  call check(n == nranks, 'the domain communicator has every rank')
+
+  ! The decomposition over a type(MPI_Comm), and its communicator back as one.
+  call tessera_decomp_create(d, world, 8, 12, nranks, 1, status)
+  call check(status == TESSERA_OK, 'decomp_create with type(MPI_Comm)')
+  call tessera_decomp_create(d_int, world%MPI_VAL, 8, 12, nranks, 1, status)
+  call check(status == TESSERA_OK, 'decomp_create with an integer handle')
+  call tessera_decomp_grid(d, grid_lat, grid_lon)
+  call check(grid_lat == nranks .and. grid_lon == 1, 'decomp grid')
+  call tessera_decomp_comm(d, dcomm, status)
+  call check(status == TESSERA_OK, 'decomp_comm into type(MPI_Comm)')
+  call tessera_decomp_comm(d_int, dcomm_int, status)
+  call check(status == TESSERA_OK, 'decomp_comm into an integer')
+  one = 1.0_real64
+  call MPI_Allreduce(one, sum, 1, MPI_DOUBLE_PRECISION, MPI_SUM, dcomm)
+  call check(nint(sum) == nranks, 'an all-reduce on the returned type(MPI_Comm)')
+
+  call tessera_decomp_destroy(d)
+  call tessera_decomp_destroy(d_int)
+  call tessera_mesh_destroy(mesh)
+  call tessera_mesh_destroy(mesh_int)
+  call MPI_Allreduce(failures, total, 1, MPI_INTEGER, MPI_SUM, world)
+  if (rank == 0) print '(a,i0,a,i0,a)', 'test_fortran_f08: ', nranks, ' ranks, ', total, ' failed checks'
+  call MPI_Finalize()
+  if (total /= 0) error stop 1
+
+contains
+
+  subroutine check(ok, what)
+    logical, intent(in) :: ok
+    character(len=*), intent(in) :: what
+    if (.not. ok) then
+      failures = failures + 1
+      write(error_unit, '(a,i0,a,a,a,a)') '[rank ', rank, '] check failed: ', what, '; last error: ', &
+        tessera_last_error()
+    end if
+  end subroutine
+end program
