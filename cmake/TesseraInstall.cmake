@@ -100,3 +100,20 @@ install(FILES
   "${PROJECT_BINARY_DIR}/cmake/tesseraConfigVersion.cmake"
   "${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake"
   DESTINATION "${TESSERA_INSTALL_CMAKEDIR}")
+
+# --- pkg-config, for codes built with make: tessera.pc (C and C++) and, with the
+# Fortran module, tessera-fortran.pc. Only for a shared libtessera, which carries its own
+# dependencies (a static one needs find_package(tessera) to bring them).
+if(BUILD_SHARED_LIBS)
+  file(RELATIVE_PATH TESSERA_PC_UP "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+  string(REGEX REPLACE "/$" "" TESSERA_PC_UP "${TESSERA_PC_UP}")
+  configure_file("${PROJECT_SOURCE_DIR}/cmake/tessera.pc.in" "${PROJECT_BINARY_DIR}/pkgconfig/tessera.pc" @ONLY)
+  install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/tessera.pc" DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+  if(TARGET tessera_fortran)
+    set(TESSERA_PC_FORTRAN_MODULE_DIR "${TESSERA_FORTRAN_MODULE_INSTALL_DIR}")
+    configure_file("${PROJECT_SOURCE_DIR}/cmake/tessera-fortran.pc.in"
+                   "${PROJECT_BINARY_DIR}/pkgconfig/tessera-fortran.pc" @ONLY)
+    install(FILES "${PROJECT_BINARY_DIR}/pkgconfig/tessera-fortran.pc"
+            DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+  endif()
+endif()
