@@ -127,7 +127,31 @@ if(WITH_PROGRAMS)
   endif()
 endif()
 
-# 6. pkg-config, as a Makefile-based code would use it: compile with MPI's wrapper and
+# 6. Projects in one language only: C (consumer_c/) and Fortran (consumer_fortran/),
+# each configured, built and run against the prefix (shared builds).
+if(TESSERA_SHARED)
+  foreach(language C Fortran)
+    string(TOLOWER "${language}" lower)
+    if(language STREQUAL "Fortran" AND NOT MPI_Fortran_COMPILER)
+      continue()
+    endif()
+    set(build_dir "${WORK_DIR}/consumer_${lower}-build")
+    file(REMOVE_RECURSE "${build_dir}")
+    set(args -S "${CONSUMER_SOURCE_DIR}/../consumer_${lower}" -B "${build_dir}" -G "${GENERATOR}"
+             "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+    if(language STREQUAL "C" AND C_COMPILER)
+      list(APPEND args "-DCMAKE_C_COMPILER=${C_COMPILER}")
+    endif()
+    run_step(NAME configure_${lower}_only COMMAND "${CMAKE_COMMAND}" ${args})
+    run_step(NAME build_${lower}_only COMMAND "${CMAKE_COMMAND}" --build "${build_dir}")
+    run_step(NAME run_${lower}_only COMMAND "${MPIEXEC}" ${NUMPROC_FLAG} 2 "${build_dir}/${lower}_consumer")
+    if(NOT STEP_OUTPUT MATCHES "${language} consumer: 2 ranks, sum 48")
+      message(FATAL_ERROR "install_consumer: unexpected output of the ${language}-only project\n${STEP_OUTPUT}")
+    endif()
+  endforeach()
+endif()
+
+# 7. pkg-config, as a Makefile-based code would use it: compile with MPI's wrapper and
 # the flags pkg-config gives, run on two ranks (shared builds install tessera.pc).
 find_program(PKG_CONFIG pkg-config)
 if(TESSERA_SHARED AND PKG_CONFIG AND MPI_C_COMPILER)
@@ -157,7 +181,7 @@ if(TESSERA_SHARED AND PKG_CONFIG AND MPI_C_COMPILER)
     set(exe "${WORK_DIR}/pkgconfig_consumer_${language}")
     run_step(NAME pkgconfig_build_${language} COMMAND "${compiler}" "${source}" ${pc_flags} -o "${exe}")
     run_step(NAME pkgconfig_run_${language} COMMAND "${MPIEXEC}" ${NUMPROC_FLAG} 2 "${exe}")
-    if(NOT STEP_OUTPUT MATCHES "pkg-config consumer \\(${language}\\): 2 ranks, sum 48")
+    if(NOT STEP_OUTPUT MATCHES "${language} consumer: 2 ranks, sum 48")
       message(FATAL_ERROR "install_consumer: unexpected output of the ${language} pkg-config consumer\n${STEP_OUTPUT}")
     endif()
   endforeach()

@@ -1,5 +1,6 @@
-/* A C code built the Makefile way: mpicc $(pkg-config --cflags --libs tessera). It makes
- * a decomposition on the automatic grid and prints its global sum of ones. */
+/* A C code against the installed tessera, built the Makefile way (mpicc $(pkg-config
+ * --cflags --libs tessera)) and by a CMake project with LANGUAGES C (consumer_c/). It
+ * makes a decomposition on the automatic grid and prints its global sum of ones. */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
   double sum = 0;
   if (status == TESSERA_OK) status = tessera_decomp_global_sum(d, ones, TESSERA_F64, TESSERA_ORDER_C, 2, shape, &sum);
   if (status != TESSERA_OK) fprintf(stderr, "pkgconfig_consumer: %s\n", tessera_last_error());
-  if (rank == 0 && status == TESSERA_OK) printf("pkg-config consumer (C): %d ranks, sum %g\n", size, sum);
+  if (rank == 0 && status == TESSERA_OK) printf("C consumer: %d ranks, sum %g\n", size, sum);
   tessera_decomp_destroy(&d);
   MPI_Finalize();
   return status == TESSERA_OK ? 0 : 1;

@@ -1,5 +1,6 @@
-! A Fortran code built the Makefile way: mpif90 $(pkg-config --cflags --libs
-! tessera-fortran). The same global sum of ones as the C consumer, from q(lon, lat).
+! A Fortran code against the installed tessera, built the Makefile way (mpif90
+! $(pkg-config --cflags --libs tessera-fortran)) and by a CMake project with LANGUAGES
+! Fortran (consumer_fortran/). The same global sum of ones as the C consumer.
 program pkgconfig_consumer
   use mpi
   use tessera
@@ -18,7 +19,7 @@ program pkgconfig_consumer
   allocate(q(lon_count, lat_count))
   q = 1.0_real64
   call tessera_decomp_global_sum(d, q, total)
-  if (rank == 0) print '(a,i0,a,f0.0)', 'pkg-config consumer (Fortran): ', nranks, ' ranks, sum ', total
+  if (rank == 0) print '(a,i0,a,f0.0)', 'Fortran consumer: ', nranks, ' ranks, sum ', total
   call tessera_decomp_destroy(d)
   call MPI_Finalize(ierr)
 end program
