@@ -153,8 +153,11 @@ endif()
 
 # 7. pkg-config, as a Makefile-based code would use it: compile with MPI's wrapper and
 # the flags pkg-config gives, run on two ranks (shared builds install tessera.pc).
+# A sanitized libtessera needs the sanitizer runtime of its compiler in the program: the
+# find_package consumers get it through the exported link options, pkg-config's flags
+# do not carry it, so the sanitize preset skips this step.
 find_program(PKG_CONFIG pkg-config)
-if(TESSERA_SHARED AND PKG_CONFIG AND MPI_C_COMPILER)
+if(TESSERA_SHARED AND PKG_CONFIG AND MPI_C_COMPILER AND NOT TESSERA_SANITIZE)
   set(ENV{PKG_CONFIG_PATH} "")
   file(GLOB_RECURSE pc_files "${prefix}/*/pkgconfig/tessera.pc")
   list(LENGTH pc_files n_pc)
