@@ -195,11 +195,12 @@ std::vector<HashedPiece> write_extents(const std::string& path, const std::vecto
       pieces.push_back({e.offset, e.bytes, crc32c(e.data, static_cast<std::size_t>(e.bytes))});
     }
     if (::fsync(fd) != 0) throw IoError("checkpoint: fsync of '" + path + "' failed: " + std::strerror(errno));
-    if (::close(fd) != 0) throw IoError("checkpoint: closing '" + path + "' failed: " + std::strerror(errno));
   } catch (...) {
     ::close(fd);
     throw;
   }
+  // Closed once, also when close reports an error (the descriptor is gone either way).
+  if (::close(fd) != 0) throw IoError("checkpoint: closing '" + path + "' failed: " + std::strerror(errno));
   return pieces;
 }
 
