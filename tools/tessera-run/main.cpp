@@ -14,11 +14,13 @@
 
 #include <mpi.h>
 
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "driver_common.hpp"
 #include "run_config.hpp"
@@ -45,12 +47,16 @@ const char* kUsage =
     "                       crashed or preempted job would\n"
     "  --kill-during-save N test hook: every rank is killed (SIGKILL) while writing the\n"
     "                       checkpoint of step N\n"
+    "  --stop-signals LIST  the signals that stop the run at the next step with a\n"
+    "                       checkpoint and status 75 (default TERM,USR1; also USR2, INT,\n"
+    "                       HUP, QUIT)\n"
     "  --help               this text\n"
     "Launch with mpiexec -n N or srun; see docs/driver.md for the config keys.\n"
-    "SIGTERM or SIGUSR1: stop after the current step, checkpoint, exit with status 75.\n";
+    "A stop signal (SIGTERM or SIGUSR1 by default): stop after the current step,\n"
+    "checkpoint, exit with status 75.\n";
 
 // Throws InvalidArgument (a usage error) for anything it does not understand.
-Options parse_args(int argc, char** argv, std::int64_t& kill_during_save) {
+Options parse_args(int argc, char** argv, std::int64_t& kill_during_save, std::vector<int>& stop_signals) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -80,6 +86,10 @@ Options parse_args(int argc, char** argv, std::int64_t& kill_during_save) {
       if (v.empty() || *end != '\0' || kill_during_save < 1) {
         throw InvalidArgument("--kill-during-save needs an integer >= 1, got '" + v + "'");
       }
+    } else if (a == "--stop-signals") {
+      stop_signals = parse_stop_signals(value(a));
+    } else if (a.rfind("--stop-signals=", 0) == 0) {
+      stop_signals = parse_stop_signals(a.substr(15));
     } else if (!a.empty() && a[0] == '-') {
       throw InvalidArgument("unknown option '" + a + "'");
     } else if (o.config.empty()) {
@@ -103,11 +113,12 @@ int main(int argc, char** argv) {
   // give every rank the same verdict.
   Options opts;
   std::int64_t kill_during_save = -1;
+  std::vector<int> stop_signals{SIGTERM, SIGUSR1};
   std::optional<RunConfig> cfg;
   std::string error;
   int error_status = 0;
   try {
-    opts = parse_args(argc, argv, kill_during_save);
+    opts = parse_args(argc, argv, kill_during_save, stop_signals);
     if (!opts.help) cfg = parse_run_config(opts.config, opts.overrides);
   } catch (const InvalidArgument& e) {
     error = e.what();
@@ -119,7 +130,7 @@ int main(int argc, char** argv) {
 
   MPI_Init(&argc, &argv);
   // After MPI_Init, so that nothing the MPI library installs replaces them.
-  install_stop_signal_handlers();
+  install_stop_signal_handlers(stop_signals);
   set_kill_during_save(kill_during_save);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

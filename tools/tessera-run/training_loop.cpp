@@ -46,10 +46,18 @@ extern "C" void on_stop_signal(int sig) {
 
 extern "C" void kill_self_now(int) { ::kill(::getpid(), SIGKILL); }
 
+// The signals --stop-signals may name.
+constexpr std::pair<const char*, int> kStopSignals[] = {
+    {"TERM", SIGTERM}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"INT", SIGINT}, {"HUP", SIGHUP}, {"QUIT", SIGQUIT}};
+
 const char* signal_name(int sig) {
   switch (sig) {
     case SIGTERM: return "SIGTERM";
     case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
     default: return "a signal";
   }
 }
@@ -228,12 +236,34 @@ TrainingTask::Evaluation evaluate(const Validation& v, const Mesh& mesh, Trainin
 
 }  // namespace
 
-void install_stop_signal_handlers() {
+std::vector<int> parse_stop_signals(const std::string& list) {
+  std::vector<int> signals;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = list.find(',', start);
+    std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+    int sig = 0;
+    for (const auto& [known, number] : kStopSignals) {
+      if (name == known) sig = number;
+    }
+    if (sig == 0) {
+      throw InvalidArgument("--stop-signals: unknown signal '" + name +
+                            "' (expected a comma-separated list of TERM, USR1, USR2, INT, HUP, QUIT)");
+    }
+    signals.push_back(sig);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return signals;
+}
+
+void install_stop_signal_handlers(const std::vector<int>& signals) {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // MPI's and HDF5's system calls must not see EINTR
-  for (int sig : {SIGTERM, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : signals) ::sigaction(sig, &sa, nullptr);
 }
 
 int stop_signal_received() { return g_stop_signal.load(); }

@@ -72,7 +72,10 @@ class TrainingTask {
 // checkpoint.dir is set) and returns kExitRequeue. A second signal while saving changes
 // nothing (the flag is already set; the save finishes, and is atomic anyway). Installed
 // with SA_RESTART, so no system call in MPI or HDF5 sees EINTR. Call once, after MPI_Init.
-void install_stop_signal_handlers();
+// The signals of --stop-signals ("TERM,USR1", names with or without SIG); InvalidArgument
+// naming an unknown one.
+std::vector<int> parse_stop_signals(const std::string& list);
+void install_stop_signal_handlers(const std::vector<int>& signals);
 // The signal that asked the run to stop (0: none yet). Async-signal-safe to set.
 int stop_signal_received();
 
