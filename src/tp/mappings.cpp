@@ -78,16 +78,24 @@ Tensor reduce_scatter_along(const Tensor& x, int dim, Communicator& group) {
   return out;
 }
 
-Tensor all_reduce_sum(const Tensor& x, Communicator& group) {
-  if (group.size() == 1) return x;
+Tensor all_reduce_sum(const Tensor& x, Communicator& group) { return all_reduce_with(x, ReduceOp::sum, group); }
+
+Tensor all_reduce_with(const Tensor& x, ReduceOp op, Communicator& group) {
+  // Checked here too, so that a model refused at tp 2 is refused at tp 1 as well.
+  if (op == ReduceOp::avg && !is_floating(x.dtype())) {
+    throw InvalidArgument("tp::all_reduce_with: avg is defined for floating dtypes, not " + x.str());
+  }
+  if (group.size() == 1) return x;  // sum, avg, max and min of one value are that value
   Tensor out = x.clone();
-  group.all_reduce(out, ReduceOp::sum);
+  group.all_reduce(out, op);
   return out;
 }
 
 Tensor copy_to_parallel(const Tensor& x, Communicator&) { return x; }
-Tensor copy_to_parallel_backward(const Tensor& grad, Communicator& group) { return all_reduce_sum(grad, group); }
-Tensor reduce_from_parallel(const Tensor& x, Communicator& group) { return all_reduce_sum(x, group); }
+Tensor copy_to_parallel_backward(const Tensor& grad, Communicator& group, ReduceOp op) {
+  return all_reduce_with(grad, op, group);
+}
+Tensor reduce_from_parallel(const Tensor& x, Communicator& group, ReduceOp op) { return all_reduce_with(x, op, group); }
 Tensor reduce_from_parallel_backward(const Tensor& grad, Communicator&) { return grad; }
 Tensor scatter_to_parallel(const Tensor& x, int dim, Communicator& group) { return split_along(x, dim, group); }
 Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group) {
@@ -108,12 +116,13 @@ Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicato
   return gather_along(grad, dim, group);
 }
 
-Mapping::Mapping(Kind kind, Communicator& group, int dim) : kind_(kind), group_(group), dim_(dim) {}
+Mapping::Mapping(Kind kind, Communicator& group, int dim, ReduceOp op)
+    : kind_(kind), group_(group), dim_(dim), op_(op) {}
 
 Tensor Mapping::forward(const Tensor& x) {
   switch (kind_) {
     case Kind::copy: return copy_to_parallel(x, group_);
-    case Kind::reduce: return reduce_from_parallel(x, group_);
+    case Kind::reduce: return reduce_from_parallel(x, group_, op_);
     case Kind::scatter: return scatter_to_parallel(x, dim_, group_);
     case Kind::gather: return gather_from_parallel(x, dim_, group_);
     case Kind::sequence_all_gather: return sequence_all_gather(x, dim_, group_);
@@ -124,7 +133,7 @@ Tensor Mapping::forward(const Tensor& x) {
 
 Tensor Mapping::backward(const Tensor& grad) {
   switch (kind_) {
-    case Kind::copy: return copy_to_parallel_backward(grad, group_);
+    case Kind::copy: return copy_to_parallel_backward(grad, group_, op_);
     case Kind::reduce: return reduce_from_parallel_backward(grad, group_);
     case Kind::scatter: return scatter_to_parallel_backward(grad, dim_, group_);
     case Kind::gather: return gather_from_parallel_backward(grad, dim_, group_);

@@ -135,3 +135,68 @@ TEST_F(MappingTest, SizeOneGroupIsFree) {
   EXPECT_EQ(values(copy_to_parallel_backward(x, self)), values(x));
   EXPECT_EQ(self.stats().mpi_calls, 0);
 }
+
+// mp_reduce(x, op): forward the element-wise op over the ranks' inputs, computed here
+// from every rank's known contribution (the serial twin); backward the identity for
+// every op. mp_copy(x, op): forward identity, backward the op over the gradients.
+TEST_F(MappingTest, ReduceAndCopyTakeTheSeedsOp) {
+  const Shape shape{3, 4};
+  // Rank q contributes c_q[i] = (i + 0.5) * (q % 2 == 0 ? q + 1 : -(q + 1)): signs and
+  // magnitudes vary over ranks, so max, min, sum and avg all differ.
+  auto contribution = [&](int q) {
+    std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = (static_cast<double>(i) + 0.5) * (q % 2 == 0 ? q + 1 : -(q + 1));
+    return v;
+  };
+  const Tensor mine = Tensor::from_vector(contribution(r()), shape);
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+    std::vector<double> expected = contribution(0);
+    for (int q = 1; q < p(); ++q) {
+      const auto c = contribution(q);
+      for (std::size_t i = 0; i < c.size(); ++i) {
+        switch (op) {
+          case ReduceOp::sum:
+          case ReduceOp::avg: expected[i] += c[i]; break;
+          case ReduceOp::max: expected[i] = std::max(expected[i], c[i]); break;
+          case ReduceOp::min: expected[i] = std::min(expected[i], c[i]); break;
+        }
+      }
+    }
+    if (op == ReduceOp::avg) {
+      for (double& e : expected) e /= p();
+    }
+    const std::string label(reduce_op_name(op));
+    const auto forward = values(reduce_from_parallel(mine, tp, op));
+    ASSERT_EQ(forward.size(), expected.size()) << label;
+    for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_DOUBLE_EQ(forward[i], expected[i]) << label << " " << i;
+    EXPECT_EQ(values(mine), contribution(r())) << label << ": the input is not modified";
+    EXPECT_EQ(values(reduce_from_parallel_backward(mine, tp)), contribution(r())) << label;
+    // The module form carries the op.
+    Mapping reduce(Mapping::Kind::reduce, tp, -1, op);
+    EXPECT_EQ(reduce.op(), op);
+    EXPECT_EQ(values(reduce.forward(mine)), forward) << label;
+    EXPECT_EQ(values(reduce.backward(mine)), contribution(r())) << label;
+    // mp_copy's op reduces the gradient.
+    Mapping copy(Mapping::Kind::copy, tp, -1, op);
+    EXPECT_EQ(values(copy.forward(mine)), contribution(r())) << label;
+    const auto grad = values(copy.backward(mine));
+    for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_DOUBLE_EQ(grad[i], expected[i]) << label << " " << i;
+    EXPECT_EQ(values(copy_to_parallel_backward(mine, tp, op)), grad) << label;
+  }
+  // The default op is the sum (the existing behaviour).
+  EXPECT_EQ(values(reduce_from_parallel(mine, tp)), values(reduce_from_parallel(mine, tp, ReduceOp::sum)));
+}
+
+// At every group size, 1 included: the same model is refused at every layout.
+TEST_F(MappingTest, ReduceAvgOfAnIntegerTensorIsRefused) {
+  const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{1, 2, 3}, {3});
+  try {
+    reduce_from_parallel(ids, tp, ReduceOp::avg);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("avg is defined for floating dtypes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(values(reduce_from_parallel(Tensor::from_vector(std::vector<double>{1, 2}, {2}), tp, ReduceOp::max)),
+            (std::vector<double>{1, 2}));
+  EXPECT_EQ(ids.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2, 3}));
+}

@@ -3,8 +3,8 @@
 // the tp group (Megatron-LM's and ml.models.parallel's mp_copy / mp_reduce / mp_scatter /
 // mp_gather, plus the sequence-parallel pair):
 //
-//   copy            forward identity        backward all-reduce (sum)
-//   reduce          forward all-reduce      backward identity
+//   copy            forward identity        backward all-reduce (op, sum by default)
+//   reduce          forward all-reduce (op, sum by default)     backward identity
 //   scatter(dim)    forward split           backward all-gather
 //   gather(dim)     forward all-gather      backward split
 //   sequence all-gather(dim)                forward all-gather      backward reduce-scatter
@@ -17,6 +17,13 @@
 //
 // The same pairs are available as nn::Modules (for Sequential and parallelize plans)
 // whose forward and backward are these functions.
+//
+// The `op` of copy and reduce is ml.models.parallel's: mp_copy(x, op) reduces the
+// gradient with it, mp_reduce(x, op) reduces the input with it and passes the gradient
+// through unchanged. That identity backward is the derivative of the sum only: with avg
+// the derivative would be grad / size, with max / min it would go to the rank(s) holding
+// the extreme. It is kept as specified, so a ported model trains as it did; use sum
+// (the default) where the gradient must be exact.
 
 #include <string>
 
@@ -34,12 +41,16 @@ Tensor gather_along(const Tensor& x, int dim, Communicator& group);
 Tensor reduce_scatter_along(const Tensor& x, int dim, Communicator& group);
 // Sum over the group (a new tensor; `x` is not modified).
 Tensor all_reduce_sum(const Tensor& x, Communicator& group);
+// `op` over the group (a new tensor; `x` is not modified). avg needs a floating dtype.
+Tensor all_reduce_with(const Tensor& x, ReduceOp op, Communicator& group);
 
 // The paired primitives. `dim` may be negative (counted from the end).
 Tensor copy_to_parallel(const Tensor& x, Communicator& group);                // identity
-Tensor copy_to_parallel_backward(const Tensor& grad, Communicator& group);    // all-reduce
-Tensor reduce_from_parallel(const Tensor& x, Communicator& group);            // all-reduce
-Tensor reduce_from_parallel_backward(const Tensor& grad, Communicator& group);  // identity
+Tensor copy_to_parallel_backward(const Tensor& grad, Communicator& group,
+                                 ReduceOp op = ReduceOp::sum);                 // all-reduce with op
+Tensor reduce_from_parallel(const Tensor& x, Communicator& group,
+                            ReduceOp op = ReduceOp::sum);                      // all-reduce with op
+Tensor reduce_from_parallel_backward(const Tensor& grad, Communicator& group);  // identity, whatever the op
 Tensor scatter_to_parallel(const Tensor& x, int dim, Communicator& group);    // split
 Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group);  // gather
 Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group);   // gather
@@ -53,17 +64,20 @@ Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicato
 class Mapping : public nn::Module {
  public:
   enum class Kind { copy, reduce, scatter, gather, sequence_all_gather, sequence_reduce_scatter };
-  Mapping(Kind kind, Communicator& group, int dim = -1);
+  // `op` is the reduction of copy (backward) and reduce (forward); the other kinds ignore it.
+  Mapping(Kind kind, Communicator& group, int dim = -1, ReduceOp op = ReduceOp::sum);
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad) override;
   std::string type_name() const override;
   Kind kind() const { return kind_; }
   int dim() const { return dim_; }
+  ReduceOp op() const { return op_; }
 
  private:
   Kind kind_;
   Communicator& group_;
   int dim_;
+  ReduceOp op_;
 };
 
 }  // namespace tessera::tp
