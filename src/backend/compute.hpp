@@ -136,8 +136,18 @@ class Compute {
   virtual void embedding_gather(DType dtype, const std::int64_t* ids, std::int64_t count, const void* table,
                                 std::int64_t rows, std::int64_t dim, std::int64_t row_offset, void* y,
                                 int device) = 0;
+  // id_scale (f64 [count], or null for 1) scales each id's row of dy; ids equal to
+  // skip_id (a global id, -1 for none: the padding row) add nothing.
   virtual void embedding_scatter_add(DType dtype, const void* dy, const std::int64_t* ids, std::int64_t count,
                                      void* grad, std::int64_t rows, std::int64_t dim, std::int64_t row_offset,
+                                     const double* id_scale, std::int64_t skip_id, int device) = 0;
+  // max_norm: partial norms of the local rows rows[0, n) of table [*, dim]
+  // (embedding_norm.hpp), then the in-place rescale of each row whose combined norm
+  // (from partials[i]) exceeds max_norm.
+  virtual void embedding_norm_partials(DType dtype, const std::int64_t* rows, std::int64_t n, const void* table,
+                                       std::int64_t dim, double norm_type, double* partials, int device) = 0;
+  virtual void embedding_renorm_rows(DType dtype, const std::int64_t* rows, std::int64_t n, void* table,
+                                     std::int64_t dim, const double* partials, double norm_type, double max_norm,
                                      int device) = 0;
 
   // ---- Cross-entropy pieces over logits x [n, v] (f64 outputs).

@@ -11,6 +11,7 @@ namespace {
 
 ParallelEmbeddingOptions options_of(const nn::Embedding& serial, const std::string& name) {
   ParallelEmbeddingOptions o;
+  static_cast<nn::EmbeddingOptions&>(o) = serial.options();
   o.dtype = serial.weight.value.dtype();
   o.device = serial.weight.value.device();
   o.name = name;
@@ -18,8 +19,10 @@ ParallelEmbeddingOptions options_of(const nn::Embedding& serial, const std::stri
   return o;
 }
 
-std::unique_ptr<nn::Embedding> serial_with(const Tensor& master, const Parameter& w) {
-  auto serial = std::make_unique<nn::Embedding>(master.size(0), master.size(1), master.dtype(), master.device());
+std::unique_ptr<nn::Embedding> serial_with(const Tensor& master, const Parameter& w,
+                                           const nn::EmbeddingOptions& options) {
+  auto serial =
+      std::make_unique<nn::Embedding>(master.size(0), master.size(1), options, master.dtype(), master.device());
   detail::copy_master(serial->weight, master, w);
   return serial;
 }
@@ -45,6 +48,21 @@ void check_ids(const Tensor& ids, std::int64_t num, const std::string& label) {
   }
 }
 
+ReduceOp reduce_op_of(nn::functional::NormReduction reduction) {
+  switch (reduction) {
+    case nn::functional::NormReduction::max: return ReduceOp::max;
+    case nn::functional::NormReduction::min: return ReduceOp::min;
+    default: return ReduceOp::sum;
+  }
+}
+
+// Zeroes global row `row` of a weight holding rows [row_offset, row_offset + rows), if
+// this shard holds it.
+void zero_row(Tensor& weight, std::int64_t row, std::int64_t row_offset) {
+  const std::int64_t local = row - row_offset;
+  if (local >= 0 && local < weight.size(0)) weight.narrow(0, local, 1).fill_zero();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -56,6 +74,7 @@ ParallelEmbedding::ParallelEmbedding(std::int64_t num_embeddings, std::int64_t e
     : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(detail::layer_label(type_name(), o.name)) {
   const std::string& label = label_;
   check_sizes(label, num_, dim_);
+  options_ = nn::functional::resolve_embedding_options(o, num_, label);
   weight = make_tp_sharded(label, "weight", {num_, dim_}, 1, tp, o.dtype, o.device, o.init);
   register_parameter("weight", weight);
 }
@@ -68,18 +87,32 @@ std::unique_ptr<ParallelEmbedding> ParallelEmbedding::from_serial(const nn::Embe
   return layer;
 }
 
-std::unique_ptr<nn::Embedding> ParallelEmbedding::to_serial() { return serial_with(master_weight(), weight); }
+std::unique_ptr<nn::Embedding> ParallelEmbedding::to_serial() {
+  return serial_with(master_weight(), weight, options_);
+}
 Tensor ParallelEmbedding::master_weight() { return assemble_master(weight, weight.value, tp_); }
+void ParallelEmbedding::zero_padding_row() {
+  if (options_.padding_idx) zero_row(weight.value, *options_.padding_idx, 0);
+}
 
 Tensor ParallelEmbedding::forward(const Tensor& ids) {
   check_ids(ids, num_, label_);
   ids_ = ids;
+  if (options_.max_norm) {
+    // This rank holds columns of each row: the row's norm combines every rank's partial
+    // (the same ids on every rank, so every rank reduces the same rows in one call).
+    nn::functional::embedding_renorm_(ids, weight.value, *options_.max_norm, options_.norm_type, 0, false,
+                                      [&](Tensor& partials, nn::functional::NormReduction reduction) {
+                                        tp_.all_reduce(partials, reduce_op_of(reduction));
+                                      });
+  }
   return gather_from_parallel(nn::functional::embedding(ids, weight.value), -1, tp_);
 }
 
 Tensor ParallelEmbedding::backward(const Tensor& grad_y) {
   if (!ids_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
-  nn::functional::embedding_backward(gather_from_parallel_backward(grad_y.contiguous(), -1, tp_), ids_, weight.grad);
+  nn::functional::embedding_backward(gather_from_parallel_backward(grad_y.contiguous(), -1, tp_), ids_, weight.grad,
+                                     0, options_);
   ids_ = Tensor();
   return Tensor();
 }
@@ -93,6 +126,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num_embeddings, std:
     : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(detail::layer_label(type_name(), o.name)) {
   const std::string& label = label_;
   check_sizes(label, num_, dim_);
+  options_ = nn::functional::resolve_embedding_options(o, num_, label);
   weight = make_tp_sharded(label, "weight", {num_, dim_}, 0, tp, o.dtype, o.device, o.init);
   register_parameter("weight", weight);
 }
@@ -106,12 +140,22 @@ std::unique_ptr<VocabParallelEmbedding> VocabParallelEmbedding::from_serial(cons
   return layer;
 }
 
-std::unique_ptr<nn::Embedding> VocabParallelEmbedding::to_serial() { return serial_with(master_weight(), weight); }
+std::unique_ptr<nn::Embedding> VocabParallelEmbedding::to_serial() {
+  return serial_with(master_weight(), weight, options_);
+}
 Tensor VocabParallelEmbedding::master_weight() { return assemble_master(weight, weight.value, tp_); }
+void VocabParallelEmbedding::zero_padding_row() {
+  if (options_.padding_idx) zero_row(weight.value, *options_.padding_idx, first_row());
+}
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
   check_ids(ids, num_, label_);
   ids_ = ids;
+  if (options_.max_norm) {
+    // Each row lives whole on its owner: it renormalises its own rows, no communication.
+    nn::functional::embedding_renorm_(ids, weight.value, *options_.max_norm, options_.norm_type, first_row(),
+                                      /*mask_out_of_range=*/true);
+  }
   const Tensor partial = nn::functional::embedding(ids, weight.value, first_row(), /*mask_out_of_range=*/true);
   return reduce_from_parallel(partial, tp_);
 }
@@ -120,7 +164,7 @@ Tensor VocabParallelEmbedding::backward(const Tensor& grad_y) {
   if (!ids_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
   // Ids owned by other ranks are skipped by the masked scatter-add.
   nn::functional::embedding_backward(reduce_from_parallel_backward(grad_y.contiguous(), tp_), ids_, weight.grad,
-                                     first_row());
+                                     first_row(), options_);
   ids_ = Tensor();
   return Tensor();
 }

@@ -14,6 +14,9 @@
 // to the modules; see nn/module.hpp.
 
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
 
 #include "tessera/tensor.hpp"
 
@@ -54,8 +57,58 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
 // embedding_backward scatter-adds the rows of grad_y into grad_weight [rows, dim] (the
 // same row range) and skips every id outside [row_offset, row_offset + rows): those
 // rows belong to another shard. It never throws for such ids. Ids have no gradient.
+
+// PyTorch nn.Embedding's options (same names, same meaning):
+// - padding_idx: that row receives no gradient (the layers also start it at zero);
+//   a negative value counts from the end of the vocabulary.
+// - max_norm / norm_type: before each lookup, every looked-up row whose norm_type-norm
+//   exceeds max_norm is rescaled in place, by max_norm / (norm + 1e-7) (torch's
+//   embedding_renorm_; the forward writes into the weight).
+// - scale_grad_by_freq: a row's gradient from each occurrence is divided by the number
+//   of times its id occurs in the batch.
+// - sparse: tessera has no sparse gradients; true is an UnsupportedError.
+struct EmbeddingOptions {
+  std::optional<std::int64_t> padding_idx;
+  std::optional<double> max_norm;
+  double norm_type = 2.0;
+  bool scale_grad_by_freq = false;
+  bool sparse = false;
+};
+// Checks `options` for a table of num_embeddings rows and returns them with padding_idx
+// in [0, num_embeddings). InvalidArgument names `who` and the option at fault
+// (padding_idx out of range, max_norm negative or not finite, norm_type NaN);
+// UnsupportedError for sparse.
+EmbeddingOptions resolve_embedding_options(const EmbeddingOptions& options, std::int64_t num_embeddings,
+                                           const std::string& who);
+// PyTorch's extra_repr of the non-default options: ", padding_idx=0, max_norm=1" or "".
+std::string embedding_options_str(const EmbeddingOptions& options);
+
 Tensor embedding(const Tensor& ids, const Tensor& weight, std::int64_t row_offset = 0, bool mask_out_of_range = false);
-void embedding_backward(const Tensor& grad_y, const Tensor& ids, Tensor& grad_weight, std::int64_t row_offset = 0);
+// `options` must be resolved (padding_idx in [0, V) or none): ids equal to padding_idx
+// add nothing; with scale_grad_by_freq each occurrence's row of grad_y is scaled by
+// 1 / (occurrences of its id in ids) — counted over all of ids, so shards that see the
+// same ids scale alike. max_norm and norm_type play no part (the renorm is not
+// differentiated, as in PyTorch).
+void embedding_backward(const Tensor& grad_y, const Tensor& ids, Tensor& grad_weight, std::int64_t row_offset = 0,
+                        const EmbeddingOptions& options = {});
+
+// max_norm's renormalisation, in place: each distinct id of `ids` inside this table's
+// rows [row_offset, row_offset + rows) whose norm exceeds max_norm is scaled by
+// max_norm / (norm + 1e-7). Ids outside the range: InvalidArgument before anything is
+// written, or skipped with mask_out_of_range (another shard's rows).
+// A table split along the embedding dim holds only part of each row: each rank's
+// partial norms are then combined by `combine` (an all-reduce over the ranks holding
+// the other parts of the rows, with the given reduction) before the rows are scaled.
+// Partials are f64 [n distinct rows] on the weight's device: sum |x|^p for a finite
+// norm_type p != 0 (the count of non-zeros for p = 0), max |x| for p = +inf, min |x|
+// for p = -inf. `combine` is called on every rank with the same n when every rank sees
+// the same ids, never when n = 0.
+enum class NormReduction { sum, max, min };
+NormReduction embedding_norm_reduction(double norm_type);
+using CombineNormPartials = std::function<void(Tensor& partials, NormReduction reduction)>;
+void embedding_renorm_(const Tensor& ids, Tensor& weight, double max_norm, double norm_type,
+                       std::int64_t row_offset = 0, bool mask_out_of_range = false,
+                       const CombineNormPartials& combine = {});
 
 // ---- Activations (GELU is the exact erf form, PyTorch's default)
 Tensor gelu(const Tensor& x);

@@ -8,7 +8,15 @@
 //   (tp: Shard(0)); each rank answers the ids in its row range with their rows and every
 //   other id with zeros (masked), and the partial outputs are all-reduced.
 //
-// Parameters are named "weight" like nn::Embedding; from_serial / to_serial convert.
+// Parameters are named "weight" like nn::Embedding; from_serial / to_serial convert,
+// carrying the options.
+//
+// Both take PyTorch nn.Embedding's options (nn::EmbeddingOptions) with the serial
+// layer's meaning: padding_idx (zero row, no gradient), max_norm / norm_type (looked-up
+// rows renormalised in place before the lookup; ParallelEmbedding holds a slice of each
+// row, so its ranks all-reduce their partial norms first, and every rank scales its
+// slice by the same factor; a VocabParallelEmbedding row lives whole on its owner),
+// scale_grad_by_freq (counted over the replicated ids); sparse is refused.
 
 #include <memory>
 #include <string>
@@ -19,7 +27,7 @@
 
 namespace tessera::tp {
 
-struct ParallelEmbeddingOptions {
+struct ParallelEmbeddingOptions : nn::EmbeddingOptions {
   DType dtype = DType::f32;
   Device device = Device::host();
   std::string name;             // used in error messages (e.g. the FQN)
@@ -40,6 +48,11 @@ class ParallelEmbedding : public nn::Module {
   Tensor master_weight();
   std::int64_t num_embeddings() const { return num_; }
   std::int64_t embedding_dim() const { return dim_; }
+  // The options with padding_idx resolved into [0, num_embeddings).
+  const nn::EmbeddingOptions& options() const { return options_; }
+  // Zeroes this rank's part of the padding row (call after initialize_parameters, as
+  // for nn::Embedding; no communication).
+  void zero_padding_row();
 
   Parameter weight;
 
@@ -47,6 +60,7 @@ class ParallelEmbedding : public nn::Module {
   std::int64_t num_, dim_;
   Communicator& tp_;
   std::string label_;
+  nn::EmbeddingOptions options_;
   Tensor ids_;
 };
 
@@ -66,6 +80,9 @@ class VocabParallelEmbedding : public nn::Module {
   std::int64_t embedding_dim() const { return dim_; }
   // Global vocabulary ids [first_row(), first_row() + rows) live on this rank.
   std::int64_t first_row() const { return weight.local_offset[0]; }
+  const nn::EmbeddingOptions& options() const { return options_; }
+  // Zeroes the padding row on the rank that holds it (no communication).
+  void zero_padding_row();
 
   Parameter weight;
 
@@ -73,6 +90,7 @@ class VocabParallelEmbedding : public nn::Module {
   std::int64_t num_, dim_;
   Communicator& tp_;
   std::string label_;
+  nn::EmbeddingOptions options_;
   Tensor ids_;
 };
 

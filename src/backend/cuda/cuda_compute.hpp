@@ -11,7 +11,8 @@
 //   cuda_norm.cu        layer_norm, rms_norm (+backward)
 //   cuda_softmax.cu     row_max, sum_exp_and_target, cross_entropy_grad
 //   cuda_attention.cu   attention (+backward): cuBLAS GEMMs per head and softmax row kernels
-//   cuda_embedding.cu   embedding_gather, embedding_scatter_add
+//   cuda_embedding.cu   embedding_gather, embedding_scatter_add, embedding_norm_partials,
+//                       embedding_renorm_rows
 //   cuda_field.cu       weighted_squared_error, channel_affine (free functions of cuda_field.hpp)
 //   cuda_im2col.cu      im2col, col2im_add
 //   cuda_init.cu        init_uniform
@@ -89,7 +90,12 @@ class CudaCompute final : public Compute {
                         std::int64_t rows, std::int64_t dim, std::int64_t row_offset, void* y,
                         int device) override;
   void embedding_scatter_add(DType dtype, const void* dy, const std::int64_t* ids, std::int64_t count, void* grad,
-                             std::int64_t rows, std::int64_t dim, std::int64_t row_offset, int device) override;
+                             std::int64_t rows, std::int64_t dim, std::int64_t row_offset, const double* id_scale,
+                             std::int64_t skip_id, int device) override;
+  void embedding_norm_partials(DType dtype, const std::int64_t* rows, std::int64_t n, const void* table,
+                               std::int64_t dim, double norm_type, double* partials, int device) override;
+  void embedding_renorm_rows(DType dtype, const std::int64_t* rows, std::int64_t n, void* table, std::int64_t dim,
+                             const double* partials, double norm_type, double max_norm, int device) override;
 
   // cuda_softmax.cu (cross-entropy pieces)
   void row_max(DType dtype, const void* x, std::int64_t n, std::int64_t v, double* out, int device) override;

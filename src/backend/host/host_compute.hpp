@@ -8,7 +8,8 @@
 //   host_norm.cpp        layer_norm, rms_norm (+backward)
 //   host_softmax.cpp     row_max, sum_exp_and_target, cross_entropy_grad
 //   host_attention.cpp   attention (+backward), fused per head, double accumulation
-//   host_embedding.cpp   embedding_gather, embedding_scatter_add
+//   host_embedding.cpp   embedding_gather, embedding_scatter_add, embedding_norm_partials,
+//                        embedding_renorm_rows
 //   host_field.cpp       weighted_squared_error, channel_affine (field losses, normalisation)
 //   host_im2col.cpp      im2col, col2im_add
 //   host_init.cpp        init_uniform
@@ -64,7 +65,12 @@ class HostCompute final : public Compute {
   void embedding_gather(DType dtype, const std::int64_t* ids, std::int64_t count, const void* table,
                         std::int64_t rows, std::int64_t dim, std::int64_t row_offset, void* y, int device) override;
   void embedding_scatter_add(DType dtype, const void* dy, const std::int64_t* ids, std::int64_t count, void* grad,
-                             std::int64_t rows, std::int64_t dim, std::int64_t row_offset, int device) override;
+                             std::int64_t rows, std::int64_t dim, std::int64_t row_offset, const double* id_scale,
+                             std::int64_t skip_id, int device) override;
+  void embedding_norm_partials(DType dtype, const std::int64_t* rows, std::int64_t n, const void* table,
+                               std::int64_t dim, double norm_type, double* partials, int device) override;
+  void embedding_renorm_rows(DType dtype, const std::int64_t* rows, std::int64_t n, void* table, std::int64_t dim,
+                             const double* partials, double norm_type, double max_norm, int device) override;
 
   // host_softmax.cpp (cross-entropy pieces)
   void row_max(DType dtype, const void* x, std::int64_t n, std::int64_t v, double* out, int device) override;
