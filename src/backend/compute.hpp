@@ -75,7 +75,19 @@ struct AttentionShape {
   std::int64_t batch = 0, seq = 0, width = 0, heads = 1;
   bool causal = false;
   double scale = 1.0;  // 1 / sqrt(head_dim)
+  // Grouped-query attention: k and v hold kv_heads heads ([batch, seq, kv_heads * head_dim]);
+  // query head h reads key/value head h / (heads / kv_heads). 0 means kv_heads = heads.
+  std::int64_t kv_heads = 0;
   std::int64_t head_dim() const { return width / heads; }
+  std::int64_t kv_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  std::int64_t kv_width() const { return kv_count() * head_dim(); }
+  std::int64_t group() const { return heads / kv_count(); }
+};
+
+// The geometry of one rotary-embedding call (see Compute::rope).
+struct RopeShape {
+  std::int64_t batch = 0, seq = 0, width = 0, head_dim = 2;  // width = heads * head_dim, head_dim even
+  double theta = 10000.0;
 };
 
 class Compute {
@@ -171,6 +183,13 @@ class Compute {
   virtual void attention_backward(DType dtype, const void* dout, const void* q, const void* k, const void* v,
                                   const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
                                   int device) = 0;
+
+  // ---- Rotary position embeddings over x [batch, seq, width], width = heads * head_dim:
+  // in each head the interleaved pair (2i, 2i+1) at position s is rotated by the angle
+  // s * theta^(-2i / head_dim) (rope_math.hpp, shared by both backends; angles, sines
+  // and products in double). `inverse` rotates by minus that angle: the backward, as a
+  // rotation's adjoint is its inverse. out may equal x.
+  virtual void rope(DType dtype, const void* x, void* out, const RopeShape& shape, bool inverse, int device) = 0;
 
   // ---- Field losses and normalisation over x [outer, channels or rows, inner].
   // Latitude-weighted squared error over [planes, rows, cols]: returns

@@ -1,7 +1,9 @@
 #include "tessera/models/decoder.hpp"
 
 #include <cmath>
+#include <cstdio>
 
+#include "models/kv_heads_projection.hpp"
 #include "tessera/detail/checked_math.hpp"
 #include "tessera/error.hpp"
 #include "tessera/nn/attention.hpp"
@@ -21,9 +23,13 @@ std::int64_t DecoderConfig::parameter_count() const {
   const char* who = "decoder size";
   try {
     const std::int64_t table = checked_mul(vocab, d_model, who);
-    // A layer: two RMSNorm weights, q/k/v/o (d x d), SwiGLU gate/up (d x hidden) and down.
+    // A layer: two RMSNorm weights, q/o (d x d), k/v (d x n_kv_heads * head_dim), SwiGLU
+    // gate/up (d x hidden) and down.
+    const std::int64_t kv_width = n_heads > 0 ? kv_heads() * (d_model / n_heads) : d_model;
+    const std::int64_t attention = checked_add(checked_mul(2, checked_mul(d_model, d_model, who), who),
+                                               checked_mul(2, checked_mul(d_model, kv_width, who), who), who);
     const std::int64_t layer = checked_add(checked_mul(2, d_model, who),
-                                           checked_add(checked_mul(4, checked_mul(d_model, d_model, who), who),
+                                           checked_add(attention,
                                                        checked_mul(3, checked_mul(d_model, hidden, who), who), who),
                                            who);
     std::int64_t total = checked_add(table, checked_mul(n_layers, layer, who), who);
@@ -32,6 +38,15 @@ std::int64_t DecoderConfig::parameter_count() const {
   } catch (const ShapeError& e) {
     throw ConfigError(std::string("the decoder's parameter count does not fit in int64 (") + e.what() + ")");
   }
+}
+
+nn::AttentionOptions DecoderConfig::attention_options() const {
+  nn::AttentionOptions o;
+  o.n_kv_heads = n_kv_heads;
+  o.rope = rope;
+  o.rope_theta = rope_theta;
+  o.causal = true;
+  return o;
 }
 
 namespace {
@@ -51,12 +66,18 @@ Tensor residual_add(const Tensor& a, const Tensor& b, const std::string& layer, 
 
 TransformerBlock::TransformerBlock(std::int64_t d_model, std::int64_t n_heads, std::int64_t hidden, double eps,
                                    DType dtype, Device device)
+    : TransformerBlock(d_model, n_heads, hidden, nn::AttentionOptions{}, eps, dtype, device) {}
+
+TransformerBlock::TransformerBlock(std::int64_t d_model, std::int64_t n_heads, std::int64_t hidden,
+                                   const nn::AttentionOptions& attention, double eps, DType dtype, Device device)
     : d_model_(d_model), n_heads_(n_heads), hidden_(hidden), eps_(eps) {
   if (d_model < 1 || n_heads < 1 || hidden < 1 || d_model % n_heads != 0) {
     throw InvalidArgument(describe() + ": d_model must be a positive multiple of n_heads and hidden >= 1");
   }
+  nn::AttentionOptions causal = attention;
+  causal.causal = true;
   register_child("attn_norm", std::make_unique<nn::RMSNorm>(d_model, eps, dtype, device));
-  register_child("attn", std::make_unique<nn::MultiHeadAttention>(d_model, n_heads, /*causal=*/true, dtype, device));
+  register_child("attn", std::make_unique<nn::MultiHeadAttention>(d_model, n_heads, causal, dtype, device));
   register_child("mlp_norm", std::make_unique<nn::RMSNorm>(d_model, eps, dtype, device));
   register_child("mlp", std::make_unique<nn::SwiGLU>(d_model, hidden, dtype, device));
 }
@@ -93,6 +114,18 @@ nn::Embedding& tied_table(nn::Module& embed, const std::string& who) {
   return *table;
 }
 
+// ", n_kv_heads=1, rope_theta=10000" for the options that are set (nothing by default).
+std::string attention_extras(const DecoderConfig& c) {
+  std::string s;
+  if (c.n_kv_heads != 0 && c.n_kv_heads != c.n_heads) s += ", n_kv_heads=" + std::to_string(c.n_kv_heads);
+  if (c.rope) {
+    char theta[32];
+    std::snprintf(theta, sizeof theta, "%g", c.rope_theta);
+    s += std::string(", rope_theta=") + theta;
+  }
+  return s;
+}
+
 }  // namespace
 
 Decoder::Decoder(const DecoderConfig& config, DType dtype, Device device) : config_(config) {
@@ -102,11 +135,21 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, Device device) : conf
                           ": vocab, d_model, n_heads and hidden must be >= 1, n_layers >= 0, and d_model a "
                           "multiple of n_heads");
   }
+  if (config.n_kv_heads < 0 || config.n_heads % config.kv_heads() != 0) {
+    throw InvalidArgument(describe() + ": n_kv_heads (" + std::to_string(config.n_kv_heads) +
+                          ") must divide n_heads (" + std::to_string(config.n_heads) +
+                          "); 0 means n_heads (no grouping)");
+  }
+  if (config.rope && ((config.d_model / config.n_heads) % 2 != 0 || !(config.rope_theta > 0) ||
+                      !std::isfinite(config.rope_theta))) {
+    throw InvalidArgument(describe() + ": rope needs an even head dimension (d_model / n_heads = " +
+                          std::to_string(config.d_model / config.n_heads) + ") and a finite rope_theta > 0");
+  }
   register_child("embed", std::make_unique<nn::Embedding>(config.vocab, config.d_model, dtype, device));
   auto layers = std::make_unique<nn::Sequential>();
   for (std::int64_t i = 0; i < config.n_layers; ++i) {
-    layers->append(std::make_unique<TransformerBlock>(config.d_model, config.n_heads, config.hidden, config.eps,
-                                                      dtype, device));
+    layers->append(std::make_unique<TransformerBlock>(config.d_model, config.n_heads, config.hidden,
+                                                      config.attention_options(), config.eps, dtype, device));
   }
   register_child("layers", std::move(layers));
   register_child("norm", std::make_unique<nn::RMSNorm>(config.d_model, config.eps, dtype, device));
@@ -118,7 +161,7 @@ Decoder::Decoder(const DecoderConfig& config, DType dtype, Device device) : conf
 std::string Decoder::describe() const {
   return "Decoder(vocab=" + std::to_string(config_.vocab) + ", d_model=" + std::to_string(config_.d_model) +
          ", n_heads=" + std::to_string(config_.n_heads) + ", hidden=" + std::to_string(config_.hidden) +
-         ", n_layers=" + std::to_string(config_.n_layers) + ")";
+         ", n_layers=" + std::to_string(config_.n_layers) + attention_extras(config_) + ")";
 }
 
 Tensor Decoder::forward(const Tensor& ids) {
@@ -156,11 +199,14 @@ Tensor Decoder::backward(const Tensor& grad_logits) {
 
 namespace tessera::models {
 
-DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_parallel) {
+DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_parallel, int tp_size) {
   using tp::Layout;
   using tp::ParallelStyle;
+  if (tp_size < 1) throw InvalidArgument("decoder_tp_plan: tp_size must be >= 1, got " + std::to_string(tp_size));
   DecoderTpPlan out;
   out.sequence_parallel = sequence_parallel;
+  // Whole key/value heads per rank when tp divides them; repeated otherwise.
+  out.kv_heads_split = config.n_heads > 0 && config.kv_heads() % tp_size == 0;
   if (sequence_parallel && config.tie_embeddings) {
     out.sequence_parallel = false;
     out.reason =
@@ -182,6 +228,8 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
       plan.push_back({block + "mlp_norm", ParallelStyle::sequence_parallel()});
     }
     for (const char* name : {"attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up"}) {
+      const bool kv = name[5] == 'k' || name[5] == 'v';
+      if (kv && !out.kv_heads_split) continue;  // parallelize_decoder repeats them
       plan.push_back({block + name, ParallelStyle::colwise(col_in)});
     }
     for (const char* name : {"attn.o", "mlp.down"}) {
@@ -193,6 +241,38 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
     out.vocab_sharded_logits = false;
   } else {
     plan.push_back({"head", ParallelStyle::colwise(col_in)});
+  }
+  return out;
+}
+
+DecoderTpPlan parallelize_decoder(Decoder& model, Communicator& tp, bool sequence_parallel) {
+  const DecoderConfig& config = model.config();
+  if (config.n_heads % tp.size() != 0) {
+    throw InvalidArgument("parallelize_decoder: n_heads (" + std::to_string(config.n_heads) +
+                          ") must be divisible by the tensor-parallel size (" + std::to_string(tp.size()) +
+                          "): query heads are split over tp");
+  }
+  DecoderTpPlan out = decoder_tp_plan(config, sequence_parallel, tp.size());
+  tp::parallelize(model, tp, out.plan);
+  if (out.kv_heads_split) return out;
+  const detail::KvHeadsOfRank mine = detail::kv_heads_of_rank(config.n_heads, config.kv_heads(), tp.size(), tp.rank());
+  const std::int64_t head_dim = config.d_model / config.n_heads;
+  const std::optional<int> sequence_dim = out.sequence_parallel ? std::optional<int>(1) : std::nullopt;
+  for (std::int64_t i = 0; i < config.n_layers; ++i) {
+    const std::string attn = "layers." + std::to_string(i) + ".attn";
+    for (const char* name : {".k", ".v"}) {
+      const std::string path = attn + name;
+      if (dynamic_cast<nn::Linear*>(&model.at(path)) == nullptr) {
+        throw InvalidArgument("parallelize_decoder: '" + path + "' is a " + model.at(path).type_name() +
+                              ", expected the serial Linear (was the model converted already?)");
+      }
+      // Out of the tree (an empty Sequential holds its place) and into its wrapper.
+      std::unique_ptr<nn::Linear> linear(
+          static_cast<nn::Linear*>(model.replace(path, std::make_unique<nn::Sequential>()).release()));
+      model.replace(path, std::make_unique<detail::KvHeadsProjection>(std::move(linear), tp, mine.heads, head_dim,
+                                                                      sequence_dim, path));
+    }
+    dynamic_cast<nn::MultiHeadAttention&>(model.at(attn)).set_local_kv_group(mine.local_group);
   }
   return out;
 }

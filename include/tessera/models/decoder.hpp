@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/comm.hpp"
+#include "tessera/nn/attention.hpp"
 #include "tessera/nn/module.hpp"
 #include "tessera/tp/parallelize.hpp"
 
@@ -25,6 +27,11 @@ class TransformerBlock : public nn::Module {
  public:
   TransformerBlock(std::int64_t d_model, std::int64_t n_heads, std::int64_t hidden, double eps = 1e-6,
                    DType dtype = DType::f32, Device device = Device::host());
+  // With grouped-query attention and/or rotary embeddings (attention.causal is ignored:
+  // a decoder block is causal).
+  TransformerBlock(std::int64_t d_model, std::int64_t n_heads, std::int64_t hidden,
+                   const nn::AttentionOptions& attention, double eps = 1e-6, DType dtype = DType::f32,
+                   Device device = Device::host());
 
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output) override;
@@ -52,6 +59,18 @@ struct DecoderConfig {
   // The output projection reuses the embedding table (logits = h · embed.weightᵀ):
   // there is no "head" child and the table's gradient collects both uses.
   bool tie_embeddings = false;
+  // Grouped-query attention: key/value heads (0 means n_heads, plain multi-head
+  // attention); must divide n_heads. The k and v projections are d_model ->
+  // n_kv_heads * (d_model / n_heads).
+  std::int64_t n_kv_heads = 0;
+  // Rotary position embeddings on q and k (interleaved pairs, nn/attention.hpp), base theta.
+  bool rope = false;
+  double rope_theta = 10000.0;
+
+  // n_kv_heads with 0 resolved to n_heads.
+  std::int64_t kv_heads() const { return n_kv_heads == 0 ? n_heads : n_kv_heads; }
+  // The attention options of every block.
+  nn::AttentionOptions attention_options() const;
 
   // The decoder's parameter count (the serial model every rank builds before
   // parallelize slices it); ConfigError when it does not fit in int64.
@@ -73,7 +92,8 @@ class Decoder : public nn::Module {
   std::string type_name() const override { return "Decoder"; }
 
   const DecoderConfig& config() const { return config_; }
-  // "Decoder(vocab=32, d_model=8, n_heads=2, hidden=16, n_layers=2)".
+  // "Decoder(vocab=32, d_model=8, n_heads=2, hidden=16, n_layers=2)"; with
+  // ", n_kv_heads=1" and ", rope_theta=10000" when they are set.
   std::string describe() const;
 
  private:
@@ -90,12 +110,27 @@ class Decoder : public nn::Module {
 // transition is a split of the replicated embedding's output (no communication
 // forward), so the first block's residual stream is already sharded. Tied embeddings switch sequence parallelism off, and keep the head replicated
 // (a Colwise head would impose a vocabulary sharding on the shared table).
+//
+// Grouped-query attention: when tp divides n_kv_heads, k and v are Colwise like q (each
+// rank holds n_kv_heads / tp whole key/value heads, tp: Shard(0)). Otherwise the key/
+// value heads are repeated: the plan leaves k and v out (kv_heads_split false) and
+// parallelize_decoder replaces them by projections that keep the weights tp-replicated
+// and compute on each rank the key/value heads its query heads read
+// (src/models/kv_heads_projection.hpp). `tp_size` decides which; the default 1 always
+// splits (right for every tp when n_kv_heads = n_heads).
 struct DecoderTpPlan {
   tp::ParallelizePlan plan;
   bool sequence_parallel = false;    // what the plan does (may differ from what was asked)
   std::string reason;                // why sequence parallelism was switched off, if it was
   bool vocab_sharded_logits = true;  // false with tied embeddings: logits are replicated
+  bool kv_heads_split = true;        // false: k and v repeated, applied by parallelize_decoder
 };
-DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_parallel);
+DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_parallel, int tp_size = 1);
+
+// Converts `model` in place over `tp`: tp::parallelize with decoder_tp_plan(config,
+// sequence_parallel, tp.size()), then the repeated key/value projections when tp does
+// not divide n_kv_heads. Returns the plan it applied. InvalidArgument naming n_heads
+// when tp does not divide it. Collective over tp only where tp::parallelize is.
+DecoderTpPlan parallelize_decoder(Decoder& model, Communicator& tp, bool sequence_parallel);
 
 }  // namespace tessera::models

@@ -1,6 +1,9 @@
 // CudaCompute, attention family: per (batch, head), Q K^T and P V as cuBLAS GEMMs on the
 // head's column block (row stride = width) and the softmax and its backward as row
 // kernels in double (host twin: host_attention.cpp, which fuses the same steps).
+// Grouped-query attention: query head h reads key/value head h / group (row stride
+// kv_width); the group's dK and dV GEMMs accumulate into one block (beta = 1 after the
+// first query head of the group).
 
 #include <cuda_runtime.h>
 
@@ -58,9 +61,10 @@ void* at(const void* base, std::int64_t element, DType dtype) {
          element * static_cast<std::int64_t>(dtype_size(dtype));
 }
 
-// C [m, n] (row stride ldc) = op(A) op(B) for one head's blocks.
+// C [m, n] (row stride ldc) = op(A) op(B) + beta C for one head's blocks.
 void head_gemm(DType dtype, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const void* a,
-               std::int64_t lda, const void* b, std::int64_t ldb, void* c, std::int64_t ldc, int device) {
+               std::int64_t lda, const void* b, std::int64_t ldb, void* c, std::int64_t ldc, int device,
+               double beta = 0.0) {
   GemmArgs g;
   g.ab = g.c = dtype;
   g.transpose_a = ta;
@@ -74,6 +78,7 @@ void head_gemm(DType dtype, bool ta, bool tb, std::int64_t m, std::int64_t n, st
   g.ldb = ldb;
   g.out = c;
   g.ldc = ldc;
+  g.beta = beta;
   cuda_gemm(g, device);
 }
 
@@ -107,24 +112,26 @@ void softmax_backward_rows(DType dtype, const void* probs, void* dp, std::int64_
 
 }  // namespace
 
-// Attention per (batch, head): GEMMs on the head's column block (row stride W) and row
-// kernels for the softmax and its backward.
+// Attention per (batch, head): GEMMs on the head's column block (row stride W; K and V:
+// their key/value head's block, row stride KW) and row kernels for the softmax and its
+// backward.
 void CudaCompute::attention(DType dtype, const void* q, const void* k, const void* v, void* out, void* probs,
                             const AttentionShape& shape, int device) {
   const std::int64_t B = shape.batch, S = shape.seq, W = shape.width, H = shape.heads, hd = shape.head_dim();
+  const std::int64_t KW = shape.kv_width(), G = shape.group();
   if (B * S == 0) return;
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < H; ++h) {
-      const std::int64_t base = b * S * W + h * hd;
+      const std::int64_t base = b * S * W + h * hd, kv_base = b * S * KW + (h / G) * hd;
       // scores = Q K^T (scaled inside the softmax kernel)
-      head_gemm(dtype, false, true, S, S, hd, at(q, base, dtype), W, at(k, base, dtype), W,
+      head_gemm(dtype, false, true, S, S, hd, at(q, base, dtype), W, at(k, kv_base, dtype), KW,
                 at(probs, (b * H + h) * S * S, dtype), S, device);
     }
   softmax_rows(dtype, probs, B * H, S, shape.scale, shape.causal, device);
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < H; ++h) {
-      const std::int64_t base = b * S * W + h * hd;
-      head_gemm(dtype, false, false, S, hd, S, at(probs, (b * H + h) * S * S, dtype), S, at(v, base, dtype), W,
+      const std::int64_t base = b * S * W + h * hd, kv_base = b * S * KW + (h / G) * hd;
+      head_gemm(dtype, false, false, S, hd, S, at(probs, (b * H + h) * S * S, dtype), S, at(v, kv_base, dtype), KW,
                 at(out, base, dtype), W, device);
     }
 }
@@ -133,27 +140,31 @@ void CudaCompute::attention_backward(DType dtype, const void* dout, const void* 
                                      const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
                                      int device) {
   const std::int64_t B = shape.batch, S = shape.seq, W = shape.width, H = shape.heads, hd = shape.head_dim();
+  const std::int64_t KW = shape.kv_width(), G = shape.group();
   if (B * S == 0) return;
   DeviceGuard guard(device);
   DeviceScratch dp_scratch(static_cast<std::size_t>(B * H * S * S) * dtype_size(dtype), guard.device());
   void* dp = dp_scratch.as<void>();
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < H; ++h) {
-      const std::int64_t base = b * S * W + h * hd;
+      const std::int64_t base = b * S * W + h * hd, kv_base = b * S * KW + (h / G) * hd;
       // dP = dO V^T
-      head_gemm(dtype, false, true, S, S, hd, at(dout, base, dtype), W, at(v, base, dtype), W,
+      head_gemm(dtype, false, true, S, S, hd, at(dout, base, dtype), W, at(v, kv_base, dtype), KW,
                 at(dp, (b * H + h) * S * S, dtype), S, device);
     }
   // dS = P (dP - rowsum(P dP)) scale, in place
   softmax_backward_rows(dtype, probs, dp, B * H, S, shape.scale, device);
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < H; ++h) {
-      const std::int64_t base = b * S * W + h * hd;
+      const std::int64_t base = b * S * W + h * hd, kv_base = b * S * KW + (h / G) * hd;
+      const double beta = h % G == 0 ? 0.0 : 1.0;  // the group's later heads add to its dK, dV
       const void* ds = at(dp, (b * H + h) * S * S, dtype);
       const void* p = at(probs, (b * H + h) * S * S, dtype);
-      head_gemm(dtype, false, false, S, hd, S, ds, S, at(k, base, dtype), W, at(dq, base, dtype), W, device);
-      head_gemm(dtype, true, false, S, hd, S, ds, S, at(q, base, dtype), W, at(dk, base, dtype), W, device);
-      head_gemm(dtype, true, false, S, hd, S, p, S, at(dout, base, dtype), W, at(dv, base, dtype), W, device);
+      head_gemm(dtype, false, false, S, hd, S, ds, S, at(k, kv_base, dtype), KW, at(dq, base, dtype), W, device);
+      head_gemm(dtype, true, false, S, hd, S, ds, S, at(q, base, dtype), W, at(dk, kv_base, dtype), KW, device,
+                beta);
+      head_gemm(dtype, true, false, S, hd, S, p, S, at(dout, base, dtype), W, at(dv, kv_base, dtype), KW, device,
+                beta);
     }
 }
 

@@ -11,6 +11,7 @@
 //   cuda_norm.cu        layer_norm, rms_norm (+backward)
 //   cuda_softmax.cu     row_max, sum_exp_and_target, cross_entropy_grad
 //   cuda_attention.cu   attention (+backward): cuBLAS GEMMs per head and softmax row kernels
+//   cuda_rope.cu        rope (rotary position embeddings, forward and inverse)
 //   cuda_embedding.cu   embedding_gather, embedding_scatter_add, embedding_norm_partials,
 //                       embedding_renorm_rows
 //   cuda_field.cu       weighted_squared_error, channel_affine (free functions of cuda_field.hpp)
@@ -112,6 +113,9 @@ class CudaCompute final : public Compute {
   void attention_backward(DType dtype, const void* dout, const void* q, const void* k, const void* v,
                           const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
                           int device) override;
+
+  // cuda_rope.cu
+  void rope(DType dtype, const void* x, void* out, const RopeShape& shape, bool inverse, int device) override;
 
   // cuda_field.cu
   double weighted_squared_error(DType dtype, const void* prediction, const void* target, const double* row_weights,

@@ -8,6 +8,7 @@
 //   host_norm.cpp        layer_norm, rms_norm (+backward)
 //   host_softmax.cpp     row_max, sum_exp_and_target, cross_entropy_grad
 //   host_attention.cpp   attention (+backward), fused per head, double accumulation
+//   host_rope.cpp        rope (rotary position embeddings, forward and inverse)
 //   host_embedding.cpp   embedding_gather, embedding_scatter_add, embedding_norm_partials,
 //                        embedding_renorm_rows
 //   host_field.cpp       weighted_squared_error, channel_affine (field losses, normalisation)
@@ -87,6 +88,9 @@ class HostCompute final : public Compute {
   void attention_backward(DType dtype, const void* dout, const void* q, const void* k, const void* v,
                           const void* probs, void* dq, void* dk, void* dv, const AttentionShape& shape,
                           int device) override;
+
+  // host_rope.cpp
+  void rope(DType dtype, const void* x, void* out, const RopeShape& shape, bool inverse, int device) override;
 
   // host_field.cpp
   double weighted_squared_error(DType dtype, const void* prediction, const void* target, const double* row_weights,
