@@ -1,0 +1,423 @@
+// domain::Redistribution and models::CoupledModel against their serial twins.
+//
+// Redistribution: the code's decomposition (2x2 blocks at 4 ranks, longitude or latitude
+// bands at 2 and 3, one box at 1) to a model on M = 1 and 2 ranks in latitude bands, on a
+// rank list in reverse order, and with two replicas: every model cell equals the global
+// field's, and a round trip (code -> model -> code) is bit-exact for several f32 and f64
+// fields with different leading dims, blocking and split (start/finish). Errors (M > N,
+// a duplicate in the rank list, M = 0, a rank outside the communicator, a model grid
+// that does not hold the model ranks, ranks that disagree, a wrong field on one rank)
+// throw the same error on every rank, naming the argument, without a hang.
+//
+// CoupledModel: the field emulator on M = 1 and 2 model ranks (and tensor 2) fed in the
+// code's layout equals the serial model on the gathered field (bit for bit at M = 1);
+// a model whose grid is not the code's, and a wrong input on one rank, fail everywhere.
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include <unistd.h>
+
+#include "mpi_test.hpp"
+#include "tessera/backend.hpp"
+#include "tessera/comm.hpp"
+#include "tessera/domain/decomposition.hpp"
+#include "tessera/domain/redistribution.hpp"
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/models/coupled_model.hpp"
+#include "tessera/models/load_model.hpp"
+#include "tessera/nn/module.hpp"
+
+using namespace tessera;
+using namespace tessera::domain;
+using tessera::testing::world_rank;
+using tessera::testing::world_size;
+
+namespace {
+
+Communicator& world() {
+  static Communicator comm(MPI_COMM_WORLD);
+  return comm;
+}
+
+constexpr std::int64_t kLat = 9, kLon = 10;
+
+// The code layouts tried at this rank count.
+std::vector<ProcessGrid> code_grids() {
+  const int p = world_size();
+  if (p == 4) return {{2, 2}, {1, 4}};
+  if (p == 2) return {{1, 2}, {2, 1}};
+  return {{p, 1}};
+}
+
+// A distinct value for every (field, leading index, lat, lon), exact in f32.
+double value(int field, std::int64_t lead, std::int64_t i, std::int64_t j) {
+  return 1000.0 * field + 100.0 * static_cast<double>(lead) + 10.0 * static_cast<double>(i) +
+         static_cast<double>(j) * 0.5 + 0.25;
+}
+
+// Field `k` of (leading..., box) filled from value() (times `sign`).
+Tensor filled(int k, DType dtype, const Shape& leading, const LocalBox& box, double sign = 1.0) {
+  Shape s = leading;
+  s.push_back(box.lat.length);
+  s.push_back(box.lon.length);
+  Tensor t = Tensor::empty(s, DType::f64);
+  const std::int64_t lead = shape_numel(leading);
+  double* p = t.data<double>();
+  for (std::int64_t l = 0; l < lead; ++l)
+    for (std::int64_t i = 0; i < box.lat.length; ++i)
+      for (std::int64_t j = 0; j < box.lon.length; ++j)
+        *p++ = sign * value(k, l, box.lat.start + i, box.lon.start + j);
+  if (dtype == DType::f64) return t;
+  std::vector<float> narrow;
+  for (double v : t.to_vector<double>()) narrow.push_back(static_cast<float>(v));
+  return Tensor::from_vector(narrow, s);
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
+}
+
+struct FieldSpec {
+  DType dtype;
+  Shape leading;
+};
+const std::vector<FieldSpec> kFields{{DType::f32, {2}}, {DType::f64, {}}, {DType::f64, {3, 2}}, {DType::f32, {1}}};
+
+// Code -> model, every model cell checked; model -> code of the model's values negated;
+// and the untouched round trip: bit-exact.
+void check_round_trip(Redistribution& plan, bool split) {
+  const Decomposition& code = plan.code();
+  std::vector<Tensor> code_fields, model_fields, back;
+  for (std::size_t k = 0; k < kFields.size(); ++k) {
+    code_fields.push_back(filled(static_cast<int>(k), kFields[k].dtype, kFields[k].leading, code.box()));
+    back.push_back(Tensor::zeros(code_fields.back().shape(), kFields[k].dtype));
+    if (plan.is_model_rank()) {
+      model_fields.push_back(Tensor::zeros(plan.model_shape(kFields[k].leading), kFields[k].dtype));
+    }
+  }
+  if (split) {
+    plan.start_to_model(code_fields, model_fields);
+    EXPECT_TRUE(plan.in_flight());
+    plan.finish();
+  } else {
+    plan.to_model(code_fields, model_fields);
+  }
+  EXPECT_FALSE(plan.in_flight());
+  for (std::size_t k = 0; k < model_fields.size(); ++k) {
+    const Tensor expected = filled(static_cast<int>(k), kFields[k].dtype, kFields[k].leading, plan.model_box());
+    EXPECT_TRUE(same_bits(model_fields[k], expected)) << plan.str() << ", field " << k << " on model rank "
+                                                       << plan.model_rank();
+  }
+  plan.to_code(model_fields, back);
+  for (std::size_t k = 0; k < back.size(); ++k) {
+    EXPECT_TRUE(same_bits(back[k], code_fields[k])) << plan.str() << ": round trip of field " << k;
+  }
+  // The model's values changed (negated) come back changed, in the code's boxes.
+  for (std::size_t k = 0; k < model_fields.size(); ++k) {
+    model_fields[k].copy_from(filled(static_cast<int>(k), kFields[k].dtype, kFields[k].leading, plan.model_box(), -1));
+  }
+  if (split) {
+    plan.start_to_code(model_fields, back);
+    plan.finish();
+  } else {
+    plan.to_code(model_fields, back);
+  }
+  for (std::size_t k = 0; k < back.size(); ++k) {
+    const Tensor expected = filled(static_cast<int>(k), kFields[k].dtype, kFields[k].leading, code.box(), -1);
+    EXPECT_TRUE(same_bits(back[k], expected)) << plan.str() << ": model -> code of field " << k;
+  }
+}
+
+// Runs `call` expecting an `E` whose message holds `needle`, on every rank.
+template <class E, class F>
+void expect_error(F&& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "another error: " << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(Redistribution, CountsOfModelRanksInLatitudeBandsRoundTripExactly) {
+  for (const ProcessGrid& g : code_grids()) {
+    Decomposition code(world(), {kLat, kLon}, g);
+    for (int m : {1, 2}) {
+      if (m > world_size()) continue;
+      Redistribution plan(code, ModelRanks::count(m));
+      EXPECT_EQ(plan.model_size(), m);
+      EXPECT_EQ(plan.model_grid(), (ProcessGrid{m, 1}));
+      // count(M): ranks floor(i N / M).
+      for (int i = 0; i < m; ++i) EXPECT_EQ(plan.model_ranks()[i], i * world_size() / m);
+      EXPECT_EQ(plan.is_model_rank(), plan.model_rank() >= 0);
+      if (plan.is_model_rank()) {
+        EXPECT_EQ(plan.model_comm().size(), m);
+        EXPECT_EQ(plan.model_comm().rank(), plan.model_rank());
+        EXPECT_EQ(plan.model_box().lat, shard_range(kLat, m, plan.model_rank()));
+        EXPECT_EQ(plan.model_box().lon.length, kLon);
+      } else {
+        EXPECT_THROW((void)plan.model_comm(), InvalidArgument);
+      }
+      check_round_trip(plan, false);
+      check_round_trip(plan, true);
+      check_round_trip(plan, false);  // the validated field set, reused
+    }
+  }
+}
+
+TEST(Redistribution, RankListsModelGridsAndReplicas) {
+  const int p = world_size();
+  Decomposition code(world(), {kLat, kLon}, code_grids().front());
+  {
+    std::vector<int> reversed;
+    for (int r = p - 1; r >= 0; r -= 2) reversed.push_back(r);  // every other rank, last first
+    Redistribution plan(code, ModelRanks::list(reversed));
+    EXPECT_EQ(plan.model_ranks(), reversed);
+    check_round_trip(plan, false);
+  }
+  if (p >= 2) {
+    // Two replicas of one box (a model with tensor degree 2): both get the whole field.
+    Redistribution plan(code, ModelRanks::list({p - 1, 0}), ModelLayout{{0, 0}, 2});
+    EXPECT_EQ(plan.model_grid(), (ProcessGrid{1, 1}));
+    check_round_trip(plan, true);
+    // A 1 x 2 model grid: longitude halves.
+    Redistribution lon(code, ModelRanks::count(2), ModelLayout{{1, 2}, 1});
+    if (lon.is_model_rank()) EXPECT_EQ(lon.model_box().lon, shard_range(kLon, 2, lon.model_rank()));
+    check_round_trip(lon, false);
+  }
+}
+
+TEST(Redistribution, PerNodeDefaultIsOnePerGpuOrOnePerNode) {
+  // One node here: its GPUs (at least one model rank) spread over the node's ranks.
+  const int p = world_size();
+  const std::vector<int> ranks = resolve_model_ranks(world(), ModelRanks::per_node());
+  const int expected = std::clamp(cuda_device_count(), 1, p);
+  ASSERT_EQ(static_cast<int>(ranks.size()), expected);
+  for (int k = 0; k < expected; ++k) EXPECT_EQ(ranks[k], k * p / expected);
+  Decomposition code(world(), {kLat, kLon}, code_grids().front());
+  Redistribution plan(code, ModelRanks::per_node());
+  check_round_trip(plan, false);
+}
+
+TEST(Redistribution, BadArgumentsFailOnEveryRankNamingTheArgument) {
+  const int p = world_size();
+  Decomposition code(world(), {kLat, kLon}, code_grids().front());
+  expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::count(p + 1)); }, "M > N");
+  expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::count(0)); }, "model rank count M = 0");
+  std::vector<int> too_many(static_cast<std::size_t>(p + 1));
+  for (int i = 0; i <= p; ++i) too_many[static_cast<std::size_t>(i)] = i;
+  expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::list(too_many)); }, "M > N");
+  if (p >= 2) {
+    expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::list({1, 1})); }, "twice");
+  } else {
+    expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::list({0, 0})); }, "M > N");
+  }
+  expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::list({p})); }, "outside");
+  expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::list({})); }, "empty");
+  expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::count(1), ModelLayout{{2, 1}, 1}); },
+                                "model grid 2x1");
+  expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::count(1), ModelLayout{{0, 0}, 2}); },
+                                "replicas");
+  if (p >= 2) {
+    // One rank alone chose another count, or another way of choosing.
+    expect_error<InvalidArgument>(
+        [&] { Redistribution plan(code, ModelRanks::count(world_rank() == p - 1 ? 2 : 1)); }, "different model ranks");
+    expect_error<InvalidArgument>(
+        [&] { Redistribution plan(code, world_rank() == 0 ? ModelRanks::per_node() : ModelRanks::count(1)); },
+        "chose the model ranks differently");
+    // A bad argument on one rank only.
+    expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::count(world_rank() == 1 ? p + 1 : 1)); },
+                                  "M > N");
+  }
+  // Fields: a wrong box on the last rank only, model fields on a rank that is no model rank.
+  Redistribution plan(code, ModelRanks::count(1));
+  const Tensor model_field = plan.is_model_rank() ? Tensor::zeros(plan.model_shape({}), DType::f32) : Tensor{};
+  const Tensor good = Tensor::zeros(code.local_shape({}), DType::f32);
+  const Tensor bad = Tensor::zeros({code.box().lat.length + 1, code.box().lon.length}, DType::f32);
+  const Tensor mine = world_rank() == p - 1 ? bad : good;
+  expect_error<ShapeError>([&] { plan.to_model({mine}, plan.is_model_rank() ? std::vector<Tensor>{model_field}
+                                                                             : std::vector<Tensor>{}); },
+                           "code field 0");
+  if (p >= 2) {
+    const Tensor stray = Tensor::zeros({1}, DType::f32);
+    expect_error<InvalidArgument>(
+        [&] {
+          plan.to_model({good}, plan.is_model_rank() ? std::vector<Tensor>{model_field} : std::vector<Tensor>{stray});
+        },
+        "not a model rank");
+  }
+  const Tensor wrong_dtype = plan.is_model_rank() ? Tensor::zeros(plan.model_shape({}), DType::f64) : Tensor{};
+  expect_error<ShapeError>(
+      [&] { plan.to_model({good}, plan.is_model_rank() ? std::vector<Tensor>{wrong_dtype} : std::vector<Tensor>{}); },
+      "model field 0");
+  // Still usable after the errors.
+  check_round_trip(plan, false);
+  EXPECT_THROW(plan.finish(), InvalidArgument);
+}
+
+// --- CoupledModel ---------------------------------------------------------------------
+
+namespace {
+
+models::FieldEmulatorConfig emulator_config() {
+  models::FieldEmulatorConfig c;
+  c.channels = 2;
+  c.width = 4;
+  c.mlp_hidden = 8;
+  c.n_blocks = 1;
+  c.nlat = kLat;
+  c.nlon = kLon;
+  c.mean = {1.0, -2.0};
+  c.std = {2.0, 0.5};
+  return c;
+}
+
+// A checkpoint of an initialised emulator, written by rank 0 alone (its own mesh).
+std::string emulator_checkpoint() {
+  static const std::string root = [] {
+    const std::string dir = (std::filesystem::temp_directory_path() /
+                             ("tessera_test_redistribution_np" + std::to_string(world_size()) + "_" +
+                              std::to_string(::getpid())))
+                                .string();
+    std::string path = dir;  // rank 0's name (its pid) for every rank
+    int length = static_cast<int>(path.size());
+    MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path.resize(static_cast<std::size_t>(length));
+    MPI_Bcast(path.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+      std::filesystem::remove_all(path);
+      Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
+      models::FieldEmulator model(emulator_config(), self);
+      nn::initialize_parameters(model, 17);
+      io::SaveOptions options;
+      options.step = 3;
+      options.metadata = models::model_metadata(emulator_config());
+      io::save_checkpoint(path, self, model, nullptr, options);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return path;
+  }();
+  return root;
+}
+
+// The serial model (every rank its own) on the global field: the reference.
+Tensor serial_prediction(const Tensor& global, bool physical) {
+  static Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
+  static std::unique_ptr<models::FieldEmulator> model = load_model(emulator_checkpoint(), self);
+  return physical ? model->predict(global) : model->forward(global);
+}
+
+Tensor box_of(const Tensor& global, const LocalBox& b) {
+  const int d = global.dim();
+  return global.narrow(d - 2, b.lat.start, b.lat.length).narrow(d - 1, b.lon.start, b.lon.length).contiguous();
+}
+
+Tensor global_input(std::int64_t batch) {
+  Tensor x = Tensor::empty({batch, 2, kLat, kLon}, DType::f32);
+  float* p = x.data<float>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) p[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 3.0);
+  return x;
+}
+
+}  // namespace
+
+TEST(CoupledModel, EqualsTheSerialModelOnTheGatheredField) {
+  const int p = world_size();
+  const Tensor global = global_input(2);
+  const Tensor expected_predict = serial_prediction(global, true);
+  const Tensor expected_forward = serial_prediction(global, false);
+  struct Case {
+    int m, tensor;
+  };
+  std::vector<Case> cases{{1, 1}};
+  if (p >= 2) {
+    cases.push_back({2, 1});
+    cases.push_back({2, 2});
+  }
+  for (const ProcessGrid& g : code_grids()) {
+    Decomposition code(world(), {kLat, kLon}, g);
+    const Tensor x = box_of(global, code.box());
+    for (const Case& c : cases) {
+      models::CoupledModel model(emulator_checkpoint(), code, ModelRanks::count(c.m), {c.tensor, true});
+      EXPECT_EQ(model.runs_model(), model.plan().is_model_rank());
+      EXPECT_EQ(model.config(), emulator_config());
+      const Tensor y = model.predict(x);
+      const Tensor f = model.forward(x);
+      const Tensor want = box_of(expected_predict, code.box());
+      const Tensor want_f = box_of(expected_forward, code.box());
+      const std::string where = "code grid " + g.str() + ", M = " + std::to_string(c.m) + ", tensor " +
+                                std::to_string(c.tensor);
+      if (c.m == 1) {
+        // One model rank: the serial model on the gathered field, bit for bit.
+        EXPECT_TRUE(same_bits(y, want)) << where;
+        EXPECT_TRUE(same_bits(f, want_f)) << where;
+      } else {
+        // Bands (and tensor parallelism) change the GEMMs' shapes, so the serial model
+        // agrees to rounding...
+        ASSERT_EQ(y.shape(), want.shape());
+        const std::vector<float> a = y.to_vector<float>(), b = want.to_vector<float>();
+        for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5 * (1.0 + std::fabs(b[i]))) << where;
+        // ...and the model run directly on its ranks' bands agrees bit for bit: the
+        // coupling adds nothing but copies.
+        Tensor all = Tensor::empty(global.shape(), DType::f32);
+        const Tensor gathered = code.gather(y, 0);
+        if (code.rank() == 0) all.copy_from(gathered);
+        MPI_Bcast(all.data(), static_cast<int>(all.numel()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+        if (model.runs_model()) {
+          const LocalBox band = model.plan().model_box();
+          const Tensor direct = model.model().predict(box_of(global, band));
+          EXPECT_TRUE(same_bits(direct, box_of(all, band))) << where << ", model rank " << model.plan().model_rank();
+        }
+      }
+      // B = 1 as a 3-D field, and output over the input.
+      Tensor one = box_of(global.narrow(0, 0, 1), code.box()).reshape({2, code.box().lat.length, code.box().lon.length});
+      Tensor inout = one.clone();
+      model.predict(inout, inout);
+      const Tensor y1 = model.predict(one);
+      EXPECT_TRUE(same_bits(inout, y1)) << where;
+      EXPECT_TRUE(same_bits(y1, y.narrow(0, 0, 1).contiguous().reshape(y1.shape()))) << where;
+    }
+  }
+}
+
+TEST(CoupledModel, ErrorsFailEveryRank) {
+  const int p = world_size();
+  // The code's grid is not the model's (10 latitudes, the model has 9).
+  Decomposition other(world(), {kLat + 1, kLon}, code_grids().front());
+  expect_error<InvalidArgument>([&] { models::CoupledModel m(emulator_checkpoint(), other, ModelRanks::count(1)); },
+                                "nlat x nlon");
+  Decomposition code(world(), {kLat, kLon}, code_grids().front());
+  expect_error<InvalidArgument>(
+      [&] { models::CoupledModel m(emulator_checkpoint(), code, ModelRanks::count(p + 1)); }, "M > N");
+  expect_error<Error>([&] { models::CoupledModel m(emulator_checkpoint() + "/missing", code, ModelRanks::count(1)); },
+                      "missing");
+  if (p >= 2) {
+    expect_error<InvalidArgument>(
+        [&] { models::CoupledModel m(emulator_checkpoint(), code, ModelRanks::list({0, 0})); }, "twice");
+  }
+  models::CoupledModel model(emulator_checkpoint(), code, ModelRanks::count(1));
+  const Tensor good = box_of(global_input(1), code.box());
+  const Tensor bad = Tensor::zeros({1, 3, code.box().lat.length, code.box().lon.length}, DType::f32);
+  expect_error<ShapeError>([&] { (void)model.predict(world_rank() == p - 1 ? bad : good); }, "is not (B, 2");
+  expect_error<InvalidArgument>([&] { (void)model.forward(Tensor::zeros(good.shape(), DType::f64)); }, "must be f32");
+  if (p >= 2) {
+    // Another batch size on one rank: the leading dims disagree.
+    const Tensor two = box_of(global_input(2), code.box());
+    expect_error<InvalidArgument>([&] { (void)model.predict(world_rank() == 0 ? two : good); }, "leading dims");
+  }
+  EXPECT_EQ(model.predict(good).shape(), good.shape());  // still usable
+}
