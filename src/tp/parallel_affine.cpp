@@ -12,15 +12,18 @@ namespace tessera::tp::detail {
 
 namespace {
 
-int feature_dim(AffineMath math) { return math == AffineMath::linear ? -1 : 1; }
+bool is_linear(const AffineMath& math) { return math.kind == AffineMath::Kind::linear; }
 
-Tensor affine(AffineMath math, const Tensor& x, const Tensor& w, const Tensor& b) {
-  return math == AffineMath::linear ? nn::functional::linear(x, w, b) : nn::functional::conv2d(x, w, b, {});
+int feature_dim(const AffineMath& math) { return is_linear(math) ? -1 : 1; }
+
+Tensor affine(const AffineMath& math, const Tensor& x, const Tensor& w, const Tensor& b) {
+  return is_linear(math) ? nn::functional::linear(x, w, b) : nn::functional::conv2d(x, w, b, math.conv);
 }
 
-Tensor affine_backward(AffineMath math, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& db) {
-  return math == AffineMath::linear ? nn::functional::linear_backward(dy, x, w, dw, db)
-                                    : nn::functional::conv2d_backward(dy, x, w, dw, db, {});
+Tensor affine_backward(const AffineMath& math, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw,
+                       Tensor& db) {
+  return is_linear(math) ? nn::functional::linear_backward(dy, x, w, dw, db)
+                         : nn::functional::conv2d_backward(dy, x, w, dw, db, math.conv);
 }
 
 // reduce_from_parallel (forward) and copy_to_parallel_backward: the sum over tp. Both

@@ -1,7 +1,7 @@
 #pragma once
 // Private: the one implementation of the column and row partition rules, shared by
 // every tensor-parallel affine layer (ColumnParallelLinear / RowParallelLinear and the
-// 1x1 ColumnParallelConv2d / RowParallelConv2d). A layer keeps its own parameters and
+// k x k ColumnParallelConv2d / RowParallelConv2d). A layer keeps its own parameters and
 // the input it saved for backward; these functions hold the rule:
 //
 // Column: weight [out, in, ...] sharded along dim 0 with its bias. The input is
@@ -17,15 +17,27 @@
 
 #include "tessera/comm.hpp"
 #include "tessera/init_spec.hpp"
+#include "tessera/nn/functional.hpp"
 #include "tessera/parameter.hpp"
 #include "tessera/tensor.hpp"
 #include "tessera/tp/linear.hpp"
 
 namespace tessera::tp::detail {
 
-// The layer math being sharded: y = x·Wᵀ + b over the last dim (Linear), or over the
-// channel dim 1 of NCHW at every grid point (a 1x1 Conv2d).
-enum class AffineMath { linear, conv1x1 };
+// The layer math being sharded: y = x·Wᵀ + b over the last dim (Linear), or a Conv2d
+// over the channel dim 1 of NCHW with its stride, padding and dilation. Whatever the
+// kernel, a conv's output channel o is a sum over input channels of per-channel window
+// sums, so its weight [out, in, kh, kw] splits over out (column) and over in (row)
+// exactly as a Linear's [out, in]; the spatial options act inside each rank's share.
+struct AffineMath {
+  enum class Kind { linear, conv2d };
+  Kind kind = Kind::linear;
+  nn::functional::Conv2dOptions conv;  // conv2d only
+
+  static const AffineMath linear;
+  static AffineMath conv2d(const nn::functional::Conv2dOptions& options) { return {Kind::conv2d, options}; }
+};
+inline const AffineMath AffineMath::linear{};
 
 enum class PartitionRule { column, row };
 

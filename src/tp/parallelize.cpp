@@ -111,16 +111,11 @@ void validate_leaf(const std::string& path, const nn::Module& m, const ParallelS
     cannot_apply(path, m, style, "a Rowwise output is Replicate or Shard(sequence)");
   }
   if (dynamic_cast<const nn::Linear*>(&m)) return;
-  if (auto* conv = dynamic_cast<const nn::Conv2d*>(&m)) {
+  if (dynamic_cast<const nn::Conv2d*>(&m)) {
     if (style.input == Layout::shard_sequence || style.output == Layout::shard_sequence) {
       cannot_apply(path, m, style, "sequence sharding applies to (B, S, D) activations, not NCHW fields");
     }
-    try {
-      require_plain_1x1(*conv, label_of(path, m));
-    } catch (const InvalidArgument& e) {
-      cannot_apply(path, m, style, e.what());
-    }
-    return;
+    return;  // any kernel, stride, padding and dilation: the channel split is the same
   }
   if (dynamic_cast<const nn::Embedding*>(&m)) {
     // Ids are replicated and both parallel embeddings return a replicated output, so
@@ -131,7 +126,7 @@ void validate_leaf(const std::string& path, const nn::Module& m, const ParallelS
     }
     return;
   }
-  cannot_apply(path, m, style, "only Linear, 1x1 Conv2d and Embedding can be sharded");
+  cannot_apply(path, m, style, "only Linear, Conv2d and Embedding can be sharded");
 }
 
 std::unique_ptr<nn::Module> convert_leaf(const std::string& path, nn::Module& m, const ParallelStyle& style,

@@ -9,11 +9,14 @@
 // row/column after). Latitude padding at the true poles follows the pole policy (zero is
 // ordinary zero padding); longitude padding is zero or periodic.
 //
-// forward  = copy the local block into a haloed buffer + HaloExchange::exchange + local
-//            conv2d with no padding on the haloed block;
+// forward  = ConvHalo::pad (copy the local block into a haloed buffer, exchange the
+//            halo) + local conv2d with no padding on the haloed block;
 // backward = local conv2d_backward (weight/bias gradients are this rank's partial sums,
-//            see sync_domain_gradients) + HaloExchange::exchange_adjoint, which sends the
-//            halo part of the input gradient to the owners and adds it there.
+//            see sync_domain_gradients) + ConvHalo::backward (the exchange's adjoint, which
+//            sends the halo part of the input gradient to the owners and adds it there).
+//
+// The tensor-parallel ColumnParallelConv2d / RowParallelConv2d (tp/conv2d.hpp) take the
+// same halo step (use_domain_halo) for a conv that is both channel- and domain-split.
 //
 // weight [out, in, kh, kw] and bias [out] are full (replicated over the domain) and
 // named "weight"/"bias" like nn::Conv2d, with its initialisation (kaiming_uniform(a = √5),
@@ -22,13 +25,12 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/domain/conv_halo.hpp"
 #include "tessera/domain/decomposition.hpp"
 #include "tessera/domain/halo_exchange.hpp"
 #include "tessera/nn/module.hpp"
 
 namespace tessera::domain {
-
-enum class LonPadding { zero, periodic };
 
 struct DomainConv2dOptions {
   int dilation_h = 1, dilation_w = 1;
@@ -38,9 +40,6 @@ struct DomainConv2dOptions {
   DType dtype = DType::f32;
   Device device = Device::host();  // where the parameters live (inputs must live there too)
 };
-
-// The halo a "same" convolution needs (the padding split described above).
-HaloWidths same_conv_halo(int kernel_h, int kernel_w, int dilation_h, int dilation_w);
 
 class DomainConv2d : public nn::Module {
  public:
@@ -57,7 +56,7 @@ class DomainConv2d : public nn::Module {
   std::string type_name() const override { return "DomainConv2d"; }
   std::string describe() const;
 
-  const HaloExchange& halo() const { return halo_; }
+  const HaloExchange& halo() const { return halo_.exchange(); }
   const DomainConv2dOptions& options() const { return options_; }
 
   Parameter weight, bias;  // bias.value is undefined without bias
@@ -66,9 +65,8 @@ class DomainConv2d : public nn::Module {
   std::int64_t in_channels_, out_channels_;
   int kernel_h_, kernel_w_;
   DomainConv2dOptions options_;
-  HaloExchange halo_;
-  Tensor padded_input_;       // cached by forward for backward
-  Shape agreed_input_shape_;  // the input shape last validated collectively
+  ConvHalo halo_;
+  Tensor padded_input_;  // cached by forward for backward
 };
 
 }  // namespace tessera::domain
