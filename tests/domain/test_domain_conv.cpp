@@ -4,7 +4,9 @@
 // ranks) and on a 2x2 grid must give the serial output, the serial latitude-weighted
 // loss, and every serial gradient (input, and weights and biases after
 // sync_domain_gradients), fp32, relative 1e-5. The serial stack is
-// nn::functional::conv2d on the gathered field, padded explicitly.
+// nn::functional::conv2d on the gathered field, padded explicitly. ConvHalo, the halo
+// step DomainConv2d shares with the tensor-parallel convs, against the same padding and
+// as an adjoint, and its stride rule.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -283,6 +285,57 @@ TEST(DomainConv2d, WrongInputOnOneRankThrowsEverywhere) {
     message = e.what();
   }
   EXPECT_NE(message.find("on domain rank 0"), std::string::npos) << message;
+}
+
+// ConvHalo, the halo step DomainConv2d and the tensor-parallel convs share: pad() puts
+// the block inside a frame filled from the neighbours (here: zero poles, periodic
+// longitude, so the serial pad() above is its twin), and backward() is its adjoint,
+// <pad(x), g> = <x, backward(g)> summed over the ranks.
+TEST(ConvHalo, PadEqualsSerialPaddingAndBackwardIsItsAdjoint) {
+  const std::int64_t H = 11, W = 12;
+  Decomposition d(world(), {H, W});
+  const HaloWidths width{2, 1, 1, 2};
+  ConvHalo halo(d, width, {LonPadding::periodic, PolePolicy::zero}, "halo test");
+  const Tensor x = random_tensor({2, 3, H, W}, 31);
+  const LocalBox box = d.box();
+  const Tensor padded = halo.pad(box_of(x, box), 3, DType::f32, Device::host());
+  DomainConv2dOptions serial_options;  // periodic longitude, zero poles
+  const Tensor want = pad(x, width, serial_options)
+                          .narrow(2, box.lat.start, box.lat.length + width.lat_before + width.lat_after)
+                          .narrow(3, box.lon.start, box.lon.length + width.lon_before + width.lon_after)
+                          .contiguous();
+  EXPECT_TRUE(close(padded, want));
+
+  const Tensor g = random_tensor(padded.shape(), 32 + d.rank());
+  const auto vp = padded.contiguous().to_vector<float>(), vg = g.to_vector<float>();
+  double lhs = 0;
+  for (std::size_t k = 0; k < vp.size(); ++k) lhs += double(vp[k]) * vg[k];
+  const Tensor back = halo.backward(g.clone());
+  EXPECT_EQ(back.shape(), (Shape{2, 3, box.lat.length, box.lon.length}));
+  const auto vx = box_of(x, box).to_vector<float>(), vb = back.to_vector<float>();
+  double rhs = 0;
+  for (std::size_t k = 0; k < vx.size(); ++k) rhs += double(vx[k]) * vb[k];
+  double sums[2] = {lhs, rhs};
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_NEAR(sums[0], sums[1], 1e-6 * std::abs(sums[0]));  // f32 sums in backward
+}
+
+// A stride the split cannot keep on the process grid throws on every rank, naming the
+// layer and the offending extent; an even split takes it.
+TEST(ConvHalo, StrideNeedsBlockExtentsThatDivideByIt) {
+  Decomposition uneven(world(), {4 * world_size() + 1, 8});
+  std::string message;
+  try {
+    ConvHalo halo(uneven, HaloWidths::uniform(1), {}, "Down 'enc'", 2, 1);
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("Down 'enc': stride 2 along latitude"), std::string::npos) << message;
+  EXPECT_THROW(ConvHalo(Decomposition(world(), {4 * world_size(), 9}), HaloWidths::uniform(1), {}, "x", 1, 2),
+               InvalidArgument);  // 9 longitudes on one process-grid column
+  const Decomposition even_split(world(), {4 * world_size(), 8});
+  ConvHalo even(even_split, HaloWidths::uniform(1), {}, "x", 2, 2);
+  EXPECT_EQ(even.exchange().spec().width, HaloWidths::uniform(1));
 }
 
 TEST(LatWeightedMse, WeightsAndValue) {
