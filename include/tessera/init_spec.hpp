@@ -7,6 +7,11 @@
 // Init types follow the seeds (ml.models.parallel's init_type, PyTorch's nn.init):
 // fan_in / fan_out use PyTorch's rule on the *global* shape: for a weight
 // [out, in, k1, k2, ...], fan_in = in * prod(k), fan_out = out * prod(k).
+//
+// Every type but orthogonal is a function of one element's global index. orthogonal
+// is a property of the whole matrix: initialize() builds the master (a QR of a
+// Gaussian matrix drawn by global index, in double, on the host) on every rank and
+// keeps the rank's block, so it costs O(rows * cols * min(rows, cols)) per rank.
 
 #include <cstdint>
 #include <string>
@@ -27,6 +32,9 @@ enum class InitType {
   xavier_uniform,   // gain
   kaiming_normal,   // negative_slope, fan_out_mode (leaky_relu gain, as nn.init)
   kaiming_uniform,  // negative_slope, fan_out_mode
+  orthogonal,       // gain: nn.init.orthogonal_ (Q of a Gaussian matrix, R's diagonal made positive)
+  biased_normal,    // mean, std: a normal weight whose layer draws its bias from the same normal
+  dirac,            // groups: nn.init.dirac_ (nn.init.eye_ for a 2-D weight, groups = 1)
 };
 
 std::string_view init_type_name(InitType type) noexcept;  // "xavier_normal", ...
@@ -41,6 +49,12 @@ struct InitSpec {
   double gain = 1.0;
   double negative_slope = 0.0;
   bool fan_out_mode = false;
+  std::int64_t groups = 1;  // dirac: out must divide by it
+  // The shape of the layer's weight when the parameter stores it reshaped (a strided
+  // tensor-parallel shard keeps [out, in] as [stride, out/stride, in]): fans, dirac's
+  // positions and orthogonal's rows are those of this shape. Row-major order is the
+  // same in both, so the values are too. Empty: the parameter's global shape.
+  Shape layer_shape{};
 
   static InitSpec zeros() { return {InitType::zeros}; }
   static InitSpec ones() { return {InitType::ones}; }
@@ -58,7 +72,17 @@ struct InitSpec {
   static InitSpec kaiming_uniform(double a = 0.0, bool fan_out = false) {
     InitSpec s{InitType::kaiming_uniform}; s.negative_slope = a; s.fan_out_mode = fan_out; return s;
   }
+  static InitSpec orthogonal(double gain = 1.0) { InitSpec s{InitType::orthogonal}; s.gain = gain; return s; }
+  static InitSpec biased_normal(double mean, double std) {
+    InitSpec s{InitType::biased_normal}; s.mean = mean; s.std = std; return s;
+  }
+  static InitSpec dirac(std::int64_t groups = 1) { InitSpec s{InitType::dirac}; s.groups = groups; return s; }
 };
+
+// The bias spec of a layer whose weight is `weight` and whose own default bias spec is
+// `layer_default`: biased_normal draws the bias from the weight's normal (that is what
+// makes it "biased"); every other weight type leaves the layer's default.
+InitSpec bias_init_for(const InitSpec& weight, const InitSpec& layer_default);
 
 struct Fans {
   std::int64_t fan_in = 1;

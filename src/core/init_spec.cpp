@@ -14,10 +14,11 @@ namespace tessera {
 
 namespace {
 
-constexpr std::array<InitType, 10> kAllTypes = {
-    InitType::zeros,          InitType::ones,          InitType::constant,       InitType::normal,
-    InitType::uniform,        InitType::trunc_normal,  InitType::xavier_normal,  InitType::xavier_uniform,
-    InitType::kaiming_normal, InitType::kaiming_uniform};
+constexpr std::array<InitType, 13> kAllTypes = {
+    InitType::zeros,          InitType::ones,            InitType::constant,       InitType::normal,
+    InitType::uniform,        InitType::trunc_normal,    InitType::xavier_normal,  InitType::xavier_uniform,
+    InitType::kaiming_normal, InitType::kaiming_uniform, InitType::orthogonal,     InitType::biased_normal,
+    InitType::dirac};
 
 }  // namespace
 
@@ -33,6 +34,9 @@ std::string_view init_type_name(InitType type) noexcept {
     case InitType::xavier_uniform: return "xavier_uniform";
     case InitType::kaiming_normal: return "kaiming_normal";
     case InitType::kaiming_uniform: return "kaiming_uniform";
+    case InitType::orthogonal: return "orthogonal";
+    case InitType::biased_normal: return "biased_normal";
+    case InitType::dirac: return "dirac";
   }
   return "?";
 }
@@ -43,11 +47,12 @@ InitType parse_init_type(std::string_view text, std::string_view what) {
   }
   std::string known;
   for (InitType t : kAllTypes) known += (known.empty() ? "" : ", ") + std::string(init_type_name(t));
-  // The seed's types that need the whole master matrix (orthogonal: a QR of it) or are
-  // not yet provided; naming them tells the user it is a known gap, not a typo.
-  const bool seed_only = text == "orthogonal" || text == "biased_normal" || text == "dirac";
-  throw ConfigError(std::string(what) + ": init type '" + std::string(text) + "' is " +
-                    (seed_only ? "not supported by tessera" : "unknown") + " (supported: " + known + ")");
+  throw ConfigError(std::string(what) + ": init type '" + std::string(text) + "' is unknown (supported: " + known +
+                    ")");
+}
+
+InitSpec bias_init_for(const InitSpec& weight, const InitSpec& layer_default) {
+  return weight.type == InitType::biased_normal ? InitSpec::normal(weight.mean, weight.std) : layer_default;
 }
 
 Fans compute_fans(const Shape& global_shape) {

@@ -5,6 +5,8 @@
 // whatever the layout, without ever allocating the master tensor. Every element uses
 // one 4x32-bit block: uniforms take two words (53 bits), normals take all four
 // (Box-Muller, one output per block), truncated normals invert the CDF of one uniform.
+// dirac is exact 0/1 values by position. orthogonal is the one exception to "never
+// the master": see orthogonal_master below.
 
 #include "tessera/init.hpp"
 
@@ -81,8 +83,14 @@ struct Sampler {
   }
 };
 
+void check_normal_options(const InitSpec& spec, std::string_view name) {
+  require_finite(spec.mean, "mean", name, spec.type);
+  require_finite(spec.std, "std", name, spec.type);
+  if (spec.std < 0) throw InvalidArgument(where(name, spec.type) + ": option std = " + num(spec.std) + " must be >= 0");
+}
+
 // Reduces a spec (with the global shape's fans) to one of the four sampler kinds,
-// validating the options on the way.
+// validating the options on the way. orthogonal and dirac are not samplers (below).
 Sampler make_sampler(const InitSpec& spec, const Shape& global_shape, std::string_view name) {
   const InitType type = spec.type;
   Sampler s{InitType::constant};
@@ -102,11 +110,13 @@ Sampler make_sampler(const InitSpec& spec, const Shape& global_shape, std::strin
       s.a = spec.value;
       break;
     case InitType::normal:
-      require_finite(spec.mean, "mean", name, type);
-      require_finite(spec.std, "std", name, type);
-      if (spec.std < 0) throw InvalidArgument(where(name, type) + ": option std = " + num(spec.std) + " must be >= 0");
+    case InitType::biased_normal:  // the weight itself is a plain normal (bias_init_for)
+      check_normal_options(spec, name);
       s = {InitType::normal, spec.mean, spec.std};
       break;
+    case InitType::orthogonal:
+    case InitType::dirac:
+      throw InternalError(where(name, type) + ": not a per-element sampler");
     case InitType::uniform:
       require_finite(spec.low, "low", name, type);
       require_finite(spec.high, "high", name, type);
@@ -183,19 +193,16 @@ Sampler make_sampler(const InitSpec& spec, const Shape& global_shape, std::strin
 }
 
 // Walks the local block in row-major order; element i of the block has the global flat
-// index sum_d (offset[d] + i[d]) * global_stride[d].
-template <class T>
-void fill_block(Tensor& local, const Shape& global_shape, const Shape& offset, const Sampler& sampler,
-                std::uint64_t key) {
+// index g = sum_d (offset[d] + i[d]) * global_stride[d] and gets value(g), rounded to T.
+template <class T, class Value>
+void fill_block(Tensor& local, const Shape& global_shape, const Shape& offset, const Value& value) {
   const int nd = local.dim();
   const Shape& shape = local.shape();
   const Shape& strides = local.strides();
   if (local.numel() == 0) return;
   T* base = local.data<T>();
-  const bool constant = sampler.kind == InitType::constant;
-  const T constant_value = round_from_double<T>(sampler.a);
   if (nd == 0) {
-    *base = constant ? constant_value : round_from_double<T>(sampler(detail::philox_element_block(key, 0)));
+    *base = round_from_double<T>(value(std::int64_t{0}));
     return;
   }
   Shape global_strides(nd, 1);
@@ -212,11 +219,7 @@ void fill_block(Tensor& local, const Shape& global_shape, const Shape& offset, c
       at += index[d] * strides[d];
     }
     T* row = base + at;
-    for (std::int64_t i = 0; i < inner; ++i) {
-      row[i * inner_stride] = constant ? constant_value
-                                       : round_from_double<T>(sampler(detail::philox_element_block(
-                                             key, static_cast<std::uint64_t>(g + i))));
-    }
+    for (std::int64_t i = 0; i < inner; ++i) row[i * inner_stride] = round_from_double<T>(value(g + i));
     int d = nd - 2;
     for (; d >= 0; --d) {
       if (++index[d] < shape[d]) break;
@@ -224,6 +227,131 @@ void fill_block(Tensor& local, const Shape& global_shape, const Shape& offset, c
     }
     if (d < 0) return;
   }
+}
+
+// nn.init.dirac_ on a [out, in, k...] weight: W[g * out/groups + d, d, centre] = 1 for
+// d < min(out/groups, in), with centre = k // 2 in every spatial dim; 0 elsewhere. A
+// 2-D weight has no spatial dims and gets nn.init.eye_ (groups = 1).
+struct Dirac {
+  std::int64_t in = 1, per_group = 1, smallest = 0, spatial = 1, centre = 0;
+
+  double operator()(std::int64_t g) const {
+    if (g % spatial != centre) return 0.0;
+    const std::int64_t cell = g / spatial;  // the (out, in) pair
+    const std::int64_t i = cell % in, d = (cell / in) % per_group;
+    return i == d && d < smallest ? 1.0 : 0.0;
+  }
+};
+
+Dirac make_dirac(const InitSpec& spec, const Shape& global_shape, std::string_view name) {
+  const InitType type = spec.type;
+  if (global_shape.size() < 2 || global_shape.size() > 5) {
+    throw InvalidArgument(where(name, type) + ": needs a weight of 2 to 5 dims ([out, in] or [out, in, k...]), "
+                          "got global shape " + shape_str(global_shape));
+  }
+  if (spec.groups < 1 || global_shape[0] % spec.groups != 0) {
+    throw InvalidArgument(where(name, type) + ": option groups = " + std::to_string(spec.groups) +
+                          " must be >= 1 and divide dim 0 (" + std::to_string(global_shape[0]) + ")");
+  }
+  if (global_shape.size() == 2 && spec.groups != 1) {
+    throw InvalidArgument(where(name, type) + ": a 2-D weight takes groups = 1 (nn.init.eye_), got groups = " +
+                          std::to_string(spec.groups));
+  }
+  Dirac d;
+  d.in = global_shape[1];
+  d.per_group = global_shape[0] / spec.groups;
+  d.smallest = std::min(d.per_group, d.in);
+  for (std::size_t k = 2; k < global_shape.size(); ++k) {
+    d.centre = d.centre * global_shape[k] + global_shape[k] / 2;
+    d.spatial *= global_shape[k];
+  }
+  return d;
+}
+
+// nn.init.orthogonal_: view the master as [rows, cols] = [dim 0, the rest]; draw a
+// standard normal G of that shape (element g from Philox block g, exactly the values
+// InitSpec::normal(0, 1) gives the same name); take the QR of G (of G^T when rows <
+// cols) with R's diagonal made positive, which makes Q unique; the master is gain * Q
+// (gain * Q^T). Q is found by Householder reflections, in double, with plain loops in a
+// fixed order, so every rank — at any layout, on any backend — builds the same master
+// bit for bit and keeps its own block. This is the one init type that materialises the
+// master (rows * cols doubles, and min(rows, cols) reflectors of work), because
+// orthogonality is a property of the whole matrix, not of one element.
+std::vector<double> orthogonal_master(const Shape& global_shape, double gain, std::uint64_t key) {
+  const std::int64_t rows = global_shape[0];
+  const std::int64_t cols = shape_numel(global_shape) / rows;
+  const bool transpose = rows < cols;
+  const std::int64_t m = transpose ? cols : rows, n = transpose ? rows : cols;  // m >= n
+  const Sampler standard{InitType::normal, 0.0, 1.0};
+  // A: m x n, column-major (column j at a[j * m]), so reflections sweep contiguous memory.
+  std::vector<double> a(static_cast<std::size_t>(m * n));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double v = standard(detail::philox_element_block(key, static_cast<std::uint64_t>(r * cols + c)));
+      a[static_cast<std::size_t>(transpose ? r * m + c : c * m + r)] = v;  // A = G^T or G
+    }
+  }
+  // Householder QR: reflector k maps A[k:, k] onto alpha_k e_k; v_k kept in place of the
+  // column (unit-normalised so that H_k = I - 2 v v^T), alpha_k = R's diagonal.
+  std::vector<double> alpha(static_cast<std::size_t>(n));
+  auto col = [&](std::vector<double>& x, std::int64_t j) { return x.data() + j * m; };
+  for (std::int64_t k = 0; k < n; ++k) {
+    double* v = col(a, k);
+    double norm2 = 0;
+    for (std::int64_t i = k; i < m; ++i) norm2 += v[i] * v[i];
+    const double norm = std::sqrt(norm2);
+    // The sign that avoids cancellation in v[k] - alpha.
+    alpha[k] = v[k] > 0 ? -norm : norm;
+    v[k] -= alpha[k];
+    double vnorm2 = 0;
+    for (std::int64_t i = k; i < m; ++i) vnorm2 += v[i] * v[i];
+    if (vnorm2 == 0) continue;  // a zero column: H_k = I (probability zero for Gaussian data)
+    const double inv = 1.0 / std::sqrt(vnorm2);
+    for (std::int64_t i = k; i < m; ++i) v[i] *= inv;
+    for (std::int64_t j = k + 1; j < n; ++j) {
+      double* x = col(a, j);
+      double dot = 0;
+      for (std::int64_t i = k; i < m; ++i) dot += v[i] * x[i];
+      dot *= 2;
+      for (std::int64_t i = k; i < m; ++i) x[i] -= dot * v[i];
+    }
+  }
+  // Q = H_0 ... H_{n-1} [I_n; 0], applied backwards so H_k touches rows k.. only.
+  std::vector<double> q(static_cast<std::size_t>(m * n), 0.0);
+  for (std::int64_t j = 0; j < n; ++j) q[static_cast<std::size_t>(j * m + j)] = 1.0;
+  for (std::int64_t k = n - 1; k >= 0; --k) {
+    const double* v = col(a, k);
+    for (std::int64_t j = k; j < n; ++j) {
+      double* x = col(q, j);
+      double dot = 0;
+      for (std::int64_t i = k; i < m; ++i) dot += v[i] * x[i];
+      dot *= 2;
+      for (std::int64_t i = k; i < m; ++i) x[i] -= dot * v[i];
+    }
+  }
+  // R's diagonal is alpha; a positive diagonal flips column k of Q where alpha_k < 0.
+  // The result is row-major [rows, cols]: Q itself, or Q^T.
+  std::vector<double> w(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t j = 0; j < n; ++j) {
+    const double s = alpha[j] < 0 ? -gain : gain;
+    for (std::int64_t i = 0; i < m; ++i) {
+      w[static_cast<std::size_t>(transpose ? j * cols + i : i * cols + j)] = s * q[static_cast<std::size_t>(j * m + i)];
+    }
+  }
+  return w;
+}
+
+template <class Value>
+void fill_on_host(Tensor& local, const Shape& global_shape, const Shape& local_offset, const Value& value) {
+  // A host block is its own staging tensor (to() shares it); a device block is staged.
+  Tensor target = local.to(Device::host());
+  switch (local.dtype()) {
+    case DType::f32: fill_block<float>(target, global_shape, local_offset, value); break;
+    case DType::f64: fill_block<double>(target, global_shape, local_offset, value); break;
+    case DType::bf16: fill_block<bfloat16>(target, global_shape, local_offset, value); break;
+    default: break;
+  }
+  if (target.data() != local.data()) local.copy_from(target);
 }
 
 }  // namespace
@@ -245,8 +373,30 @@ void initialize(Tensor& local, const Shape& global_shape, const Shape& local_off
                        " lies outside global shape " + shape_str(global_shape) + " (dim " + std::to_string(d) + ")");
     }
   }
-  const Sampler sampler = make_sampler(spec, global_shape, name);
+  // The shape the distribution sees: the layer's weight, which a strided shard stores
+  // reshaped (same row-major order, so flat index g is the same element in both).
+  const Shape& layer_shape = spec.layer_shape.empty() ? global_shape : spec.layer_shape;
+  if (shape_numel(layer_shape) != shape_numel(global_shape)) {
+    throw ShapeError(who + ": layer shape " + shape_str(layer_shape) + " and global shape " +
+                     shape_str(global_shape) + " hold different numbers of elements");
+  }
   const std::uint64_t key = detail::philox_stream_key(seed, name_key(name));
+  if (spec.type == InitType::dirac) {
+    fill_on_host(local, global_shape, local_offset, make_dirac(spec, layer_shape, name));
+    return;
+  }
+  if (spec.type == InitType::orthogonal) {
+    if (layer_shape.size() < 2) {
+      throw InvalidArgument(who + ": needs a tensor of at least 2 dims, got global shape " + shape_str(layer_shape));
+    }
+    require_finite(spec.gain, "gain", name, spec.type);
+    if (local.numel() == 0 || shape_numel(layer_shape) == 0) return;
+    const std::vector<double> master = orthogonal_master(layer_shape, spec.gain, key);
+    fill_on_host(local, global_shape, local_offset,
+                 [&](std::int64_t g) { return master[static_cast<std::size_t>(g)]; });
+    return;
+  }
+  const Sampler sampler = make_sampler(spec, layer_shape, name);
 
   // Constants and uniforms (including the xavier/kaiming uniform variants) are drawn by
   // the block's backend (HostCompute / the CUDA kernel) with the same Philox and the same
@@ -274,15 +424,8 @@ void initialize(Tensor& local, const Shape& global_shape, const Shape& local_off
                          sampler.kind == InitType::constant, local.device().index);
     return;
   }
-  // A host block is its own staging tensor (to() shares it); a device block is staged.
-  Tensor target = local.to(Device::host());
-  switch (local.dtype()) {
-    case DType::f32: fill_block<float>(target, global_shape, local_offset, sampler, key); break;
-    case DType::f64: fill_block<double>(target, global_shape, local_offset, sampler, key); break;
-    case DType::bf16: fill_block<bfloat16>(target, global_shape, local_offset, sampler, key); break;
-    default: break;
-  }
-  if (target.data() != local.data()) local.copy_from(target);
+  fill_on_host(local, global_shape, local_offset,
+               [&](std::int64_t g) { return sampler(detail::philox_element_block(key, static_cast<std::uint64_t>(g))); });
 }
 
 }  // namespace tessera

@@ -13,6 +13,19 @@
 // Parameters are named "weight" and "bias" like nn::Linear, so FQNs, checkpoints and
 // initialisation agree with the serial model; values start at zero until
 // nn::initialize_parameters or a from_serial copy fills them.
+//
+// stride (ml.models.parallel's, Megatron-LM's): the partitioned features are `stride`
+// blocks laid end to end (a fused [q; k; v] projection has stride 3), and rank r holds
+// the r-th piece of every block rather than one contiguous range. The weight is then
+// stored as [stride, out/stride, in] sharded along dim 1 (column; the bias as
+// [stride, out/stride]) or [out, stride, in/stride] sharded along dim 2 (row): the
+// same row-major elements as the serial [out, in], with each rank's pieces forming a
+// contiguous block, so initialisation (InitSpec::layer_shape keeps the fans of
+// [out, in]), checkpoints at any layout and gradient handling need nothing new. The
+// layer still computes the serial result: gather_output and the row layer's split of
+// a replicated input take the interleaving into account, and a strided column layer
+// without gather_output feeds a row layer of the same stride (input_is_parallel).
+// master_weight() returns [out, in]; a checkpoint holds the 3-dim form.
 
 #include <memory>
 #include <optional>
@@ -37,6 +50,8 @@ struct ParallelLinearOptions {
   // instead of all-reducing (and all-gathers the output gradient). The row layer's
   // replicated bias then gets a partial gradient per rank (partial_grad_over_tp).
   std::optional<int> sequence_dim;
+  // Interleaved partition (see above); the partitioned extent must divide by stride * tp.
+  std::int64_t stride = 1;
 };
 
 class ColumnParallelLinear : public nn::Module {
@@ -61,6 +76,7 @@ class ColumnParallelLinear : public nn::Module {
   bool gather_output() const { return gather_output_; }
   bool has_bias() const { return has_bias_; }
   const std::optional<int>& sequence_dim() const { return sequence_dim_; }
+  std::int64_t stride() const { return stride_; }
 
   Parameter weight, bias;
 
@@ -69,6 +85,7 @@ class ColumnParallelLinear : public nn::Module {
   Communicator& tp_;
   bool gather_output_, has_bias_;
   std::optional<int> sequence_dim_;
+  std::int64_t stride_;
   std::string label_;  // "ColumnParallelLinear 'name'" for error messages
   Tensor input_;
 };
@@ -93,6 +110,7 @@ class RowParallelLinear : public nn::Module {
   bool input_is_parallel() const { return input_is_parallel_; }
   bool has_bias() const { return has_bias_; }
   const std::optional<int>& sequence_dim() const { return sequence_dim_; }
+  std::int64_t stride() const { return stride_; }
 
   Parameter weight, bias;
 
@@ -101,6 +119,7 @@ class RowParallelLinear : public nn::Module {
   Communicator& tp_;
   bool input_is_parallel_, has_bias_;
   std::optional<int> sequence_dim_;
+  std::int64_t stride_;
   std::string label_;
   Tensor input_local_;
 };
