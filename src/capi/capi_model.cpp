@@ -1,12 +1,19 @@
-// C API: loading a trained field emulator and running it on caller-owned fields.
+// C API: loading a trained field emulator and running it on caller-owned fields, on the
+// caller's mesh or, coupled, on a subset of a decomposition's ranks
+// (models::CoupledModel).
 
+#include "capi/capi_coupling.hpp"
 #include "capi/capi_internal.hpp"
 #include "tessera/agree.hpp"
+#include "tessera/models/coupled_model.hpp"
 #include "tessera/models/load_model.hpp"
 
 struct tessera_model {
   std::shared_ptr<tessera::Mesh> mesh;  // the model refers to it
   std::unique_ptr<tessera::models::FieldEmulator> model;
+  // A coupled model instead (tessera_model_load_coupled): its decomposition is kept alive.
+  std::shared_ptr<tessera_decomp_state> decomp;
+  std::unique_ptr<tessera::models::CoupledModel> coupled;
 };
 
 using namespace tessera;
@@ -21,8 +28,36 @@ models::FieldEmulator& model_of(const tessera_model_t* m) {
   return *m->model;
 }
 
+bool is_coupled(const tessera_model_t* m) {
+  require(m, "the model handle");
+  return m->coupled != nullptr;
+}
+
+// A coupled model: the caller's arrays are the code's box on every rank of the
+// decomposition; the CoupledModel agrees on every argument error itself.
+void run_coupled(tessera_model_t* handle, const void* input, void* output, int dtype, int order, int ndim,
+                 const std::int64_t* shape, bool physical) {
+  models::CoupledModel& model = *handle->coupled;
+  Tensor in, out;
+  agree_on_success(model.plan().code().comm().mpi_comm(), [&] {
+    if (dtype != TESSERA_F32) {
+      throw InvalidArgument("model fields must be TESSERA_F32 (0), got dtype " + std::to_string(dtype));
+    }
+    in = capi::array_view(const_cast<void*>(input), dtype, order, ndim, shape, "model input");
+    out = capi::array_view(output, dtype, order, ndim, shape, "model output");
+  });
+  // The input travels to the model ranks before the output is written, so the two may
+  // be the same array.
+  if (physical) {
+    model.predict(in, out);
+  } else {
+    model.forward(in, out);
+  }
+}
+
 void run(tessera_model_t* handle, const void* input, void* output, int dtype, int order, int ndim,
          const std::int64_t* shape, bool physical) {
+  if (is_coupled(handle)) return run_coupled(handle, input, output, dtype, order, ndim, shape, physical);
   models::FieldEmulator& model = model_of(handle);
   Tensor in, out;
   // Argument errors are agreed before the collective forward, so no rank is left in it.
@@ -80,9 +115,40 @@ int tessera_model_destroy(tessera_model_t** model) {
   });
 }
 
+int tessera_model_load_coupled(const tessera_decomp_t* decomp, const char* path, int nmodel, const int* model_ranks,
+                               int tensor, tessera_model_t** model) {
+  return guarded("tessera_model_load_coupled", [&] {
+    require(model, "the output handle pointer");
+    *model = nullptr;
+    const domain::Decomposition& code = capi::decomposition_of(decomp);
+    require(path, "the checkpoint path");
+    auto handle = std::make_unique<tessera_model>();
+    handle->decomp = decomp->state;
+    handle->coupled = std::make_unique<models::CoupledModel>(path, code, capi::model_ranks_of(nmodel, model_ranks),
+                                                             models::CoupledModelOptions{tensor, true});
+    *model = handle.release();
+  });
+}
+
+int tessera_model_coupling(const tessera_model_t* model, int* model_size, int* model_rank) {
+  return guarded("tessera_model_coupling", [&] {
+    require(model_size, "model_size");
+    require(model_rank, "model_rank");
+    if (is_coupled(model)) {
+      *model_size = model->coupled->plan().model_size();
+      *model_rank = model->coupled->plan().model_rank();
+    } else {
+      const Mesh& mesh = *require(model->mesh.get(), "the model's mesh");
+      (void)model_of(model);
+      *model_size = mesh.world_size();
+      *model_rank = mesh.global_rank();
+    }
+  });
+}
+
 int tessera_model_info(const tessera_model_t* model, int64_t* channels, int64_t* nlat, int64_t* nlon) {
   return guarded("tessera_model_info", [&] {
-    const models::FieldEmulatorConfig& c = model_of(model).config();
+    const models::FieldEmulatorConfig& c = is_coupled(model) ? model->coupled->config() : model_of(model).config();
     *require(channels, "channels") = c.channels;
     *require(nlat, "nlat") = c.nlat;
     *require(nlon, "nlon") = c.nlon;
@@ -92,7 +158,8 @@ int tessera_model_info(const tessera_model_t* model, int64_t* channels, int64_t*
 int tessera_model_box(const tessera_model_t* model, int64_t* lat_start, int64_t* lat_count, int64_t* lon_start,
                       int64_t* lon_count) {
   return guarded("tessera_model_box", [&] {
-    const domain::LocalBox box = model_of(model).decomposition().box();
+    const domain::LocalBox box =
+        is_coupled(model) ? model->coupled->plan().code().box() : model_of(model).decomposition().box();
     *require(lat_start, "lat_start") = box.lat.start;
     *require(lat_count, "lat_count") = box.lat.length;
     *require(lon_start, "lon_start") = box.lon.start;

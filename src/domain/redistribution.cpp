@@ -337,6 +337,7 @@ bool Redistribution::is_model_rank() const { return plan_->model_rank >= 0; }
 int Redistribution::model_rank() const { return plan_->model_rank; }
 const RedistributionStats& Redistribution::stats() const { return plan_->stats; }
 bool Redistribution::in_flight() const { return plan_->mode != Plan::Mode::idle; }
+void Redistribution::forget_fields() { plan_->validated.reset(); }
 std::string Redistribution::str() const { return plan_->str(); }
 
 Communicator& Redistribution::model_comm() const {

@@ -132,6 +132,13 @@ class Redistribution {
   void start_to_code(const std::vector<Tensor>& model_fields, const std::vector<Tensor>& code_fields);
   void finish();
   bool in_flight() const;
+  // The first transfer of a field set checks the fields collectively (every rank's
+  // boxes, and the same count, dtypes and leading dims everywhere); later transfers of
+  // fields with the same shapes, dtypes and devices check locally only, so change the
+  // field set on every rank alike. After calls that may have changed it on some ranks
+  // only (the C API's registrations), forget_fields() makes the next transfer check
+  // collectively again.
+  void forget_fields();
 
   struct Plan;  // private: messages, buffers
 

@@ -1,0 +1,172 @@
+// tessera_model_load_coupled: the field emulator on M = 1 and 2 model ranks (and tensor
+// 2) run from the code's decomposition (2x2 blocks at 4 ranks, bands at 2 and 3) through
+// the C API, on arrays in C and in Fortran order (output over the input), against the
+// serial C++ model on the gathered field: bit-identical at M = 1, to rounding otherwise.
+// Errors on every rank: a model grid that is not the decomposition's, M > N, a
+// duplicate in the rank list, a wrong shape on one rank.
+
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/models/field_emulator.hpp"
+#include "tessera/models/load_model.hpp"
+#include "tessera/nn/module.hpp"
+#include "tessera/tessera.h"
+
+namespace {
+
+int failures = 0;
+int world_rank = 0;
+
+void check(bool ok, const char* what, int line) {
+  if (!ok) {
+    ++failures;
+    std::fprintf(stderr, "[rank %d] line %d: %s failed; last error: %s\n", world_rank, line, what,
+                 tessera_last_error());
+  }
+}
+#define CHECK(cond) check((cond), #cond, __LINE__)
+#define EXPECT_STATUS(call, code) check((call) == (code), #call " == " #code, __LINE__)
+
+constexpr std::int64_t kLat = 9, kLon = 8, kC = 2, kB = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const std::string root =
+      std::string(argc > 1 ? argv[1] : ".") + "/capi_coupled_model_np" + std::to_string(world_size);
+  {
+    using namespace tessera;
+    // The checkpoint and the serial reference (every rank its own serial model).
+    models::FieldEmulatorConfig config;
+    config.channels = kC;
+    config.width = 4;
+    config.mlp_hidden = 8;
+    config.n_blocks = 1;
+    config.nlat = kLat;
+    config.nlon = kLon;
+    config.mean = {1.0, -2.0};
+    config.std = {2.0, 0.5};
+    Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
+    models::FieldEmulator serial(config, self);
+    nn::initialize_parameters(serial, 23);
+    if (world_rank == 0) {
+      std::filesystem::remove_all(root);
+      io::SaveOptions options;
+      options.step = 1;
+      options.metadata = models::model_metadata(config);
+      io::save_checkpoint(root, self, serial, nullptr, options);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::vector<float> global(static_cast<std::size_t>(kB * kC * kLat * kLon));
+    for (std::size_t i = 0; i < global.size(); ++i) global[i] = static_cast<float>(std::cos(0.3 * double(i)) * 2.0);
+    const std::vector<float> expected = serial.predict(Tensor::from_vector(global, {kB, kC, kLat, kLon})).to_vector<float>();
+
+    const int glat = world_size == 4 ? 2 : world_size, glon = world_size == 4 ? 2 : 1;
+    tessera_decomp_t* d = nullptr;
+    EXPECT_STATUS(tessera_decomp_create(MPI_COMM_WORLD, kLat, kLon, glat, glon, &d), TESSERA_OK);
+    std::int64_t ls = 0, lc = 0, os = 0, oc = 0;
+    tessera_decomp_box(d, &ls, &lc, &os, &oc);
+    // This rank's box of the global field and of the reference, C order (B, C, lat, lon).
+    auto box_of = [&](const std::vector<float>& g) {
+      std::vector<float> out;
+      for (std::int64_t b = 0; b < kB; ++b)
+        for (std::int64_t c = 0; c < kC; ++c)
+          for (std::int64_t i = 0; i < lc; ++i)
+            for (std::int64_t j = 0; j < oc; ++j)
+              out.push_back(g[static_cast<std::size_t>(((b * kC + c) * kLat + ls + i) * kLon + os + j)]);
+      return out;
+    };
+    const std::vector<float> x = box_of(global), want = box_of(expected);
+
+    struct Case {
+      int m, tensor;
+      std::vector<int> list;
+    };
+    std::vector<Case> cases{{1, 1, {}}};
+    if (world_size >= 2) {
+      cases.push_back({2, 1, {}});
+      cases.push_back({2, 2, {}});
+      cases.push_back({2, 1, {world_size - 1, 0}});
+    }
+    for (const Case& c : cases) {
+      tessera_model_t* model = nullptr;
+      EXPECT_STATUS(tessera_model_load_coupled(d, root.c_str(), c.m, c.list.empty() ? nullptr : c.list.data(),
+                                               c.tensor, &model),
+                    TESSERA_OK);
+      if (model == nullptr) continue;
+      int msize = 0, mrank = -2;
+      EXPECT_STATUS(tessera_model_coupling(model, &msize, &mrank), TESSERA_OK);
+      CHECK(msize == c.m);
+      if (!c.list.empty()) CHECK(mrank == (world_rank == c.list[0] ? 0 : world_rank == c.list[1] ? 1 : -1));
+      std::int64_t a = -1, b = -1, e = -1, f = -1, channels = 0, nlat = 0, nlon = 0;
+      EXPECT_STATUS(tessera_model_box(model, &a, &b, &e, &f), TESSERA_OK);
+      CHECK(a == ls && b == lc && e == os && f == oc);
+      EXPECT_STATUS(tessera_model_info(model, &channels, &nlat, &nlon), TESSERA_OK);
+      CHECK(channels == kC && nlat == kLat && nlon == kLon);
+
+      const std::int64_t shape_c[4] = {kB, kC, lc, oc};
+      const std::int64_t shape_f[4] = {oc, lc, kC, kB};
+      std::vector<float> y(x.size(), -1.f);
+      EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
+                    TESSERA_OK);
+      if (c.m == 1) {
+        CHECK(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)) == 0);
+      } else {
+        bool close = true;
+        for (std::size_t i = 0; i < y.size(); ++i) close = close && std::fabs(y[i] - want[i]) <= 1e-5 * (1 + std::fabs(want[i]));
+        CHECK(close);
+      }
+      std::vector<float> inout = x;  // Fortran order, output over the input
+      EXPECT_STATUS(tessera_model_predict(model, inout.data(), inout.data(), TESSERA_F32, TESSERA_ORDER_FORTRAN, 4,
+                                          shape_f),
+                    TESSERA_OK);
+      CHECK(std::memcmp(inout.data(), y.data(), y.size() * sizeof(float)) == 0);
+      // A wrong shape on one rank: every rank fails.
+      const std::int64_t wrong[4] = {kB, kC, lc + (world_rank == world_size - 1 ? 1 : 0), oc};
+      EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, wrong),
+                    TESSERA_ERR_SHAPE);
+      EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F64, TESSERA_ORDER_C, 4, shape_c),
+                    TESSERA_ERR_INVALID_ARGUMENT);
+      EXPECT_STATUS(tessera_model_destroy(&model), TESSERA_OK);
+    }
+
+    // Errors.
+    tessera_model_t* model = nullptr;
+    tessera_decomp_t* other = nullptr;
+    EXPECT_STATUS(tessera_decomp_create(MPI_COMM_WORLD, kLat + 1, kLon, glat, glon, &other), TESSERA_OK);
+    EXPECT_STATUS(tessera_model_load_coupled(other, root.c_str(), 1, nullptr, 1, &model), TESSERA_ERR_INVALID_ARGUMENT);
+    CHECK(std::strstr(tessera_last_error(), "nlat x nlon") != nullptr);
+    EXPECT_STATUS(tessera_model_load_coupled(d, root.c_str(), world_size + 1, nullptr, 1, &model),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    CHECK(std::strstr(tessera_last_error(), "M > N") != nullptr);
+    if (world_size >= 2) {
+      const int dup[2] = {1, 1};
+      EXPECT_STATUS(tessera_model_load_coupled(d, root.c_str(), 2, dup, 1, &model), TESSERA_ERR_INVALID_ARGUMENT);
+      CHECK(std::strstr(tessera_last_error(), "twice") != nullptr);
+    }
+    EXPECT_STATUS(tessera_model_load_coupled(d, (root + "/missing").c_str(), 1, nullptr, 1, &model), TESSERA_ERR_IO);
+    EXPECT_STATUS(tessera_model_load_coupled(nullptr, root.c_str(), 1, nullptr, 1, &model),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    CHECK(model == nullptr);
+    tessera_decomp_destroy(&other);
+    tessera_decomp_destroy(&d);
+  }
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0) std::printf("test_capi_coupled_model: %d ranks, %d failed checks\n", world_size, total);
+  MPI_Finalize();
+  return total == 0 ? 0 : 1;
+}
