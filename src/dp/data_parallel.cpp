@@ -6,258 +6,13 @@
 #include <unordered_map>
 
 #include "comm/flat_buckets.hpp"
+#include "dp/engine.hpp"
 #include "dp/units.hpp"
 #include "tessera/ops.hpp"
 
 namespace tessera::dp {
 
 namespace detail {
-
-// One parameter as data parallelism manages it.
-struct ParamState {
-  std::string name;
-  Parameter* p = nullptr;
-  Shape full_shape;             // the tp-local block (what the layer computes with)
-  bool sharded = false;         // fsdp2: split along dim 0 over dp
-  ShardRange rows;              // this rank's rows of dim 0
-  std::int64_t row_numel = 1;   // elements per dim-0 row
-  std::int64_t pad_rows = 0;    // the largest rank's row count (collective blocks are padded to it)
-  std::int64_t group_offset = 0;  // where its rows sit in its unit group's per-rank block
-  Tensor shard_value, shard_grad;  // sharded: the resident shard (value/grad point here when released)
-  Tensor full_grad;                // sharded: the full gradient, while its unit's backward is open
-  int bucket = -1;                 // replicated: its gradient bucket
-  int pending = 0;                 // replicated, overlap: forwards not yet matched by a backward
-};
-
-// Sharded parameters of one unit with one dtype and device: one collective each way.
-struct Group {
-  std::vector<int> params;
-  std::int64_t block = 0;  // elements per rank (padded)
-  DType dtype = DType::f32;
-  Device device;
-};
-
-struct Unit {
-  std::string path;
-  std::vector<int> params;
-  std::vector<Group> groups;
-  int pending = 0;          // forwards not yet matched by a backward
-  bool gathered = false;
-  bool grads_open = false;  // full gradients allocated
-};
-
-struct Bucket {
-  std::vector<int> params;
-  Tensor flat;  // the parameters' gradients are views into it
-  std::size_t ready = 0;
-  bool launched = false;
-  CommRequest request;
-};
-
-struct PendingScatter {
-  CommRequest request;
-  Tensor input, output;
-  int unit = 0, group = 0;
-};
-
-struct Engine {
-  Communicator* dp = nullptr;
-  DataParallelMode mode = DataParallelMode::none;
-  DataParallelOptions options;
-  bool active = false;  // dp size > 1 and mode != none
-  bool hooks = false;   // units are wrapped
-  bool sync = true;     // backward starts the reduction (false: accumulate locally)
-  std::vector<ParamState> params;
-  std::vector<Unit> units;
-  std::vector<Bucket> buckets;
-  std::size_t next_launch = 0;
-  std::vector<PendingScatter> scatters;
-
-  std::string label() const { return "dp::DataParallel(" + std::string(data_parallel_mode_name(mode)) + ")"; }
-
-  // ---- fsdp2 gather / release / reduce-scatter
-  void gather(Unit& unit) {
-    if (unit.gathered) return;
-    const int size = dp->size();
-    for (Group& g : unit.groups) {
-      Tensor send = Tensor::zeros({g.block}, g.dtype, g.device);
-      for (int i : g.params) {
-        ParamState& s = params[i];
-        s.shard_value = s.p->value;  // the resident shard, whatever the caller did to it
-        send.narrow(0, s.group_offset, s.rows.length * s.row_numel)
-            .copy_from(s.shard_value.contiguous().reshape({s.rows.length * s.row_numel}));
-      }
-      Tensor recv = Tensor::empty({g.block * size}, g.dtype, g.device);
-      dp->all_gather(send, recv);
-      for (int i : g.params) {
-        ParamState& s = params[i];
-        Tensor full = Tensor::empty(s.full_shape, g.dtype, g.device);
-        for (int r = 0; r < size; ++r) {
-          const ShardRange rr = shard_range(s.full_shape[0], size, r);
-          Shape rows_shape = s.full_shape;
-          rows_shape[0] = rr.length;
-          full.narrow(0, rr.start, rr.length)
-              .copy_from(recv.narrow(0, r * g.block + s.group_offset, rr.length * s.row_numel).reshape(rows_shape));
-        }
-        s.p->value = full;
-      }
-    }
-    unit.gathered = true;
-  }
-
-  void release(Unit& unit) {
-    if (!unit.gathered) return;
-    for (const Group& g : unit.groups) {
-      for (int i : g.params) params[i].p->value = params[i].shard_value;
-    }
-    unit.gathered = false;
-  }
-
-  void open_grads(Unit& unit) {
-    if (unit.grads_open) return;
-    for (const Group& g : unit.groups) {
-      for (int i : g.params) {
-        ParamState& s = params[i];
-        s.shard_grad = s.p->grad;
-        s.full_grad = Tensor::zeros(s.full_shape, g.dtype, g.device);
-      }
-    }
-    unit.grads_open = true;
-  }
-
-  void add_scattered(int u, int gi, const Tensor& output) {
-    for (int i : units[u].groups[gi].params) {
-      ParamState& s = params[i];
-      ops::axpy(1.0, output.narrow(0, s.group_offset, s.rows.length * s.row_numel).reshape(s.shard_grad.shape()),
-                s.shard_grad);
-    }
-  }
-
-  void scatter_grads(int u) {
-    Unit& unit = units[u];
-    if (!unit.grads_open) return;
-    const int size = dp->size();
-    for (std::size_t gi = 0; gi < unit.groups.size(); ++gi) {
-      const Group& g = unit.groups[gi];
-      Tensor input = Tensor::zeros({g.block * size}, g.dtype, g.device);
-      for (int i : g.params) {
-        const ParamState& s = params[i];
-        for (int r = 0; r < size; ++r) {
-          const ShardRange rr = shard_range(s.full_shape[0], size, r);
-          input.narrow(0, r * g.block + s.group_offset, rr.length * s.row_numel)
-              .copy_from(s.full_grad.narrow(0, rr.start, rr.length).contiguous().reshape({rr.length * s.row_numel}));
-        }
-      }
-      Tensor output = Tensor::empty({g.block}, g.dtype, g.device);
-      if (options.overlap) {
-        PendingScatter pending;
-        pending.request = dp->reduce_scatter_async(input, output, ReduceOp::avg);
-        pending.input = input;
-        pending.output = output;
-        pending.unit = u;
-        pending.group = static_cast<int>(gi);
-        scatters.push_back(std::move(pending));
-      } else {
-        dp->reduce_scatter(input, output, ReduceOp::avg);
-        add_scattered(u, static_cast<int>(gi), output);
-      }
-    }
-    for (const Group& g : unit.groups) {
-      for (int i : g.params) {
-        params[i].p->grad = params[i].shard_grad;
-        params[i].full_grad = Tensor();
-      }
-    }
-    unit.grads_open = false;
-  }
-
-  // ---- buckets
-  void launch_ready() {
-    while (next_launch < buckets.size() && buckets[next_launch].ready == buckets[next_launch].params.size()) {
-      launch(buckets[next_launch]);
-      ++next_launch;
-    }
-  }
-  void launch(Bucket& b) {
-    b.request = dp->all_reduce_async(b.flat, ReduceOp::avg);
-    b.launched = true;
-  }
-
-  // ---- hooks
-  void pre_forward(int u) {
-    Unit& unit = units[u];
-    ++unit.pending;
-    if (options.overlap) {
-      for (int i : unit.params) {
-        if (!params[i].sharded) ++params[i].pending;
-      }
-    }
-    gather(unit);
-  }
-  void post_forward(int u) { release(units[u]); }
-  void pre_backward(int u) {
-    Unit& unit = units[u];
-    gather(unit);
-    open_grads(unit);
-    for (const Group& g : unit.groups) {
-      for (int i : g.params) params[i].p->grad = params[i].full_grad;
-    }
-  }
-  // Without sync, the full gradients stay open (the next backward adds to them) and the
-  // parameters point at their shards again, as between steps.
-  void park_grads(Unit& unit) {
-    for (const Group& g : unit.groups) {
-      for (int i : g.params) params[i].p->grad = params[i].shard_grad;
-    }
-  }
-
-  void post_backward(int u) {
-    Unit& unit = units[u];
-    release(unit);
-    if (--unit.pending <= 0) {
-      unit.pending = 0;
-      if (sync) {
-        scatter_grads(u);
-      } else {
-        park_grads(unit);
-      }
-    }
-    if (options.overlap) {
-      for (int i : unit.params) {
-        ParamState& s = params[i];
-        if (s.sharded || s.bucket < 0) continue;
-        // Without sync the bucket is not counted ready: its launch waits for the
-        // backward that has sync (or for finish).
-        if (--s.pending == 0 && sync) {
-          if (++buckets[s.bucket].ready == buckets[s.bucket].params.size()) launch_ready();
-        }
-        if (s.pending < 0) s.pending = 0;  // a backward without a forward: counted once
-      }
-    }
-  }
-
-  void finish() {
-    if (!active) return;
-    for (std::size_t u = 0; u < units.size(); ++u) {
-      release(units[u]);
-      scatter_grads(static_cast<int>(u));  // backward passes whose forward ran more often
-      units[u].pending = 0;
-    }
-    for (; next_launch < buckets.size(); ++next_launch) launch(buckets[next_launch]);
-    for (Bucket& b : buckets) {
-      if (b.launched) b.request.wait();
-      b.launched = false;
-      b.ready = 0;
-    }
-    next_launch = 0;
-    for (PendingScatter& s : scatters) {
-      s.request.wait();
-      add_scattered(s.unit, s.group, s.output);
-    }
-    scatters.clear();
-    for (ParamState& s : params) s.pending = 0;
-  }
-};
 
 namespace {
 
@@ -385,17 +140,13 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
                             "); fsdp2 and overlapped ddp wrap the modules that own parameters and the root "
                             "cannot be replaced — hold them in a child module, or use ddp with overlap = false");
     }
-    std::unordered_map<Parameter*, std::string> owner;
-    for (const auto& info : infos) {
-      for (const auto& [n, p] : info.params) {
-        auto [it, fresh] = owner.emplace(p, info.path);
-        if (!fresh && it->second != info.path && mode == DataParallelMode::fsdp2) {
-          throw InvalidArgument(label + ": parameter " + n + " is shared by modules '" + it->second + "' and '" +
-                                info.path + "'; fsdp2 gathers and reduces per module and cannot shard a shared "
-                                "parameter");
-        }
-      }
-    }
+  }
+  // Tied parameters (shared by two units, or read by a module outside their unit) stay
+  // whole on every dp rank: a unit's hooks see only its own uses, so neither an fsdp2
+  // gather/release nor an overlap readiness count can cover them. Without hooks the whole
+  // backward is done before finish_gradient_sync() anyway.
+  for (Parameter* p : detail::find_tied_parameters(model, e.hooks ? infos : detail::find_units(model))) {
+    e.params[index_of.at(p)].tied = true;
   }
 
   if (options.broadcast_parameters) detail::broadcast_values(e.params, *e.dp, options.bucket_bytes);
@@ -403,7 +154,7 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
   // fsdp2: shard dim 0 of every tp-local block that gives each dp rank at least one row.
   if (mode == DataParallelMode::fsdp2) {
     for (ParamState& s : e.params) {
-      if (s.full_shape.empty() || s.full_shape[0] < size) continue;
+      if (s.tied || s.full_shape.empty() || s.full_shape[0] < size) continue;
       Parameter& p = *s.p;
       s.sharded = true;
       s.rows = shard_range(s.full_shape[0], size, rank);
@@ -420,13 +171,15 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
   }
 
   // Buckets over the dp-replicated gradients, in reverse registration order (the order
-  // backward produces them); each parameter's gradient becomes a view into its bucket.
-  {
+  // backward produces them), tied parameters last (their buckets start in
+  // finish_gradient_sync(), so they hold no other bucket back); each parameter's gradient
+  // becomes a view into its bucket.
+  for (const bool tied : {false, true}) {
     std::vector<int> replicated;
     std::vector<tessera::detail::BucketItem> items;
     for (int i = static_cast<int>(e.params.size()) - 1; i >= 0; --i) {
       const Tensor& grad = e.params[i].p->grad;
-      if (e.params[i].sharded || grad.numel() == 0) continue;
+      if (e.params[i].sharded || e.params[i].tied != tied || grad.numel() == 0) continue;
       replicated.push_back(i);
       items.push_back({grad.dtype(), grad.device(), 0, grad.nbytes()});
     }
@@ -511,6 +264,14 @@ std::vector<std::vector<std::string>> DataParallel::buckets() const {
   for (const auto& b : engine_->buckets) {
     out.emplace_back();
     for (int i : b.params) out.back().push_back(engine_->params[i].name);
+  }
+  return out;
+}
+
+std::vector<std::string> DataParallel::tied_parameters() const {
+  std::vector<std::string> out;
+  for (const auto& s : engine_->params) {
+    if (s.tied) out.push_back(s.name);
   }
   return out;
 }

@@ -78,7 +78,7 @@ MemoryReport plan_memory(const std::vector<ParameterSpec>& specs, const MemoryPl
       local[pl.dim] = shard_range(local[pl.dim], parts, index).length;
     }
     const std::int64_t element = static_cast<std::int64_t>(dtype_size(s.dtype));
-    if (fsdp2 && !local.empty() && local[0] >= layout.dp_size) {
+    if (fsdp2 && !s.tied && !local.empty() && local[0] >= layout.dp_size) {
       transient[s.unit] += 2 * shape_numel(local) * element;
       local[0] = shard_range(local[0], layout.dp_size, layout.coords.dp).length;
     }
@@ -95,7 +95,9 @@ MemoryReport plan_memory(const std::vector<ParameterSpec>& specs, const MemoryPl
 std::vector<ParameterSpec> parameter_specs(nn::Module& model) {
   std::vector<ParameterSpec> specs;
   std::unordered_set<const Parameter*> seen;
-  for (const auto& unit : detail::find_units(model)) {
+  const auto units = detail::find_units(model);
+  const auto tied = detail::find_tied_parameters(model, units);
+  for (const auto& unit : units) {
     for (const auto& [name, p] : unit.params) {
       if (!seen.insert(p).second) continue;
       if (p->placement.dp.is_shard()) {
@@ -103,7 +105,7 @@ std::vector<ParameterSpec> parameter_specs(nn::Module& model) {
                               p->placement.str() + "); plan from a model that is not yet data-parallel");
       }
       specs.push_back({name, p->global_shape, p->placement, p->value.defined() ? p->value.dtype() : DType::f32,
-                       unit.path});
+                       unit.path, tied.contains(p)});
     }
   }
   return specs;

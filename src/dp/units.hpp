@@ -4,8 +4,12 @@
 // DataParallel (which wraps them) and plan_memory (which predicts their transients).
 
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include "tessera/error.hpp"
 
 #include "tessera/nn/module.hpp"
 
@@ -33,6 +37,36 @@ inline std::vector<UnitInfo> find_units(nn::Module& model) {
   };
   visit(visit, model, "");
   return units;
+}
+
+// Tied parameters: those registered by two or more units, and those a module declares it
+// reads outside their unit (Module::tied_parameter_paths). Data parallelism keeps them
+// dp-replicated and reduces them after the whole backward; the memory plan predicts the
+// same. A declared path that names no parameter is an InvalidArgument naming the module.
+inline std::unordered_set<Parameter*> find_tied_parameters(nn::Module& model, const std::vector<UnitInfo>& units) {
+  std::unordered_set<Parameter*> tied;
+  std::unordered_map<Parameter*, const std::string*> owner;
+  for (const auto& unit : units) {
+    for (const auto& [name, p] : unit.params) {
+      auto [it, fresh] = owner.emplace(p, &unit.path);
+      if (!fresh && *it->second != unit.path) tied.insert(p);
+    }
+  }
+  for (const auto& [path, m] : model.named_modules()) {
+    for (const std::string& relative : m->tied_parameter_paths()) {
+      Parameter* found = nullptr;
+      for (const auto& [name, p] : m->named_parameters()) {
+        if (name == relative) found = p;
+      }
+      if (found == nullptr) {
+        throw InvalidArgument((path.empty() ? std::string("the root module") : "module '" + path + "'") + " (" +
+                              m->type_name() + ") declares tied parameter '" + relative +
+                              "', which is not one of its parameters");
+      }
+      tied.insert(found);
+    }
+  }
+  return tied;
 }
 
 }  // namespace tessera::dp::detail

@@ -25,6 +25,14 @@
 //       0-d one) cannot give every rank a row: it stays dp-Replicate and is averaged
 //       like a ddp bucket.
 //
+// Tied weights: a parameter registered by two units, or one that a module reads outside
+// its unit and declares in Module::tied_parameter_paths() (the decoder's tied head reads
+// the embedding table), stays dp-Replicate in both modes — a unit's hooks see only the
+// uses inside it, so no gather/release or readiness count can cover the others. Its
+// gradient is averaged in buckets of its own, the last ones, which start in
+// finish_gradient_sync(). A module that reads another's parameter without declaring it
+// gets wrong results under fsdp2 (it sees the shard) — declare it.
+//
 // Hooks: fsdp2 and overlapped ddp need to act around each module's forward and backward,
 // so they replace every *unit* — the topmost module that registers parameters itself
 // (in practice the leaf layers) — by a wrapper that registers the same parameters under
@@ -113,6 +121,8 @@ class DataParallel {
   std::vector<std::vector<std::string>> buckets() const;
   // fsdp2: the parameters sharded over dp (the others are dp-Replicate).
   std::vector<std::string> sharded_parameters() const;
+  // Tied parameters (below): dp-Replicate in both modes, reduced after the whole backward.
+  std::vector<std::string> tied_parameters() const;
 
   // This rank's parameter, gradient and (when given) optimizer-state bytes, plus the
   // largest transient footprint of one gathered fsdp2 unit (parameters + gradients).

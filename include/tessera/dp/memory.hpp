@@ -55,6 +55,7 @@ struct ParameterSpec {
   MeshPlacement placement;
   DType dtype = DType::f32;
   std::string unit;
+  bool tied = false;  // read by two units or outside its own: fsdp2 keeps it dp-replicated
 };
 
 // Where the planned rank sits.

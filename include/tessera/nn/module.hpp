@@ -64,6 +64,13 @@ class Module {
   };
   virtual std::optional<TensorParallelPaths> tensor_parallel_paths() const { return std::nullopt; }
 
+  // ---- Tied weights: dotted paths (relative to this module) of descendants' parameters
+  // that this module reads itself, outside the descendant's own forward and backward (a
+  // tied output head reading the embedding table). Data parallelism must know: it keeps
+  // such a parameter whole on every dp rank (fsdp2 does not shard it) and averages its
+  // gradient only once the whole backward is done (dp/data_parallel.hpp).
+  virtual std::vector<std::string> tied_parameter_paths() const { return {}; }
+
  protected:
   // `parameter` must be a member of the derived module (it is referenced, not owned).
   void register_parameter(std::string name, Parameter& parameter);

@@ -1,0 +1,191 @@
+#include "dp/engine.hpp"
+
+#include "tessera/ops.hpp"
+
+namespace tessera::dp::detail {
+
+// ---- fsdp2 gather / release / reduce-scatter
+void Engine::gather(Unit& unit) {
+  if (unit.gathered) return;
+  const int size = dp->size();
+  for (Group& g : unit.groups) {
+    Tensor send = Tensor::zeros({g.block}, g.dtype, g.device);
+    for (int i : g.params) {
+      ParamState& s = params[i];
+      s.shard_value = s.p->value;  // the resident shard, whatever the caller did to it
+      send.narrow(0, s.group_offset, s.rows.length * s.row_numel)
+          .copy_from(s.shard_value.contiguous().reshape({s.rows.length * s.row_numel}));
+    }
+    Tensor recv = Tensor::empty({g.block * size}, g.dtype, g.device);
+    dp->all_gather(send, recv);
+    for (int i : g.params) {
+      ParamState& s = params[i];
+      Tensor full = Tensor::empty(s.full_shape, g.dtype, g.device);
+      for (int r = 0; r < size; ++r) {
+        const ShardRange rr = shard_range(s.full_shape[0], size, r);
+        Shape rows_shape = s.full_shape;
+        rows_shape[0] = rr.length;
+        full.narrow(0, rr.start, rr.length)
+            .copy_from(recv.narrow(0, r * g.block + s.group_offset, rr.length * s.row_numel).reshape(rows_shape));
+      }
+      s.p->value = full;
+    }
+  }
+  unit.gathered = true;
+}
+
+void Engine::release(Unit& unit) {
+  if (!unit.gathered) return;
+  for (const Group& g : unit.groups) {
+    for (int i : g.params) params[i].p->value = params[i].shard_value;
+  }
+  unit.gathered = false;
+}
+
+void Engine::open_grads(Unit& unit) {
+  if (unit.grads_open) return;
+  for (const Group& g : unit.groups) {
+    for (int i : g.params) {
+      ParamState& s = params[i];
+      s.shard_grad = s.p->grad;
+      s.full_grad = Tensor::zeros(s.full_shape, g.dtype, g.device);
+    }
+  }
+  unit.grads_open = true;
+}
+
+void Engine::add_scattered(int u, int gi, const Tensor& output) {
+  for (int i : units[u].groups[gi].params) {
+    ParamState& s = params[i];
+    ops::axpy(1.0, output.narrow(0, s.group_offset, s.rows.length * s.row_numel).reshape(s.shard_grad.shape()),
+              s.shard_grad);
+  }
+}
+
+void Engine::scatter_grads(int u) {
+  Unit& unit = units[u];
+  if (!unit.grads_open) return;
+  const int size = dp->size();
+  for (std::size_t gi = 0; gi < unit.groups.size(); ++gi) {
+    const Group& g = unit.groups[gi];
+    Tensor input = Tensor::zeros({g.block * size}, g.dtype, g.device);
+    for (int i : g.params) {
+      const ParamState& s = params[i];
+      for (int r = 0; r < size; ++r) {
+        const ShardRange rr = shard_range(s.full_shape[0], size, r);
+        input.narrow(0, r * g.block + s.group_offset, rr.length * s.row_numel)
+            .copy_from(s.full_grad.narrow(0, rr.start, rr.length).contiguous().reshape({rr.length * s.row_numel}));
+      }
+    }
+    Tensor output = Tensor::empty({g.block}, g.dtype, g.device);
+    if (options.overlap) {
+      PendingScatter pending;
+      pending.request = dp->reduce_scatter_async(input, output, ReduceOp::avg);
+      pending.input = input;
+      pending.output = output;
+      pending.unit = u;
+      pending.group = static_cast<int>(gi);
+      scatters.push_back(std::move(pending));
+    } else {
+      dp->reduce_scatter(input, output, ReduceOp::avg);
+      add_scattered(u, static_cast<int>(gi), output);
+    }
+  }
+  for (const Group& g : unit.groups) {
+    for (int i : g.params) {
+      params[i].p->grad = params[i].shard_grad;
+      params[i].full_grad = Tensor();
+    }
+  }
+  unit.grads_open = false;
+}
+
+// ---- buckets
+void Engine::launch_ready() {
+  while (next_launch < buckets.size() && buckets[next_launch].ready == buckets[next_launch].params.size()) {
+    launch(buckets[next_launch]);
+    ++next_launch;
+  }
+}
+
+void Engine::launch(Bucket& b) {
+  b.request = dp->all_reduce_async(b.flat, ReduceOp::avg);
+  b.launched = true;
+}
+
+// ---- hooks
+void Engine::pre_forward(int u) {
+  Unit& unit = units[u];
+  ++unit.pending;
+  if (options.overlap) {
+    for (int i : unit.params) {
+      if (!params[i].sharded && !params[i].tied) ++params[i].pending;
+    }
+  }
+  gather(unit);
+}
+
+void Engine::post_forward(int u) { release(units[u]); }
+void Engine::pre_backward(int u) {
+  Unit& unit = units[u];
+  gather(unit);
+  open_grads(unit);
+  for (const Group& g : unit.groups) {
+    for (int i : g.params) params[i].p->grad = params[i].full_grad;
+  }
+}
+
+void Engine::park_grads(Unit& unit) {
+  for (const Group& g : unit.groups) {
+    for (int i : g.params) params[i].p->grad = params[i].shard_grad;
+  }
+}
+
+void Engine::post_backward(int u) {
+  Unit& unit = units[u];
+  release(unit);
+  if (--unit.pending <= 0) {
+    unit.pending = 0;
+    if (sync) {
+      scatter_grads(u);
+    } else {
+      park_grads(unit);
+    }
+  }
+  if (options.overlap) {
+    for (int i : unit.params) {
+      ParamState& s = params[i];
+      if (s.sharded || s.tied || s.bucket < 0) continue;
+      // Without sync the bucket is not counted ready: its launch waits for the
+      // backward that has sync (or for finish).
+      if (--s.pending == 0 && sync) {
+        if (++buckets[s.bucket].ready == buckets[s.bucket].params.size()) launch_ready();
+      }
+      if (s.pending < 0) s.pending = 0;  // a backward without a forward: counted once
+    }
+  }
+}
+
+void Engine::finish() {
+  if (!active) return;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    release(units[u]);
+    scatter_grads(static_cast<int>(u));  // backward passes whose forward ran more often
+    units[u].pending = 0;
+  }
+  for (; next_launch < buckets.size(); ++next_launch) launch(buckets[next_launch]);
+  for (Bucket& b : buckets) {
+    if (b.launched) b.request.wait();
+    b.launched = false;
+    b.ready = 0;
+  }
+  next_launch = 0;
+  for (PendingScatter& s : scatters) {
+    s.request.wait();
+    add_scattered(s.unit, s.group, s.output);
+  }
+  scatters.clear();
+  for (ParamState& s : params) s.pending = 0;
+}
+
+}  // namespace tessera::dp::detail
