@@ -1,45 +1,24 @@
 #include "field_data.hpp"
 
-#include <hdf5.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <glob.h>
 #include <memory>
 #include <sstream>
 
 #include "driver_common.hpp"
+#include "field_stats.hpp"
+#include "hdf5_support.hpp"
+#include "netcdf_input.hpp"
 #include "tessera/error.hpp"
 #include "tessera/models/field_emulator.hpp"
 
 namespace tessera::run {
 
 namespace {
-
-// RAII for the few HDF5 handles the reader opens.
-struct Handle {
-  hid_t id = H5I_INVALID_HID;
-  herr_t (*close)(hid_t) = nullptr;
-  Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
-  ~Handle() {
-    if (id >= 0 && close) close(id);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-};
-
-// Silences HDF5's own error stack printing while alive: our errors say what failed.
-struct QuietHdf5 {
-  H5E_auto2_t func = nullptr;
-  void* data = nullptr;
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func, &data);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func, data); }
-};
 
 // "%.17g" of a double ("nan", "inf", "0").
 std::string fmt_value(double v) {
@@ -49,42 +28,6 @@ std::string fmt_value(double v) {
 }
 
 std::string name_of(const DataConfig& c) { return "data file '" + c.path + "', dataset '" + c.dataset + "'"; }
-
-bool has_attribute(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
-
-std::string read_string_attribute(hid_t obj, const char* name, const std::string& what) {
-  Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (attr.id < 0) throw IoError(what + ": cannot open attribute '" + name + "'");
-  Handle type(H5Aget_type(attr.id), H5Tclose);
-  if (H5Tget_class(type.id) != H5T_STRING) throw IoError(what + ": attribute '" + name + "' is not a string");
-  if (H5Tis_variable_str(type.id) > 0) {
-    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(mem.id, H5T_VARIABLE);
-    H5Tset_cset(mem.id, H5Tget_cset(type.id));
-    char* text = nullptr;
-    if (H5Aread(attr.id, mem.id, &text) < 0) throw IoError(what + ": cannot read attribute '" + name + "'");
-    std::string s = text ? text : "";
-    H5free_memory(text);
-    return s;
-  }
-  const std::size_t n = H5Tget_size(type.id);
-  std::string s(n, '\0');
-  if (H5Aread(attr.id, type.id, s.data()) < 0) throw IoError(what + ": cannot read attribute '" + name + "'");
-  return std::string(s.c_str());
-}
-
-std::vector<double> read_double_attribute(hid_t obj, const char* name, const std::string& what) {
-  Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (attr.id < 0) throw IoError(what + ": cannot open attribute '" + name + "'");
-  Handle space(H5Aget_space(attr.id), H5Sclose);
-  const hssize_t n = H5Sget_simple_extent_npoints(space.id);
-  if (n < 1) throw IoError(what + ": attribute '" + name + "' is empty");
-  std::vector<double> values(static_cast<std::size_t>(n));
-  if (H5Aread(attr.id, H5T_NATIVE_DOUBLE, values.data()) < 0) {
-    throw IoError(what + ": attribute '" + name + "' is not numeric");
-  }
-  return values;
-}
 
 std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out;
@@ -97,9 +40,20 @@ std::vector<std::string> split_names(const std::string& s) {
   return out;
 }
 
-}  // namespace
+// 1-D f64 dataset `name` of `n` values, or empty when the file has none of that length.
+std::vector<double> optional_axis(hid_t file, const char* name, std::int64_t n) {
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return {};
+  Handle d(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
+  if (d.id < 0) return {};
+  Handle space(H5Dget_space(d.id), H5Sclose);
+  if (H5Sget_simple_extent_ndims(space.id) != 1 || H5Sget_simple_extent_npoints(space.id) != n) return {};
+  std::vector<double> v(static_cast<std::size_t>(n));
+  if (H5Dread(d.id, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) return {};
+  return v;
+}
 
-FieldDataInfo read_field_data_info(const DataConfig& c) {
+// The header of tessera's own layout (without normalisation statistics).
+FieldDataInfo read_tessera_info(const DataConfig& c) {
   QuietHdf5 quiet;
   const std::string what = name_of(c);
   Handle file(H5Fopen(c.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -116,7 +70,11 @@ FieldDataInfo read_field_data_info(const DataConfig& c) {
   if (H5Tget_class(type.id) != H5T_FLOAT) throw IoError(what + ": must hold floating-point values");
 
   FieldDataInfo info;
+  info.format = FieldFormat::tessera;
+  info.dataset = c.dataset;
+  info.files = {c.path};
   info.times = static_cast<std::int64_t>(dims[0]);
+  info.file_times = {info.times};
   info.nlat = static_cast<std::int64_t>(dims[2]);
   info.nlon = static_cast<std::int64_t>(dims[3]);
   const auto file_channels = static_cast<std::int64_t>(dims[1]);
@@ -130,6 +88,8 @@ FieldDataInfo read_field_data_info(const DataConfig& c) {
   } else {
     for (std::int64_t i = 0; i < file_channels; ++i) names.push_back("c" + std::to_string(i));
   }
+  std::vector<std::string> units = split_names(string_attribute_or_empty(dset.id, "units"));
+  units.resize(names.size());
   if (c.variables.empty()) {
     for (std::int64_t i = 0; i < file_channels; ++i) info.channel_index.push_back(i);
   } else {
@@ -146,13 +106,20 @@ FieldDataInfo read_field_data_info(const DataConfig& c) {
       info.channel_index.push_back(found);
     }
   }
-  for (auto i : info.channel_index) info.variables.push_back(names[static_cast<std::size_t>(i)]);
+  for (auto i : info.channel_index) {
+    info.variables.push_back(names[static_cast<std::size_t>(i)]);
+    FieldVariable var;
+    var.name = names[static_cast<std::size_t>(i)];
+    var.units = units[static_cast<std::size_t>(i)];
+    info.sources.push_back(var);
+  }
   info.channels = static_cast<std::int64_t>(info.channel_index.size());
 
-  if (c.normalize) {
+  if (c.normalize && c.stats.empty()) {
     if (!has_attribute(dset.id, "mean") || !has_attribute(dset.id, "std")) {
-      throw IoError(what + ": data.normalize needs the attributes 'mean' and 'std' (per channel); set "
-                           "data.normalize: false for data that is already normalised");
+      throw IoError(what + ": data.normalize needs the attributes 'mean' and 'std' (per channel) or a data.stats "
+                           "file (tessera-run stats writes one); set data.normalize: false for data that is already "
+                           "normalised");
     }
     const auto mean = read_double_attribute(dset.id, "mean", what);
     const auto std = read_double_attribute(dset.id, "std", what);
@@ -181,11 +148,118 @@ FieldDataInfo read_field_data_info(const DataConfig& c) {
     info.latitude_grid = models::parse_latitude_grid(read_string_attribute(dset.id, "latitude_grid", what),
                                                      what + " attribute latitude_grid");
   }
+  // The coordinates, for predictions: the file's axes when it has them, else the
+  // regular grid its latitude_grid describes and times dt_seconds apart.
+  auto& k = info.coords;
+  k.lat = optional_axis(file.id, "latitude", info.nlat);
+  k.lon = optional_axis(file.id, "longitude", info.nlon);
+  k.time = optional_axis(file.id, "time", info.times);
+  const bool poles = info.latitude_grid == domain::LatitudeGrid::with_poles;
+  for (std::int64_t i = 0; k.lat.empty() && i < info.nlat; ++i) {
+    const auto n = static_cast<double>(info.nlat);
+    k.lat.push_back(poles ? 90.0 - 180.0 * static_cast<double>(i) / (n - 1) : 90.0 - 180.0 * (i + 0.5) / n);
+  }
+  for (std::int64_t j = 0; k.lon.empty() && j < info.nlon; ++j) {
+    k.lon.push_back(360.0 * static_cast<double>(j) / static_cast<double>(info.nlon));
+  }
+  for (std::int64_t t = 0; k.time.empty() && t < info.times; ++t) k.time.push_back(static_cast<double>(t) * info.dt_seconds);
+  // The layout's time is seconds from the start of the series, which carries no date.
+  k.time_units = "seconds since 2000-01-01 00:00:00";
+  k.calendar = "proleptic_gregorian";
+  return info;
+}
+
+}  // namespace
+
+std::string FieldDataInfo::describe_files() const {
+  if (files.size() <= 1) return files.empty() ? "" : files.front();
+  return files.front() + " .. " + files.back() + " (" + std::to_string(files.size()) + " files)";
+}
+
+std::vector<std::string> data_files(const DataConfig& c) {
+  if (!c.path_list.empty()) return c.path_list;
+  if (c.path.find_first_of("*?[") == std::string::npos) return {c.path};
+  glob_t g{};
+  const int rc = ::glob(c.path.c_str(), 0, nullptr, &g);
+  std::vector<std::string> files;
+  for (std::size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  if (files.empty()) throw IoError("data.path '" + c.path + "' matches no file");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+bool is_netcdf_input(const DataConfig& c, const std::vector<std::string>& files) {
+  if (c.format != "auto") return c.format == "netcdf";
+  if (files.size() > 1 || !c.path_list.empty()) return true;
+  std::string p = files.front();
+  for (auto& ch : p) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* tail : {".nc", ".nc4", ".cdf"}) {
+    const std::string t = tail;
+    if (p.size() >= t.size() && p.compare(p.size() - t.size(), t.size(), t) == 0) return true;
+  }
+  return false;
+}
+
+FieldDataInfo read_field_data_info(const DataConfig& c) {
+  const std::vector<std::string> files = data_files(c);
+  FieldDataInfo info;
+  if (is_netcdf_input(c, files)) {
+    info = read_netcdf_info(c, files);
+    if (c.normalize && c.stats.empty()) {
+      throw ConfigError("data.normalize needs each channel's mean and std, which netCDF data '" + info.describe_files() +
+                        "' does not carry: run `tessera-run stats CONFIG` to write them to a file and name it in "
+                        "data.stats, or set data.normalize: false");
+    }
+  } else {
+    if (files.size() != 1) {
+      throw ConfigError("data.path names " + std::to_string(files.size()) +
+                        " files: only netCDF input (data.format: netcdf) reads several files along time");
+    }
+    DataConfig one = c;
+    one.path = files.front();
+    info = read_tessera_info(one);
+  }
+  if (c.normalize && !c.stats.empty()) read_field_stats(c.stats, info.variables, info.mean, info.std);
   if (info.times <= c.lead) {
-    throw ConfigError("data.lead (" + std::to_string(c.lead) + ") leaves no sample in " + what + ", which has " +
-                      std::to_string(info.times) + " times");
+    throw ConfigError("data.lead (" + std::to_string(c.lead) + ") leaves no sample in data '" + info.describe_files() +
+                      "', which has " + std::to_string(info.times) + " times");
   }
   return info;
+}
+
+void read_field_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t nt, std::int64_t lat_start,
+                     std::int64_t lat_count, float* out) {
+  if (info.format == FieldFormat::netcdf) {
+    read_netcdf_band(info, t0, nt, lat_start, lat_count, out);
+    return;
+  }
+  QuietHdf5 quiet;
+  const std::string& path = info.files.front();
+  const std::string what = "data file '" + path + "', dataset '" + info.dataset + "'";
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (file.id < 0) throw IoError("cannot open data file '" + path + "' (data.path)");
+  Handle dset(H5Dopen2(file.id, info.dataset.c_str(), H5P_DEFAULT), H5Dclose);
+  if (dset.id < 0) throw IoError(what + ": no such dataset");
+  Handle space(H5Dget_space(dset.id), H5Sclose);
+  const std::int64_t plane = lat_count * info.nlon;
+  // One hyperslab read per selected channel: [the times, channel, this band, all lon].
+  std::vector<float> slab(static_cast<std::size_t>(nt * plane));
+  for (std::int64_t ci = 0; ci < info.channels; ++ci) {
+    const hsize_t start[4] = {static_cast<hsize_t>(t0), static_cast<hsize_t>(info.channel_index[ci]),
+                              static_cast<hsize_t>(lat_start), 0};
+    const hsize_t count[4] = {static_cast<hsize_t>(nt), 1, static_cast<hsize_t>(lat_count),
+                              static_cast<hsize_t>(info.nlon)};
+    Handle mem(H5Screate_simple(4, count, nullptr), H5Sclose);
+    if (H5Sselect_hyperslab(space.id, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+        H5Dread(dset.id, H5T_NATIVE_FLOAT, mem.id, space.id, H5P_DEFAULT, slab.data()) < 0) {
+      throw IoError(what + ": cannot read channel " + info.variables[ci] + ", latitudes [" + std::to_string(lat_start) +
+                    ", " + std::to_string(lat_start + lat_count) + ")");
+    }
+    for (std::int64_t t = 0; t < nt; ++t) {
+      std::memcpy(out + (t * info.channels + ci) * plane, slab.data() + t * plane, plane * sizeof(float));
+    }
+  }
 }
 
 ValidationSplit split_field_samples(const DataConfig& c, const FieldDataInfo& info,
@@ -215,12 +289,18 @@ ValidationSplit split_field_samples(const DataConfig& c, const FieldDataInfo& in
 DataConfig validation_file_config(const DataConfig& c) {
   DataConfig v = c;
   v.path = c.validation_path;
+  v.path_list.clear();
   return v;
 }
 
 FieldDataInfo read_validation_info(const DataConfig& c, const FieldDataInfo& train) {
   DataConfig v = validation_file_config(c);
-  v.variables = train.variables;  // by name: the file may order its channels otherwise
+  // By name: the file may order its channels otherwise (netCDF: variables, not channels).
+  v.variables = train.variables;
+  if (train.format == FieldFormat::netcdf) {
+    v.variables.clear();
+    for (const auto& var : train.sources) v.variables.push_back(var.name);
+  }
   v.normalize = false;            // the training statistics normalise it (below)
   const std::string what = "data.validation: " + name_of(v);
   if (std::FILE* f = std::fopen(v.path.c_str(), "rb")) {
@@ -241,33 +321,15 @@ FieldDataInfo read_validation_info(const DataConfig& c, const FieldDataInfo& tra
 
 FieldData::FieldData(const DataConfig& c, const FieldDataInfo& info, std::int64_t lat_start, std::int64_t lat_count)
     : info_(info), lead_(c.lead), lat_count_(lat_count) {
-  QuietHdf5 quiet;
-  const std::string what = name_of(c);
-  Handle file(H5Fopen(c.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (file.id < 0) throw IoError("cannot open data file '" + c.path + "' (data.path)");
-  Handle dset(H5Dopen2(file.id, c.dataset.c_str(), H5P_DEFAULT), H5Dclose);
-  if (dset.id < 0) throw IoError(what + ": no such dataset");
-  Handle space(H5Dget_space(dset.id), H5Sclose);
   const std::int64_t plane = lat_count * info.nlon;
   values_.resize(static_cast<std::size_t>(info.times * info.channels * plane));
-  // One hyperslab read per selected channel: [all times, channel, this band, all lon].
-  std::vector<float> slab(static_cast<std::size_t>(info.times * plane));
-  for (std::int64_t ci = 0; ci < info.channels; ++ci) {
-    const hsize_t start[4] = {0, static_cast<hsize_t>(info.channel_index[ci]), static_cast<hsize_t>(lat_start), 0};
-    const hsize_t count[4] = {static_cast<hsize_t>(info.times), 1, static_cast<hsize_t>(lat_count),
-                              static_cast<hsize_t>(info.nlon)};
-    Handle mem(H5Screate_simple(4, count, nullptr), H5Sclose);
-    if (H5Sselect_hyperslab(space.id, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
-        H5Dread(dset.id, H5T_NATIVE_FLOAT, mem.id, space.id, H5P_DEFAULT, slab.data()) < 0) {
-      throw IoError(what + ": cannot read channel " + info.variables[ci] + ", latitudes [" + std::to_string(lat_start) +
-                    ", " + std::to_string(lat_start + lat_count) + ")");
-    }
-    const double m = info.mean.empty() ? 0.0 : info.mean[ci];
-    const double s = info.std.empty() ? 1.0 : info.std[ci];
-    for (std::int64_t t = 0; t < info.times; ++t) {
-      const float* src = slab.data() + t * plane;
-      float* dst = values_.data() + (t * info.channels + ci) * plane;
-      for (std::int64_t i = 0; i < plane; ++i) dst[i] = static_cast<float>((src[i] - m) / s);
+  read_field_band(info, 0, info.times, lat_start, lat_count, values_.data());
+  for (std::int64_t t = 0; t < info.times; ++t) {
+    for (std::int64_t ci = 0; ci < info.channels; ++ci) {
+      const double m = info.mean.empty() ? 0.0 : info.mean[ci];
+      const double s = info.std.empty() ? 1.0 : info.std[ci];
+      float* v = values_.data() + (t * info.channels + ci) * plane;
+      for (std::int64_t i = 0; i < plane; ++i) v[i] = static_cast<float>((v[i] - m) / s);
     }
   }
 }

@@ -1,7 +1,9 @@
 // tessera-run: the srun/mpiexec-launched training driver (docs/driver.md).
 //
-//   tessera-run CONFIG.yaml [--dry-run] [--set KEY=VALUE ...] [--kill-after-step N]
+//   tessera-run [train] CONFIG.yaml [--dry-run] [--set KEY=VALUE ...] [--kill-after-step N]
 //               [--kill-during-save N]
+//   tessera-run stats CONFIG.yaml [--set KEY=VALUE ...]     (field_stats.hpp)
+//   tessera-run predict CONFIG.yaml [--set KEY=VALUE ...]   (predict_field_emulator.hpp)
 //
 // Trains the field emulator (train_field_emulator.cpp) to predict the next state of a
 // gridded dataset on a (dp, tp, domain) mesh, or (model.type: decoder, train_decoder.cpp)
@@ -23,6 +25,8 @@
 #include <vector>
 
 #include "driver_common.hpp"
+#include "field_stats.hpp"
+#include "predict_field_emulator.hpp"
 #include "run_config.hpp"
 #include "train_decoder.hpp"
 #include "train_field_emulator.hpp"
@@ -38,7 +42,13 @@ constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 
 const char* kUsage =
-    "usage: tessera-run CONFIG.yaml [--dry-run] [--set KEY=VALUE ...] [--kill-after-step N]\n"
+    "usage: tessera-run [train] CONFIG.yaml [--dry-run] [--set KEY=VALUE ...] [--kill-after-step N]\n"
+    "       tessera-run stats CONFIG.yaml [--set KEY=VALUE ...]\n"
+    "       tessera-run predict CONFIG.yaml [--set KEY=VALUE ...]\n"
+    "  train (the default)  train the config's model\n"
+    "  stats                write the per-channel mean and std of data.path to data.stats\n"
+    "  predict              roll a field-emulator checkpoint forward predict.steps steps from\n"
+    "                       predict.initial_time and write a CF netCDF file (predict.output)\n"
     "  --dry-run            validate the config and the data, print the mesh and the per-rank\n"
     "                       memory plan, and exit without training\n"
     "  --set KEY=VALUE      override a config key (dotted path, VALUE as YAML), e.g.\n"
@@ -56,7 +66,8 @@ const char* kUsage =
     "checkpoint, exit with status 75.\n";
 
 // Throws InvalidArgument (a usage error) for anything it does not understand.
-Options parse_args(int argc, char** argv, std::int64_t& kill_during_save, std::vector<int>& stop_signals) {
+Options parse_args(int argc, char** argv, std::int64_t& kill_during_save, std::vector<int>& stop_signals,
+                   std::string& mode) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -92,6 +103,8 @@ Options parse_args(int argc, char** argv, std::int64_t& kill_during_save, std::v
       stop_signals = parse_stop_signals(a.substr(15));
     } else if (!a.empty() && a[0] == '-') {
       throw InvalidArgument("unknown option '" + a + "'");
+    } else if (o.config.empty() && mode.empty() && (a == "train" || a == "stats" || a == "predict")) {
+      mode = a;  // (a config file of one of these names: write ./predict)
     } else if (o.config.empty()) {
       o.config = a;
     } else {
@@ -114,11 +127,13 @@ int main(int argc, char** argv) {
   Options opts;
   std::int64_t kill_during_save = -1;
   std::vector<int> stop_signals{SIGTERM, SIGUSR1};
+  std::string mode;
   std::optional<RunConfig> cfg;
   std::string error;
   int error_status = 0;
   try {
-    opts = parse_args(argc, argv, kill_during_save, stop_signals);
+    opts = parse_args(argc, argv, kill_during_save, stop_signals, mode);
+    if (!mode.empty() && mode != "train" && opts.dry_run) throw InvalidArgument("--dry-run is for training only");
     if (!opts.help) cfg = parse_run_config(opts.config, opts.overrides);
   } catch (const InvalidArgument& e) {
     error = e.what();
@@ -147,7 +162,13 @@ int main(int argc, char** argv) {
       });
       // Before the mesh: its communicators keep the watchdog's counters only when it is on.
       if (cfg->collective_timeout >= 0) set_collective_timeout(cfg->collective_timeout);
-      status = cfg->model_type == "decoder" ? train_decoder(*cfg, opts) : train_field_emulator(*cfg, opts);
+      if (mode == "stats") {
+        status = field_stats(*cfg, opts);
+      } else if (mode == "predict") {
+        status = predict_field_emulator(*cfg, opts);
+      } else {
+        status = cfg->model_type == "decoder" ? train_decoder(*cfg, opts) : train_field_emulator(*cfg, opts);
+      }
     } catch (const std::exception& e) {
       status = error_status == kExitUsage ? kExitUsage : kExitError;
       if (rank == 0) {

@@ -339,7 +339,11 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
            return;
          }
          p.section(v, key, {
-           {"path", [&](const YAML::Node& x, const std::string& kk) { d.path = p.string(x, kk); }},
+           {"path", [&](const YAML::Node& x, const std::string& kk) {
+              d.path_list = x.IsSequence() ? p.strings(x, kk) : std::vector<std::string>{};
+              if (x.IsSequence() && d.path_list.empty()) throw ConfigError(p.where(x, kk) + " lists no file");
+              d.path = x.IsSequence() ? d.path_list.front() : p.string(x, kk);
+            }},
            {"dataset", [&](const YAML::Node& x, const std::string& kk) { d.dataset = p.string(x, kk); }},
            {"variables", [&](const YAML::Node& x, const std::string& kk) { d.variables = p.strings(x, kk); }},
            {"batch_size", [&](const YAML::Node& x, const std::string& kk) { d.batch_size = p.integer(x, kk, 1); }},
@@ -347,6 +351,10 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
            {"normalize", [&](const YAML::Node& x, const std::string& kk) { d.normalize = p.boolean(x, kk); }},
            {"shuffle", [&](const YAML::Node& x, const std::string& kk) { d.shuffle = p.boolean(x, kk); }},
            {"validation", [&](const YAML::Node& x, const std::string& kk) { parse_validation(p, x, kk, d); }},
+           {"format", [&](const YAML::Node& x, const std::string& kk) {
+              d.format = p.choice(x, kk, {"auto", "tessera", "netcdf"});
+            }},
+           {"stats", [&](const YAML::Node& x, const std::string& kk) { d.stats = x.IsNull() ? "" : p.string(x, kk); }},
          });
        }},
       {"optimizer", [&](const YAML::Node& v, const std::string& key) {
@@ -403,6 +411,18 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
       {"collective_timeout", [&](const YAML::Node& v, const std::string& key) {
          c.collective_timeout = p.number(v, key, 0.0);
        }},
+      {"predict", [&](const YAML::Node& v, const std::string& key) {
+         auto& pr = c.predict;
+         p.section(v, key, {
+           {"checkpoint", [&](const YAML::Node& x, const std::string& kk) {
+              pr.checkpoint = x.IsNull() ? "" : p.string(x, kk);
+            }},
+           {"initial_time", [&](const YAML::Node& x, const std::string& kk) { pr.initial_time = p.integer(x, kk, 0); }},
+           {"steps", [&](const YAML::Node& x, const std::string& kk) { pr.steps = p.integer(x, kk, 1); }},
+           {"output", [&](const YAML::Node& x, const std::string& kk) { pr.output = p.string(x, kk); }},
+           {"log_every", [&](const YAML::Node& x, const std::string& kk) { pr.log_every = p.integer(x, kk, 1); }},
+         });
+       }},
       {"logging", [&](const YAML::Node& v, const std::string& key) {
          p.section(v, key, {
            {"level", [&](const YAML::Node& x, const std::string& kk) {
@@ -432,7 +452,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
                         ": unknown key '" + key +
                         "' (expected parallelism, trainer, model, data, optimizer, schedule, checkpoint, device, "
                         "collective_timeout, "
-                        "resume, logging)");
+                        "resume, logging, predict)");
     }
   }
 

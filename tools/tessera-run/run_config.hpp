@@ -55,6 +55,12 @@ struct DataConfig {
   std::int64_t tokens = 65536;       // synthetic: corpus length
   std::int64_t branching = 4;        // synthetic: successors per token
   std::uint64_t seed = 1234;         // synthetic: the language and its corpus
+
+  // Field emulator, netCDF/CF input (docs/driver.md, "netCDF"): `path` may also be a glob,
+  // or a YAML list (path_list, then `path` is its first file), of netCDF-4 files along time.
+  std::vector<std::string> path_list;
+  std::string format = "auto";  // auto (netcdf for several files or a .nc/.nc4/.cdf name) | tessera | netcdf
+  std::string stats;            // per-channel mean and std (`tessera-run stats` writes it); empty: none
 };
 
 // model.type: decoder — the architecture (models::DecoderConfig) plus how it is trained.
@@ -103,6 +109,15 @@ struct CheckpointConfig {
   int keep_last = 0;          // > 0: keep only the newest N step directories
 };
 
+// `tessera-run predict`: the autoregressive rollout of a trained field emulator.
+struct PredictConfig {
+  std::string checkpoint;            // root, step directory or file; empty: checkpoint.dir
+  std::int64_t initial_time = 0;     // time index of the data that starts the rollout
+  std::int64_t steps = 10;           // model steps (each data.lead snapshots ahead)
+  std::string output = "prediction.nc";  // CF netCDF-4 file
+  std::int64_t log_every = 10;       // a progress line every N steps
+};
+
 struct RunConfig {
   std::string source;  // the file name (plus " (with --set ...)")
   std::string text;    // the effective YAML (after --set overrides)
@@ -123,6 +138,7 @@ struct RunConfig {
   // Seconds after which a rank stuck in a collective reports and aborts the job
   // (set_collective_timeout); absent (< 0): TESSERA_COLLECTIVE_TIMEOUT decides; 0: none.
   double collective_timeout = -1;
+  PredictConfig predict;  // the `predict` section
 };
 
 // Parses `path` with `overrides` ("key.sub=value", value as YAML) applied first.

@@ -162,7 +162,11 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   std::string variables;
   for (const auto& v : info.variables) variables += (variables.empty() ? "" : ",") + v;
   log.info("model: " + model->describe() + ", " + std::to_string(global_parameters) + " parameters");
-  log.info("data: " + cfg.data.path + " [" + cfg.data.dataset + "]: " + std::to_string(info.times) + " times x " +
+  const std::string source = info.format == FieldFormat::netcdf
+                                 ? info.describe_files() + " (netCDF" + (info.south_first ? ", south first" : "") +
+                                       (info.lon_offset != 0 ? ", longitudes rotated" : "") + ")"
+                                 : cfg.data.path + " [" + cfg.data.dataset + "]";
+  log.info("data: " + source + ": " + std::to_string(info.times) + " times x " +
            variables + " on " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) + " (" +
            std::string(models::latitude_grid_name(info.latitude_grid)) + "), " + std::to_string(samples) +
            " samples (t -> t+" + std::to_string(cfg.data.lead) + "), batch " + std::to_string(cfg.data.batch_size) +

@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""netCDF/CF input and output of tessera-run (docs/driver.md, "netCDF"); CTest label driver.
+
+    check_netcdf.py MODE MPIEXEC RUN CKPT SOURCE_DIR WORK_DIR
+
+MODE
+  input    tessera-run stats gives the same statistics (to the last bit) for the HDF5 demo
+           data, its netCDF twin stored south-first with longitudes -180..180, and that
+           twin split into 2 files read through a glob, at 1, 2 and 4 ranks; training on
+           the netCDF variants (one file; a glob; a list in reverse order) gives the same
+           losses and a checkpoint identical to training on the HDF5 file; a missing
+           variable is an error naming it and the file; a netCDF-3 file is refused with
+           the nccopy command; data.normalize without data.stats names data.stats.
+  predict  a checkpoint rolled forward 12 steps at 1 rank, domain 2 and tp 2 x domain 2
+           from netCDF input (and at 1 rank from the HDF5 file): every output holds the
+           initial state exactly and equals the 1-rank rollout within fp32 rounding
+           (1e-5 of each variable's largest magnitude); the time axis is the input's plus
+           the model's step; the CF attributes and the provenance are there (read with h5py).
+  readers  ncdump and xarray (netCDF4 engine) open the committed twin and a prediction;
+           exits 77 (CTest: skipped) when either is not installed.
+"""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+MODE, MPIEXEC, RUN, CKPT, SRC, WORK = sys.argv[1:7]
+TINY = os.path.join(SRC, "tests/driver/tiny.yaml")
+H5 = os.path.join(SRC, "data/rossby_haurwitz.h5")
+TWIN = os.path.join(SRC, "data/rossby_haurwitz.nc")
+MAKE_NC = os.path.join(SRC, "scripts/rossby-haurwitz-netcdf")
+LAYOUT = {1: "{data: none, tensor: 1, domain: 1}", 2: "{data: none, tensor: 1, domain: 2}",
+          4: "{data: none, tensor: 2, domain: 2}"}
+
+
+def fail(message):
+    print("FAILED: " + message)
+    sys.exit(1)
+
+
+def run(np_, *args, expect=0):
+    cmd = [MPIEXEC, "-n", str(np_), RUN, *args]
+    p = subprocess.run(cmd, cwd=SRC, capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    if expect == 0 and p.returncode != 0:
+        fail(f"{' '.join(cmd)} exited {p.returncode}:\n{out}")
+    if expect != 0 and p.returncode == 0:
+        fail(f"{' '.join(cmd)} succeeded, expected an error:\n{out}")
+    return out
+
+
+def make_variants():
+    sn = os.path.join(WORK, "south_first.nc")
+    subprocess.run([MAKE_NC, "-o", sn, "--south-first", "--lon-origin", "-180"], check=True, capture_output=True)
+    subprocess.run([MAKE_NC, "-o", os.path.join(WORK, "part.nc"), "--split", "2", "--south-first"], check=True,
+                   capture_output=True)
+    return sn
+
+
+def stats_of(path):
+    with open(path) as f:
+        return [line for line in f if line.startswith("  ")]
+
+
+def mode_input():
+    sn = make_variants()
+    parts = os.path.join(WORK, "part_*.nc")
+    ref = os.path.join(WORK, "stats_h5.yaml")
+    run(2, "stats", TINY, f"--set=data.path={H5}", f"--set=data.stats={ref}")
+    for np_, path in ((1, sn), (4, sn), (2, parts)):
+        out = os.path.join(WORK, f"stats_{np_}.yaml")
+        run(np_, "stats", TINY, f"--set=data.path={path}", f"--set=data.stats={out}")
+        if stats_of(out) != stats_of(ref):
+            fail(f"stats of {path} at {np_} ranks differ from the HDF5 file's:\n{stats_of(out)}\n{stats_of(ref)}")
+    with h5py.File(H5, "r") as f:
+        mean, std = f["fields"].attrs["mean"], f["fields"].attrs["std"]
+    for line, m, s in zip(stats_of(ref), mean, std):
+        got = [float(x) for x in re.findall(r"(?:mean|std): ([-0-9.e+]+)", line)]
+        if abs(got[0] - m) > 1e-9 * s or abs(got[1] - s) > 1e-9 * s:
+            fail(f"stats {line.strip()} vs numpy's mean {m} std {s}")
+    print("stats: identical for HDF5, netCDF (south first, -180..180) and a glob of 2 files, at 1, 2, 4 ranks")
+
+    steps = {}
+    layout = f"--set=parallelism={LAYOUT[2]}"
+    for name, path in (("h5", H5), ("nc", sn), ("glob", parts),
+                       ("list", f"[{os.path.join(WORK, 'part_1.nc')}, {os.path.join(WORK, 'part_0.nc')}]")):
+        out = run(2, TINY, layout, f"--set=data.path={path}", f"--set=data.stats={ref}",
+                  f"--set=checkpoint.dir={os.path.join(WORK, 'ck_' + name)}")
+        steps[name] = re.findall(r"step +\d+/\d+  loss \S+", out)
+        if len(steps[name]) != 2:
+            fail(f"expected 2 progress lines from the {name} run:\n{out}")
+        if name != "h5":
+            if steps[name] != steps["h5"]:
+                fail(f"losses of the {name} run {steps[name]} differ from the HDF5 run's {steps['h5']}")
+            d = subprocess.run([CKPT, "diff", os.path.join(WORK, "ck_h5"), os.path.join(WORK, "ck_" + name)],
+                               capture_output=True, text=True)
+            if "diff: identical" not in d.stdout:
+                fail(f"the {name} run's checkpoint differs from the HDF5 run's:\n{d.stdout}{d.stderr}")
+    print(f"training: losses {steps['h5']} and checkpoints identical for HDF5, netCDF, glob and list")
+
+    out = run(1, TINY, f"--set=parallelism={LAYOUT[1]}", f"--set=data.path={sn}", f"--set=data.stats={ref}",
+              "--set=data.variables=[h, w]", expect=1)
+    if not re.search(r"data\.variables: 'w' is not a variable of netCDF file '[^']*south_first\.nc' \(it has h, u, v\)",
+                     out):
+        fail(f"a missing variable: the error does not name it and the file:\n{out}")
+    classic = os.path.join(WORK, "classic.nc")
+    with open(classic, "wb") as f:
+        f.write(b"CDF\x01" + bytes(60))
+    out = run(1, TINY, f"--set=parallelism={LAYOUT[1]}", f"--set=data.path={classic}", expect=1)
+    if "netCDF-3 (classic)" not in out or "nccopy -k netCDF-4" not in out:
+        fail(f"a netCDF-3 file: expected the nccopy advice:\n{out}")
+    out = run(1, TINY, f"--set=parallelism={LAYOUT[1]}", f"--set=data.path={sn}", expect=1)
+    if "data.stats" not in out or "tessera-run stats" not in out:
+        fail(f"netCDF data with data.normalize and no data.stats: expected an error naming data.stats:\n{out}")
+    out = run(1, TINY, f"--set=parallelism={LAYOUT[1]}", f"--set=data.path={os.path.join(WORK, 'none_*.nc')}",
+              expect=1)
+    if "matches no file" not in out:
+        fail(f"a glob that matches nothing:\n{out}")
+    print("errors: a missing variable, a netCDF-3 file, no data.stats, an empty glob: each named")
+
+
+def mode_predict():
+    sn = make_variants()
+    stats = os.path.join(WORK, "stats.yaml")
+    run(1, "stats", TINY, f"--set=data.path={sn}", f"--set=data.stats={stats}")
+    ck = os.path.join(WORK, "ck")
+    run(2, TINY, f"--set=parallelism={LAYOUT[2]}", f"--set=data.path={sn}", f"--set=data.stats={stats}",
+        f"--set=checkpoint.dir={ck}")
+    outputs = {}
+    for np_, path in ((1, H5), (1, sn), (2, sn), (4, sn)):
+        name = f"{np_}_{'h5' if path == H5 else 'nc'}"
+        outputs[name] = os.path.join(WORK, f"pred_{name}.nc")
+        out = run(np_, "predict", TINY, f"--set=parallelism={LAYOUT[np_]}", f"--set=data.path={path}",
+                  f"--set=data.stats={stats}", f"--set=predict.checkpoint={ck}", "--set=predict.steps=12",
+                  "--set=predict.initial_time=3", "--set=predict.log_every=5", f"--set=predict.output={outputs[name]}")
+        lines = re.findall(r"predict +\d+/12  step [0-9.]+ ms .* eta", out)
+        if len(lines) != 3 or "wrote " + outputs[name] not in out:
+            fail(f"predict at {np_} ranks: expected 3 progress lines (5, 10, 12) and 'wrote':\n{out}")
+    with h5py.File(H5, "r") as f:
+        initial = f["fields"][3]
+        hours = f["time"][()] / 3600.0
+    with h5py.File(outputs["1_nc"], "r") as ref:
+        if ref["time"].attrs["units"] != b"hours since 2000-01-01 00:00:00" or \
+                ref["time"].attrs["calendar"] != b"standard":
+            fail(f"time units/calendar: {dict(ref['time'].attrs)}")
+        if not np.allclose(ref["time"][()], hours[3] + 6.0 * np.arange(13)):
+            fail(f"time axis {ref['time'][()]}")
+        for key, value in (("Conventions", b"CF-1.8"), ("tessera_checkpoint_step", b"8")):
+            if ref.attrs[key] != value:
+                fail(f"global attribute {key} = {ref.attrs[key]!r}, expected {value!r}")
+        for key in ("history", "tessera_version", "tessera_config", "tessera_checkpoint", "source"):
+            if key not in ref.attrs:
+                fail(f"no global attribute {key}")
+        if ref["lat"].attrs["units"] != b"degrees_north" or ref["lon"].attrs["units"] != b"degrees_east":
+            fail("lat/lon units")
+        if not (np.all(np.diff(ref["lat"][()]) < 0) and ref["lon"][0] == 0.0):
+            fail("the output grid is not north first from longitude 0")
+        want = {v: ref[v][()] for v in ("h", "u", "v")}
+    for c, v in enumerate(("h", "u", "v")):
+        if not np.array_equal(want[v][0], initial[c]):
+            fail(f"{v}: the initial state of the output is not the data's time index 3")
+    for name, path in outputs.items():
+        with h5py.File(path, "r") as f:
+            for v in ("h", "u", "v"):
+                got = f[v][()]
+                if got.shape != (13, 32, 64):
+                    fail(f"{path}: {v} has shape {got.shape}")
+                scale = float(np.abs(want[v]).max())
+                diff = float(np.abs(got - want[v]).max())
+                if not diff <= 1e-5 * scale:
+                    fail(f"{path}: {v} differs from the 1-rank rollout by {diff} (largest magnitude {scale})")
+                print(f"predict {name}: {v} max |diff| vs 1 rank {diff:.3g} ({diff / scale:.2g} of its scale)")
+        if name != "1_nc" and not os.path.exists(path):
+            fail(f"{path} missing")
+    if glob.glob(os.path.join(WORK, "*.tmp")):
+        fail("a temporary output file was left behind")
+
+
+def mode_readers():
+    ncdump = shutil.which("ncdump")
+    try:
+        import xarray  # noqa: F401
+        import netCDF4  # noqa: F401
+    except ImportError:
+        xarray = None
+    if ncdump is None or xarray is None:
+        print("SKIPPED: ncdump or python3-xarray/python3-netcdf4 is not installed")
+        sys.exit(77)
+    import xarray as xr
+    sn = make_variants()
+    stats = os.path.join(WORK, "stats.yaml")
+    run(1, "stats", TINY, f"--set=data.path={TWIN}", f"--set=data.stats={stats}")
+    ck = os.path.join(WORK, "ck")
+    run(2, TINY, f"--set=parallelism={LAYOUT[2]}", f"--set=data.path={TWIN}", f"--set=data.stats={stats}",
+        f"--set=checkpoint.dir={ck}", "--set=schedule.steps=2")
+    pred = os.path.join(WORK, "pred.nc")
+    run(2, "predict", TINY, f"--set=parallelism={LAYOUT[2]}", f"--set=data.path={sn}", f"--set=data.stats={stats}",
+        f"--set=predict.checkpoint={ck}", "--set=predict.steps=4", f"--set=predict.output={pred}")
+    for path in (TWIN, sn, pred):
+        p = subprocess.run([ncdump, "-h", path], capture_output=True, text=True)
+        if p.returncode != 0 or "float h(time, lat, lon)" not in p.stdout:
+            fail(f"ncdump -h {path}:\n{p.stdout}{p.stderr}")
+    ds = xr.open_dataset(pred, engine="netcdf4")
+    if str(ds.time.dtype) != "datetime64[ns]" or str(ds.time.values[0])[:19] != "2000-01-01T00:00:00":
+        fail(f"xarray did not decode the CF time: {ds.time.values}")
+    if ds.h.dims != ("time", "lat", "lon") or ds.h.shape != (5, 32, 64) or ds.u.attrs["units"] != "m s-1":
+        fail(f"xarray: {ds}")
+    with h5py.File(pred, "r") as f:
+        if not np.array_equal(ds.h.values, f["h"][()]):
+            fail("xarray's values differ from the file's")
+    twin = xr.open_dataset(TWIN, engine="netcdf4")
+    if twin.h.shape != (121, 32, 64) or float(twin.lat[0]) <= 0:
+        fail(f"xarray: the twin {twin}")
+    print(f"readers: ncdump and xarray open the twin and a prediction ({dict(ds.sizes)})")
+
+
+os.makedirs(WORK, exist_ok=True)
+for old in glob.glob(os.path.join(WORK, "*")):
+    shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
+{"input": mode_input, "predict": mode_predict, "readers": mode_readers}[MODE]()
+print(f"netcdf {MODE}: passed")

@@ -1,0 +1,209 @@
+#include "netcdf_output.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <hdf5_hl.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "hdf5_support.hpp"
+#include "tessera/agree.hpp"
+#include "tessera/error.hpp"
+#include "tessera/version.hpp"
+
+namespace tessera::run {
+namespace {
+
+// The data go to the file as the host holds them: HDF5 is told they are little-endian.
+static_assert(std::endian::native == std::endian::little, "the netCDF writer pwrites host floats as IEEE f32 LE");
+
+// Link and attribute creation order, as netCDF-C keeps them (ncdump lists in that order).
+constexpr unsigned kOrder = H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED;
+
+void check(herr_t status, const std::string& what) {
+  if (status < 0) throw IoError(what);
+}
+
+// A coordinate variable: a 1-D f64 dataset that is the dimension scale of its name.
+hid_t create_axis(hid_t file, const std::string& name, const std::vector<double>& values, int dimid,
+                  const std::string& what) {
+  const hsize_t n = values.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  check(H5Pset_attr_creation_order(dcpl.id, kOrder), what);
+  const hid_t d = H5Dcreate2(file, name.c_str(), H5T_IEEE_F64LE, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT);
+  if (d < 0) throw IoError(what + ": cannot create coordinate '" + name + "'");
+  check(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), what + ": writing '" + name + "'");
+  check(H5DSset_scale(d, name.c_str()), what + ": '" + name + "' as a dimension scale");
+  write_int_attribute(d, "_Netcdf4Dimid", dimid, what);
+  return d;
+}
+
+void text(hid_t obj, const char* name, const std::string& value, const std::string& what) {
+  if (!value.empty()) write_string_attribute(obj, name, value, what);
+}
+
+// Lays the file out and returns each data variable's storage offset.
+std::vector<std::uint64_t> lay_out(const CfOutputLayout& L, const std::string& tmp) {
+  QuietHdf5 quiet;
+  const std::string what = "predict.output '" + L.path + "'";
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
+  Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  check(H5Pset_link_creation_order(fcpl.id, kOrder), what);
+  check(H5Pset_attr_creation_order(fcpl.id, kOrder), what);
+  Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl.id, H5P_DEFAULT), H5Fclose);
+  if (file.id < 0) throw IoError(what + ": cannot create '" + tmp + "'");
+
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  // netCDF-C's provenance attribute (hidden by ncdump without -s), as other writers of
+  // netCDF-4 through HDF5 set it.
+  write_string_attribute(file.id, "_NCProperties",
+                         "version=2,tessera=" + std::string(version_string) + ",hdf5=" + std::to_string(major) + "." +
+                             std::to_string(minor) + "." + std::to_string(release),
+                         what);
+  for (const auto& [k, v] : L.global_attributes) write_string_attribute(file.id, k.c_str(), v, what);
+
+  const auto& c = L.coords;
+  int dimid = 0;
+  Handle time(create_axis(file.id, "time", c.time, dimid++, what), H5Dclose);
+  text(time.id, "standard_name", "time", what);
+  text(time.id, "long_name", "time", what);
+  text(time.id, "units", c.time_units, what);
+  text(time.id, "calendar", c.calendar, what);
+  text(time.id, "axis", "T", what);
+  Handle level(H5I_INVALID_HID, H5Dclose);
+  if (!c.level.empty()) {
+    level.id = create_axis(file.id, c.level_name, c.level, dimid++, what);
+    text(level.id, "standard_name", c.level_standard_name, what);
+    text(level.id, "units", c.level_units, what);
+    text(level.id, "positive", c.level_positive, what);
+    text(level.id, "axis", "Z", what);
+  }
+  Handle lat(create_axis(file.id, "lat", c.lat, dimid++, what), H5Dclose);
+  text(lat.id, "standard_name", "latitude", what);
+  text(lat.id, "long_name", "latitude", what);
+  text(lat.id, "units", "degrees_north", what);
+  text(lat.id, "axis", "Y", what);
+  Handle lon(create_axis(file.id, "lon", c.lon, dimid++, what), H5Dclose);
+  text(lon.id, "standard_name", "longitude", what);
+  text(lon.id, "long_name", "longitude", what);
+  text(lon.id, "units", "degrees_east", what);
+  text(lon.id, "axis", "X", what);
+
+  std::vector<std::uint64_t> offsets;
+  for (const auto& v : L.variables) {
+    std::vector<hsize_t> dims{c.time.size()};
+    std::vector<hid_t> scales{time.id};
+    if (v.has_level) {
+      dims.push_back(c.level.size());
+      scales.push_back(level.id);
+    }
+    dims.insert(dims.end(), {c.lat.size(), c.lon.size()});
+    scales.insert(scales.end(), {lat.id, lon.id});
+    Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    // Contiguous and allocated now: the ranks write its bytes at the offset HDF5 gives.
+    check(H5Pset_layout(dcpl.id, H5D_CONTIGUOUS), what);
+    check(H5Pset_alloc_time(dcpl.id, H5D_ALLOC_TIME_EARLY), what);
+    check(H5Pset_fill_time(dcpl.id, H5D_FILL_TIME_NEVER), what);
+    check(H5Pset_attr_creation_order(dcpl.id, kOrder), what);
+    Handle d(H5Dcreate2(file.id, v.name.c_str(), H5T_IEEE_F32LE, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
+             H5Dclose);
+    if (d.id < 0) throw IoError(what + ": cannot create variable '" + v.name + "'");
+    for (std::size_t i = 0; i < scales.size(); ++i) {
+      check(H5DSattach_scale(d.id, scales[i], static_cast<unsigned>(i)), what + ": dimensions of '" + v.name + "'");
+    }
+    text(d.id, "standard_name", v.standard_name, what);
+    text(d.id, "long_name", v.long_name, what);
+    text(d.id, "units", v.units, what);
+    const haddr_t offset = H5Dget_offset(d.id);
+    if (offset == HADDR_UNDEF) throw IoError(what + ": variable '" + v.name + "' has no storage offset");
+    offsets.push_back(static_cast<std::uint64_t>(offset));
+  }
+  check(H5Fflush(file.id, H5F_SCOPE_GLOBAL), what + ": flushing the layout");
+  return offsets;
+}
+
+}  // namespace
+
+CfWriter::CfWriter(const CfOutputLayout& L, MPI_Comm comm) : comm_(comm), path_(L.path), tmp_(L.path + ".tmp") {
+  nlat_ = static_cast<std::int64_t>(L.coords.lat.size());
+  nlon_ = static_cast<std::int64_t>(L.coords.lon.size());
+  nlev_ = static_cast<std::int64_t>(L.coords.level.size());
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::vector<std::uint64_t> offsets(L.variables.size());
+  agree_on_success(comm, [&] {
+    if (rank == 0) offsets = lay_out(L, tmp_);
+  });
+  MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_UINT64_T, 0, comm);
+  const std::uint64_t plane = static_cast<std::uint64_t>(nlat_ * nlon_) * sizeof(float);
+  for (std::size_t v = 0; v < L.variables.size(); ++v) {
+    const std::int64_t levels = L.variables[v].has_level ? nlev_ : 1;
+    for (std::int64_t l = 0; l < levels; ++l) {
+      channel_offset_.push_back(offsets[v] + static_cast<std::uint64_t>(l) * plane);
+      channel_stride_.push_back(static_cast<std::uint64_t>(levels) * plane);
+    }
+  }
+  channels_ = static_cast<std::int64_t>(channel_offset_.size());
+}
+
+CfWriter::~CfWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CfWriter::write(std::int64_t time_index, std::int64_t lat_start, std::int64_t lat_count, const float* band) {
+  if (!error_.empty()) return;
+  if (fd_ < 0) fd_ = ::open(tmp_.c_str(), O_WRONLY);
+  if (fd_ < 0) {
+    error_ = "predict.output: cannot open '" + tmp_ + "' for writing: " + std::strerror(errno);
+    return;
+  }
+  const std::uint64_t row_bytes = static_cast<std::uint64_t>(nlon_) * sizeof(float);
+  for (std::int64_t c = 0; c < channels_; ++c) {
+    const auto* p = reinterpret_cast<const unsigned char*>(band + c * lat_count * nlon_);
+    std::uint64_t bytes = static_cast<std::uint64_t>(lat_count) * row_bytes;
+    std::uint64_t at = channel_offset_[static_cast<std::size_t>(c)] +
+                       static_cast<std::uint64_t>(time_index) * channel_stride_[static_cast<std::size_t>(c)] +
+                       static_cast<std::uint64_t>(lat_start) * row_bytes;
+    while (bytes > 0) {
+      const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error_ = "predict.output: writing '" + tmp_ + "' at offset " + std::to_string(at) +
+                 " failed: " + std::strerror(n < 0 ? errno : EIO);
+        return;
+      }
+      p += n;
+      bytes -= static_cast<std::uint64_t>(n);
+      at += static_cast<std::uint64_t>(n);
+    }
+  }
+}
+
+void CfWriter::finish() {
+  if (fd_ >= 0) {
+    if (::fsync(fd_) != 0 && error_.empty()) error_ = "predict.output: fsync of '" + tmp_ + "': " + std::strerror(errno);
+    if (::close(fd_) != 0 && error_.empty()) error_ = "predict.output: closing '" + tmp_ + "': " + std::strerror(errno);
+    fd_ = -1;
+  }
+  agree_on_success(comm_, [&] {
+    if (!error_.empty()) throw IoError(error_);
+  });
+  int rank = 0;
+  MPI_Comm_rank(comm_, &rank);
+  agree_on_success(comm_, [&] {
+    if (rank != 0) return;
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) throw IoError("predict.output: cannot rename '" + tmp_ + "' to '" + path_ + "': " + ec.message());
+  });
+}
+
+}  // namespace tessera::run

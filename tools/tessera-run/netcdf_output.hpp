@@ -1,0 +1,61 @@
+#pragma once
+// A CF-1.8 netCDF-4 file written in parallel: tessera-run predict's rollouts.
+//
+// Rank 0 lays the file out with HDF5 in netCDF-4's conventions: every dimension (time,
+// optional level, lat, lon) a coordinate variable that is an HDF5 dimension scale with
+// its _Netcdf4Dimid, every data variable f32 (time, [level,] lat, lon) with its scales
+// attached, CF attributes (units, calendar, axis, standard_name, long_name) and the
+// global attributes, each data variable contiguous and allocated at creation. Then it
+// closes the file and every writing rank writes the rows of its latitude band, as they
+// are computed, straight to the offsets HDF5 chose (pwrite: no rank waits in a
+// collective I/O call, and memory holds one time step). finish() syncs and agrees, and
+// rank 0 renames the file into place, so a rollout that fails leaves no partial file
+// under the output name. ncdump, netCDF4-python and xarray read the result (tested).
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "field_data.hpp"
+
+namespace tessera::run {
+
+// What the file holds. Channel c of the data is (variable, level) in `variables` order,
+// a level variable taking coords.level.size() consecutive channels (as FieldDataInfo).
+struct CfOutputLayout {
+  std::string path;
+  FieldCoordinates coords;              // lat, lon, level as written; time: the output times
+  std::vector<FieldVariable> variables;
+  std::vector<std::pair<std::string, std::string>> global_attributes;  // Conventions, history, ...
+};
+
+class CfWriter {
+ public:
+  // Collective over `comm`: rank 0 creates and lays out the file (errors agreed).
+  CfWriter(const CfOutputLayout& layout, MPI_Comm comm);
+  ~CfWriter();
+  CfWriter(const CfWriter&) = delete;
+  CfWriter& operator=(const CfWriter&) = delete;
+
+  // Local: writes rows [lat_start, lat_start + lat_count) of every channel at output
+  // time `time_index` from `band` f32 [channels, lat_count, nlon]. A failure is kept,
+  // not thrown (the other ranks are computing the next step), and reported by finish.
+  void write(std::int64_t time_index, std::int64_t lat_start, std::int64_t lat_count, const float* band);
+  // Collective: fsync, agree that every rank wrote, rename into place. IoError naming
+  // the file on every rank when any rank failed.
+  void finish();
+
+ private:
+  MPI_Comm comm_;
+  std::string path_, tmp_;
+  std::int64_t nlat_ = 0, nlon_ = 0, nlev_ = 0, channels_ = 0;
+  std::vector<std::uint64_t> channel_offset_;   // byte offset of channel c at time 0, row 0
+  std::vector<std::uint64_t> channel_stride_;   // bytes from one time to the next
+  int fd_ = -1;
+  std::string error_;
+};
+
+}  // namespace tessera::run

@@ -1,0 +1,189 @@
+#include "predict_field_emulator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "field_data.hpp"
+#include "netcdf_output.hpp"
+#include "tessera/agree.hpp"
+#include "tessera/error.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
+#include "tessera/mesh.hpp"
+#include "tessera/models/field_emulator.hpp"
+#include "tessera/models/load_model.hpp"
+#include "tessera/version.hpp"
+
+namespace tessera::run {
+namespace {
+
+std::string seconds_text(double s) {
+  char b[32];
+  if (s < 60) {
+    std::snprintf(b, sizeof b, "%.1fs", s);
+  } else {
+    std::snprintf(b, sizeof b, "%lldm%02llds", static_cast<long long>(s) / 60, static_cast<long long>(s) % 60);
+  }
+  return b;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+// The data variables behind the model's channel names ("t@500" -> "t"), in order.
+std::vector<std::string> source_variables(const std::vector<std::string>& channels) {
+  std::vector<std::string> names;
+  for (const auto& c : channels) {
+    const std::string n = c.substr(0, c.find('@'));
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+}  // namespace
+
+int predict_field_emulator(const RunConfig& cfg, const Options& opts) {
+  if (cfg.model_type != "field_emulator") {
+    throw ConfigError(cfg.source + ": tessera-run predict rolls out the field emulator; model.type is " + cfg.model_type);
+  }
+  const PredictConfig& pc = cfg.predict;
+  Mesh mesh(MPI_COMM_WORLD, cfg.parallelism, run_device(cfg));
+  const MPI_Comm world = mesh.world().mpi_comm();
+  const Log log(mesh.global_rank() == 0, cfg.log_level);
+  start_run(log, cfg, mesh);
+
+  const std::string checkpoint = pc.checkpoint.empty() ? cfg.checkpoint.dir : pc.checkpoint;
+  if (checkpoint.empty()) {
+    throw ConfigError(cfg.source + ": predict.checkpoint: no checkpoint to load (set predict.checkpoint, or "
+                                   "checkpoint.dir for its latest step)");
+  }
+  std::string checkpoint_file;
+  std::int64_t checkpoint_step = 0;
+  agree_on_success(world, [&] {
+    checkpoint_file = io::resolve_checkpoint_file(checkpoint);
+    checkpoint_step = io::CheckpointReader(checkpoint_file, io::CheckpointReader::Verify::opened_file).header().step;
+  });
+  std::unique_ptr<models::FieldEmulator> model = load_model(checkpoint, mesh);
+  const models::FieldEmulatorConfig& arch = model->config();
+
+  // The initial condition: the model's variables, in physical units (predict()
+  // normalises with the model's own statistics).
+  DataConfig data = cfg.data;
+  data.normalize = false;
+  data.lead = 0;  // any number of times will do
+  if (!arch.variables.empty()) data.variables = source_variables(arch.variables);
+  FieldDataInfo info;
+  agree_on_success(world, [&] { info = read_field_data_info(data); });
+  if (!arch.variables.empty() && info.variables != arch.variables) {
+    throw ConfigError("data.variables: the data's channels " + joined(info.variables) + " differ from the model's " +
+                      joined(arch.variables) + " (checkpoint '" + checkpoint_file + "')");
+  }
+  if (info.channels != arch.channels || info.nlat != arch.nlat || info.nlon != arch.nlon ||
+      info.latitude_grid != arch.latitude_grid) {
+    throw ConfigError("data.path: the grid of '" + info.describe_files() + "' (" + std::to_string(info.channels) +
+                      " channels on " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) + ", " +
+                      std::string(models::latitude_grid_name(info.latitude_grid)) + ") is not the model's (" +
+                      std::to_string(arch.channels) + " on " + std::to_string(arch.nlat) + "x" +
+                      std::to_string(arch.nlon) + ", " + std::string(models::latitude_grid_name(arch.latitude_grid)) +
+                      ", checkpoint '" + checkpoint_file + "')");
+  }
+  if (pc.initial_time >= info.times) {
+    throw ConfigError(cfg.source + ": predict.initial_time (" + std::to_string(pc.initial_time) + ") is past the " +
+                      std::to_string(info.times) + " times of '" + info.describe_files() + "'");
+  }
+  // One model step in the data's time units: the model's own step (data.lead snapshots
+  // when it was trained), else data.lead snapshots of these data.
+  const auto& time = info.coords.time;
+  double step_units = arch.dt_seconds / info.coords.time_unit_seconds;
+  if (!(arch.dt_seconds > 0)) {
+    if (time.size() < 2) {
+      throw ConfigError("predict: the checkpoint records no time step and '" + info.describe_files() +
+                        "' has one time: the output's times are unknown");
+    }
+    step_units = static_cast<double>(cfg.data.lead) * (time[1] - time[0]);
+  }
+
+  CfOutputLayout layout;
+  layout.path = pc.output;
+  layout.coords = info.coords;
+  layout.coords.time.clear();
+  for (std::int64_t k = 0; k <= pc.steps; ++k) {
+    layout.coords.time.push_back(time[static_cast<std::size_t>(pc.initial_time)] + static_cast<double>(k) * step_units);
+  }
+  layout.variables = info.sources;
+  const std::string initial = info.describe_files() + ", time index " + std::to_string(pc.initial_time);
+  layout.global_attributes = {
+      {"Conventions", "CF-1.8"},
+      {"title", "tessera field emulator rollout: " + std::to_string(pc.steps) + " steps from " + initial},
+      {"institution", "tessera"},
+      {"source", "tessera " + std::string(version_string) + " " + model->describe()},
+      {"history", utc_now() + " tessera-run predict " + opts.config + " (checkpoint " + checkpoint_file + ", step " +
+                      std::to_string(checkpoint_step) + ", " + std::to_string(mesh.world_size()) + " ranks)"},
+      {"tessera_version", version_string},
+      {"tessera_checkpoint", checkpoint_file},
+      {"tessera_checkpoint_step", std::to_string(checkpoint_step)},
+      {"tessera_initial_condition", initial},
+      {"tessera_config", cfg.text},
+  };
+  CfWriter writer(layout, world);
+  // One writer per latitude band: the tp and dp replicas hold the same values.
+  const bool writes = mesh.coords().tp == 0 && mesh.coords().dp == 0;
+
+  const auto box = model->decomposition().box();
+  const Shape shape{1, info.channels, box.lat.length, info.nlon};
+  Tensor host = Tensor::empty(shape, DType::f32);
+  agree_on_success(world,
+                   [&] { read_field_band(info, pc.initial_time, 1, box.lat.start, box.lat.length, host.data<float>()); });
+  if (writes) writer.write(0, box.lat.start, box.lat.length, host.data<float>());
+  log.info("predict: " + model->describe() + " from " + checkpoint_file + " (step " + std::to_string(checkpoint_step) +
+           "); " + std::to_string(pc.steps) + " steps of " + fmt("%g", arch.dt_seconds) + " s from " + initial +
+           " -> " + pc.output);
+
+  Tensor state = host.to(mesh.device());
+  const auto start = std::chrono::steady_clock::now();
+  auto window_start = start;
+  std::int64_t window_steps = 0;
+  for (std::int64_t k = 1; k <= pc.steps; ++k) {
+    state = model->predict(state);
+    const Tensor out = state.to(Device::host()).contiguous();
+    if (writes) writer.write(k, box.lat.start, box.lat.length, out.data<float>());
+    ++window_steps;
+    if (k % pc.log_every == 0 || k == pc.steps) {
+      const auto now = std::chrono::steady_clock::now();
+      const double window = std::chrono::duration<double>(now - window_start).count() / static_cast<double>(window_steps);
+      const double wall = std::chrono::duration<double>(now - start).count();
+      const double eta = wall / static_cast<double>(k) * static_cast<double>(pc.steps - k);
+      char line[256];
+      std::snprintf(line, sizeof line, "predict %6lld/%lld  step %.1f ms  %.3e grid points/s  eta %s",
+                    static_cast<long long>(k), static_cast<long long>(pc.steps), 1e3 * window,
+                    static_cast<double>(info.nlat * info.nlon) / window, seconds_text(eta).c_str());
+      log.info(line);
+      window_start = now;
+      window_steps = 0;
+    }
+  }
+  writer.finish();
+  log.info("wrote " + pc.output + ": " + std::to_string(pc.steps + 1) + " times (the initial state and " +
+           std::to_string(pc.steps) + " steps) x " + joined(info.variables) + " on " + std::to_string(info.nlat) + "x" +
+           std::to_string(info.nlon));
+  return 0;
+}
+
+}  // namespace tessera::run
