@@ -59,8 +59,8 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
 // rows belong to another shard. It never throws for such ids. Ids have no gradient.
 
 // PyTorch nn.Embedding's options (same names, same meaning):
-// - padding_idx: that row receives no gradient (the layers also start it at zero);
-//   a negative value counts from the end of the vocabulary.
+// - padding_idx: that row receives no gradient (the layers' zero_padding_row() zeroes
+//   it after initialize_parameters); a negative value counts from the end.
 // - max_norm / norm_type: before each lookup, every looked-up row whose norm_type-norm
 //   exceeds max_norm is rescaled in place, by max_norm / (norm + 1e-7) (torch's
 //   embedding_renorm_; the forward writes into the weight).
@@ -76,7 +76,8 @@ struct EmbeddingOptions {
 };
 // Checks `options` for a table of num_embeddings rows and returns them with padding_idx
 // in [0, num_embeddings). InvalidArgument names `who` and the option at fault
-// (padding_idx out of range, max_norm negative or not finite, norm_type NaN);
+// (padding_idx outside [-num_embeddings, num_embeddings), max_norm negative or NaN,
+// norm_type NaN);
 // UnsupportedError for sparse.
 EmbeddingOptions resolve_embedding_options(const EmbeddingOptions& options, std::int64_t num_embeddings,
                                            const std::string& who);
