@@ -57,6 +57,7 @@
 
 // domain: decomposition, halo exchange, domain-parallel layers
 #include "tessera/domain/decomposition.hpp"
+#include "tessera/domain/conv_halo.hpp"
 #include "tessera/domain/domain_conv2d.hpp"
 #include "tessera/domain/global_sum.hpp"
 #include "tessera/domain/gradient_sync.hpp"

@@ -7,12 +7,12 @@
 // Styles, and the layouts of the tensors a styled module consumes and produces (the
 // seed's make_input_* / make_output_* preparation, fixed per style here):
 //
-//   Colwise            Linear -> ColumnParallelLinear, 1x1 Conv2d -> ColumnParallelConv2d,
+//   Colwise            Linear -> ColumnParallelLinear, Conv2d -> ColumnParallelConv2d,
 //                      Embedding -> ParallelEmbedding (embeddings always take
 //                      replicated ids and return a replicated output).
 //                      input:  Replicate, or Shard(sequence) (all-gathered first)
 //                      output: Shard(features) (default) or Replicate (all-gathered)
-//   Rowwise            Linear -> RowParallelLinear, 1x1 Conv2d -> RowParallelConv2d,
+//   Rowwise            Linear -> RowParallelLinear, Conv2d -> RowParallelConv2d,
 //                      Embedding -> VocabParallelEmbedding.
 //                      input:  Shard(features) (default) or Replicate (split here)
 //                      output: Replicate (all-reduce), or Shard(sequence) (reduce-scatter)
@@ -37,7 +37,7 @@
 // apply_tensor_parallel(model, tp) is CREDIT's opt-in conversion: every module whose
 // tensor_parallel_paths() names a column and a row child (dotted paths allowed) gets
 // them converted in place (column: output Shard(features); row: input Shard(features),
-// output Replicate). Supported: Linear and plain 1x1 Conv2d.
+// output Replicate). Supported: Linear and Conv2d (any kernel, stride, padding, dilation).
 //
 // sync_replicated_gradients(model, tp) averages the gradients of tp-replicated
 // parameters over tp — pinning replicas that drift under nondeterministic kernels or
