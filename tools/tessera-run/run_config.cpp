@@ -205,6 +205,13 @@ void check_decoder(const RunConfig& c) {
     fail("model.n_heads (" + n(a.n_heads) + ") must be divisible by parallelism.tensor (" + n(tp) +
          "): attention heads are split over tp");
   }
+  if (a.n_kv_heads != 0 && a.n_heads % a.n_kv_heads != 0) {
+    fail("model.n_kv_heads (" + n(a.n_kv_heads) + ") must divide model.n_heads (" + n(a.n_heads) +
+         "): each key/value head serves n_heads / n_kv_heads query heads");
+  }
+  if (a.rope && (a.d_model / a.n_heads) % 2 != 0) {
+    fail("model.rope needs an even head dimension: model.d_model / model.n_heads is " + n(a.d_model / a.n_heads));
+  }
   if (a.hidden % tp != 0) {
     fail("model.hidden (" + n(a.hidden) + ") must be divisible by parallelism.tensor (" + n(tp) + ")");
   }
@@ -302,6 +309,13 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
                 dm.sequence_parallel = p.boolean(x, kk);
               }},
              {"seq_len", [&](const YAML::Node& x, const std::string& kk) { dm.seq_len = p.integer(x, kk, 1); }},
+             {"n_kv_heads", [&](const YAML::Node& x, const std::string& kk) {
+                dm.arch.n_kv_heads = p.integer(x, kk, 1);
+              }},
+             {"rope", [&](const YAML::Node& x, const std::string& kk) { dm.arch.rope = p.boolean(x, kk); }},
+             {"rope_theta", [&](const YAML::Node& x, const std::string& kk) {
+                dm.arch.rope_theta = p.number(x, kk, 0.0, /*min_inclusive=*/false);  // finite, > 0
+              }},
            });
            return;
          }

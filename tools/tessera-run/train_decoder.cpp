@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,13 +28,30 @@
 
 namespace tessera::run {
 
+namespace {
+
+// The attention options, only where they differ from the defaults: the metadata of a
+// plain decoder stays what it always was.
+std::string attention_yaml(const models::DecoderConfig& a) {
+  std::string s;
+  if (a.n_kv_heads != 0 && a.n_kv_heads != a.n_heads) s += "n_kv_heads: " + std::to_string(a.n_kv_heads) + "\n";
+  if (a.rope) {
+    char theta[64];
+    std::snprintf(theta, sizeof theta, "%.17g", a.rope_theta);
+    s += std::string("rope: true\nrope_theta: ") + theta + "\n";
+  }
+  return s;
+}
+
+}  // namespace
+
 std::string decoder_yaml(const models::DecoderConfig& a) {
   char eps[64];
   std::snprintf(eps, sizeof eps, "%.17g", a.eps);
   return "type: decoder\nvocab: " + std::to_string(a.vocab) + "\nd_model: " + std::to_string(a.d_model) +
          "\nn_heads: " + std::to_string(a.n_heads) + "\nhidden: " + std::to_string(a.hidden) +
          "\nn_layers: " + std::to_string(a.n_layers) + "\neps: " + eps +
-         "\ntie_embeddings: " + (a.tie_embeddings ? "true" : "false") + "\n";
+         "\ntie_embeddings: " + (a.tie_embeddings ? "true" : "false") + "\n" + attention_yaml(a);
 }
 
 models::DecoderConfig decoder_from_metadata(const std::string& metadata, const std::string& source) {
@@ -66,6 +84,9 @@ models::DecoderConfig decoder_from_metadata(const std::string& metadata, const s
       else if (key == "n_layers") { a.n_layers = v.as<std::int64_t>(); seen[4] = true; }
       else if (key == "eps") a.eps = v.as<double>();
       else if (key == "tie_embeddings") { a.tie_embeddings = v.as<bool>(); seen[5] = true; }
+      else if (key == "n_kv_heads") a.n_kv_heads = v.as<std::int64_t>();  // absent: n_heads
+      else if (key == "rope") a.rope = v.as<bool>();                      // absent: off
+      else if (key == "rope_theta") a.rope_theta = v.as<double>();
       else throw ConfigError(source + " metadata: model." + key + ": unknown key '" + key + "'");
     } catch (const YAML::Exception& e) {
       throw ConfigError(source + " metadata: model." + key + ": bad value: " + e.what());
@@ -82,7 +103,8 @@ namespace {
 
 bool same_architecture(const models::DecoderConfig& a, const models::DecoderConfig& b) {
   return a.vocab == b.vocab && a.d_model == b.d_model && a.n_heads == b.n_heads && a.hidden == b.hidden &&
-         a.n_layers == b.n_layers && a.eps == b.eps && a.tie_embeddings == b.tie_embeddings;
+         a.n_layers == b.n_layers && a.eps == b.eps && a.tie_embeddings == b.tie_embeddings &&
+         a.kv_heads() == b.kv_heads() && a.rope == b.rope && (!a.rope || a.rope_theta == b.rope_theta);
 }
 
 // Bytes of the activations one local sequence keeps between forward and backward (the
@@ -91,9 +113,11 @@ bool same_architecture(const models::DecoderConfig& a, const models::DecoderConf
 std::int64_t activation_bytes_per_sequence(const models::DecoderConfig& a, std::int64_t seq_len, int tp, bool sp) {
   const std::int64_t S = seq_len, Sl = sp ? seq_len / tp : seq_len, d = a.d_model;
   const std::int64_t dl = d / tp, heads = a.n_heads / tp, hl = a.hidden / tp;
+  // k and v: whole key/value heads per rank when tp divides them, at least one otherwise.
+  const std::int64_t kvl = std::max<std::int64_t>(1, a.kv_heads() / tp) * (d / a.n_heads);
   const std::int64_t vl = a.tie_embeddings ? a.vocab : a.vocab / tp;
   std::int64_t per_layer = 8 * Sl * d             // norms (input, output), residual streams, row outputs
-                           + 4 * S * dl           // q, k, v, attention output
+                           + 2 * S * dl + 2 * S * kvl  // q, attention output; k, v
                            + heads * S * S        // attention probabilities
                            + 3 * S * hl;          // gate, up, their product
   if (sp) per_layer += 2 * S * d;                 // the all-gathered inputs of the column layers
@@ -220,7 +244,7 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   }
 
   // The plan decides what sequence parallelism really does (tied embeddings switch it off).
-  const models::DecoderTpPlan plan = models::decoder_tp_plan(arch, cfg.decoder.sequence_parallel);
+  const models::DecoderTpPlan plan = models::decoder_tp_plan(arch, cfg.decoder.sequence_parallel, tp_size);
   if (!plan.reason.empty()) log.info("note: " + plan.reason);
   const bool sp = plan.sequence_parallel && tp_size > 1;
 
@@ -232,6 +256,9 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   log.info("model: " + model->describe() + (arch.tie_embeddings ? ", tied embeddings" : "") + ", " +
            std::to_string(global_parameters) + " parameters, seq_len " + std::to_string(seq_len) +
            ", sequence parallel " + (sp ? "on" : "off") +
+           (tp_size > 1 && arch.kv_heads() != arch.n_heads
+                ? std::string(", key/value heads ") + (plan.kv_heads_split ? "split over tp" : "repeated over tp")
+                : std::string()) +
            (tp_size > 1 ? std::string(", logits ") + (plan.vocab_sharded_logits ? "vocab-sharded" : "replicated")
                         : std::string()));
   log.info("data: " + data->describe() + ", " + std::to_string(data->samples()) + " samples of " +
@@ -256,7 +283,8 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   // Same master weights at every layout: counter-based init of the serial model, which
   // parallelize then slices (converted layers keep their FQNs and values).
   if (!opts.dry_run) nn::initialize_parameters(*model, cfg.schedule.seed);
-  if (tp_size > 1) tp::parallelize(*model, mesh, plan.plan);
+  // parallelize_decoder also repeats the key/value heads when tp does not divide them.
+  if (tp_size > 1) (void)models::parallelize_decoder(*model, mesh.tp(), cfg.decoder.sequence_parallel);
 
   const ShardRange rows = sp ? shard_range(seq_len, tp_size, mesh.coords().tp) : ShardRange{0, seq_len};
   if (opts.dry_run) {

@@ -1,7 +1,8 @@
 #pragma once
 // tessera-run's decoder training (model.type: decoder, docs/driver.md): the Llama-style
 // decoder of models/decoder.hpp on a token stream (token_data.hpp), tensor-parallel by
-// models::decoder_tp_plan (with sequence parallelism unless the embeddings are tied),
+// models::parallelize_decoder (with sequence parallelism unless the embeddings are tied;
+// grouped-query key/value heads split over tp or repeated),
 // data-parallel through dp::DataParallel, next-token cross-entropy
 // (tp::vocab_parallel_cross_entropy), AdamW or SGD, gradient clipping, checkpoints that
 // carry the architecture, and resume.
