@@ -5,8 +5,11 @@
 // counter-based generator (Philox-4x32-10) keyed by the seed and a hash of the
 // parameter's fully-qualified name, counting by the element's global flat index. A
 // rank fills only its own shard, never materialising the master weight, and the master
-// weights are bit-identical at every tp/dp/domain layout and on every backend. The
-// init types and their options are in init_spec.hpp.
+// weights are bit-identical at every tp/dp/domain layout and on every backend. The one
+// exception is orthogonal, a property of the whole matrix: every rank builds that
+// master (deterministically, in double, on the host) and keeps its block, so it is
+// still bit-identical at every layout. The init types and their options are in
+// init_spec.hpp.
 
 #include <cstdint>
 #include <string_view>
