@@ -7,7 +7,7 @@
 !
 ! Conventions
 !  - Handles (tessera_mesh, tessera_decomp, tessera_halo, tessera_checkpoint,
-!    tessera_model) wrap a C
+!    tessera_model, tessera_redist) wrap a C
 !    pointer; *_destroy frees one and nullifies it.
 !  - Every procedure takes an optional trailing `ierr`. When present it receives the
 !    status (TESSERA_OK = 0, or a TESSERA_ERR_* code) and the caller decides what to do
@@ -67,6 +67,9 @@ module tessera
   type, public :: tessera_model
     type(c_ptr) :: ptr = c_null_ptr
   end type
+  type, public :: tessera_redist
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
 
   public :: tessera_error_string, tessera_last_error, tessera_version
   public :: tessera_mesh_create, tessera_mesh_create_from_file, tessera_mesh_destroy, &
@@ -85,6 +88,11 @@ module tessera
     tessera_checkpoint_step, tessera_checkpoint_metadata, tessera_checkpoint_destroy
   public :: tessera_model_load, tessera_model_destroy, tessera_model_info, tessera_model_box, &
     tessera_model_predict, tessera_model_forward
+  public :: tessera_redist_create, tessera_redist_destroy, tessera_redist_model_size, tessera_redist_model_rank, &
+    tessera_redist_model_box, tessera_redist_model_comm, tessera_redist_add_field, tessera_redist_clear_fields, &
+    tessera_redist_num_fields, tessera_redist_to_model, tessera_redist_to_code, tessera_redist_start_to_model, &
+    tessera_redist_start_to_code, tessera_redist_finish, tessera_redist_in_flight, tessera_model_load_coupled, &
+    tessera_model_coupling
 
   ! Communicators as integer handles (use mpi) or as type(MPI_Comm) (use mpi_f08).
   interface tessera_mesh_create
@@ -140,6 +148,15 @@ module tessera
   end interface
   interface tessera_checkpoint_add_field
     module procedure checkpoint_add_field_r32, checkpoint_add_field_r64
+  end interface
+  interface tessera_redist_add_field
+    module procedure redist_add_field_r32, redist_add_field_r64
+  end interface
+  interface tessera_redist_model_comm
+    module procedure redist_model_comm_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure redist_model_comm_f08
+#endif
   end interface
 
   ! A failure found on the Fortran side (a non-contiguous array) has no C message; it is
@@ -524,6 +541,112 @@ module tessera
       integer(c_int), value :: dtype, order, ndim
       integer(c_int64_t), intent(in) :: shape(*)
       integer(c_int) :: c_model_forward
+    end function
+
+    function c_redist_create(decomp, nmodel, model_ranks, grid_lat, grid_lon, replicas, redist) &
+        bind(c, name="tessera_redist_create")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: decomp, model_ranks
+      integer(c_int), value :: nmodel, grid_lat, grid_lon, replicas
+      type(c_ptr) :: redist
+      integer(c_int) :: c_redist_create
+    end function
+    function c_redist_destroy(redist) bind(c, name="tessera_redist_destroy")
+      import :: c_int, c_ptr
+      type(c_ptr) :: redist
+      integer(c_int) :: c_redist_destroy
+    end function
+    function c_redist_model_size(redist, size) bind(c, name="tessera_redist_model_size")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: size
+      integer(c_int) :: c_redist_model_size
+    end function
+    function c_redist_model_rank(redist, rank) bind(c, name="tessera_redist_model_rank")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: rank
+      integer(c_int) :: c_redist_model_rank
+    end function
+    function c_redist_model_box(redist, lat_start, lat_count, lon_start, lon_count) &
+        bind(c, name="tessera_redist_model_box")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int64_t) :: lat_start, lat_count, lon_start, lon_count
+      integer(c_int) :: c_redist_model_box
+    end function
+    function c_redist_model_comm_f(redist, comm) bind(c, name="tessera_redist_model_comm_f")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: comm
+      integer(c_int) :: c_redist_model_comm_f
+    end function
+    function c_redist_add_field(redist, code, model, dtype, order, ndim, shape, index) &
+        bind(c, name="tessera_redist_add_field")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: redist, code, model
+      integer(c_int), value :: dtype, order, ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int) :: index
+      integer(c_int) :: c_redist_add_field
+    end function
+    function c_redist_clear_fields(redist) bind(c, name="tessera_redist_clear_fields")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: c_redist_clear_fields
+    end function
+    function c_redist_num_fields(redist, count) bind(c, name="tessera_redist_num_fields")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: count
+      integer(c_int) :: c_redist_num_fields
+    end function
+    function c_redist_to_model(redist) bind(c, name="tessera_redist_to_model")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: c_redist_to_model
+    end function
+    function c_redist_to_code(redist) bind(c, name="tessera_redist_to_code")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: c_redist_to_code
+    end function
+    function c_redist_start_to_model(redist) bind(c, name="tessera_redist_start_to_model")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: c_redist_start_to_model
+    end function
+    function c_redist_start_to_code(redist) bind(c, name="tessera_redist_start_to_code")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: c_redist_start_to_code
+    end function
+    function c_redist_finish(redist) bind(c, name="tessera_redist_finish")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: c_redist_finish
+    end function
+    function c_redist_in_flight(redist, flag) bind(c, name="tessera_redist_in_flight")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: redist
+      integer(c_int) :: flag
+      integer(c_int) :: c_redist_in_flight
+    end function
+    function c_model_load_coupled(decomp, path, nmodel, model_ranks, tensor, model) &
+        bind(c, name="tessera_model_load_coupled")
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: decomp
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int), value :: nmodel, tensor
+      type(c_ptr), value :: model_ranks
+      type(c_ptr) :: model
+      integer(c_int) :: c_model_load_coupled
+    end function
+    function c_model_coupling(model, model_size, model_rank) bind(c, name="tessera_model_coupling")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int) :: model_size, model_rank
+      integer(c_int) :: c_model_coupling
     end function
 
     ! ISO_Fortran_binding.h (Fortran 2018), from the Fortran runtime: 1 when the C
@@ -1562,6 +1685,263 @@ contains
     if (size(a) > 0) p = c_loc(a)
   end function
 
+  ! ---------------------------------------------------------------------------------
+  ! Coupling: a model on fewer ranks than the code (docs/coupling.md)
+  ! ---------------------------------------------------------------------------------
+
+  ! The C arguments of a model-rank choice: nmodel = 0 and no list: one per GPU per node;
+  ! no list: nmodel ranks spread evenly; a list: those code ranks (0-based).
+  subroutine model_rank_choice(nmodel, model_ranks, n, list)
+    integer, intent(in) :: nmodel
+    integer, intent(in), optional :: model_ranks(:)
+    integer(c_int), intent(out) :: n
+    integer(c_int), allocatable, intent(out) :: list(:)
+    n = int(nmodel, c_int)
+    if (present(model_ranks)) then
+      n = int(size(model_ranks), c_int)
+      allocate(list(max(1, size(model_ranks))))
+      list = 0
+      list(1:size(model_ranks)) = int(model_ranks, c_int)
+    end if
+  end subroutine
+
+  !> Collective over the decomposition's communicator: a redistribution plan between the
+  !> decomposition and a model on `nmodel` ranks (0: one per GPU per node), or on the
+  !> code ranks listed in `model_ranks` (0-based; nmodel is then ignored). The model's
+  !> grid: grid_lat x grid_lon (default: latitude bands), each box on `replicas` ranks.
+  subroutine tessera_redist_create(redist, decomp, nmodel, model_ranks, grid_lat, grid_lon, replicas, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(in) :: nmodel
+    integer, intent(in), optional, target :: model_ranks(:)
+    integer, intent(in), optional :: grid_lat, grid_lon, replicas
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n, glat, glon, reps
+    integer(c_int), allocatable, target :: list(:)
+    type(c_ptr) :: p
+    call begin_call()
+    call model_rank_choice(nmodel, model_ranks, n, list)
+    p = c_null_ptr
+    if (allocated(list)) p = c_loc(list)
+    glat = 0; glon = 0; reps = 1
+    if (present(grid_lat)) glat = int(grid_lat, c_int)
+    if (present(grid_lon)) glon = int(grid_lon, c_int)
+    if (present(replicas)) reps = int(replicas, c_int)
+    call finish_call(c_redist_create(decomp%ptr, n, p, glat, glon, reps, redist%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_redist_destroy(redist, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_redist_destroy(redist%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_redist_model_size(redist, size, ierr)
+    type(tessera_redist), intent(in) :: redist
+    integer, intent(out) :: size
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: s
+    call begin_call()
+    s = 0
+    call finish_call(c_redist_model_size(redist%ptr, s), ierr)
+    size = int(s)
+  end subroutine
+
+  !> This rank's 0-based model rank, -1 on a rank that runs no model.
+  subroutine tessera_redist_model_rank(redist, rank, ierr)
+    type(tessera_redist), intent(in) :: redist
+    integer, intent(out) :: rank
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: r
+    call begin_call()
+    r = -1
+    call finish_call(c_redist_model_rank(redist%ptr, r), ierr)
+    rank = int(r)
+  end subroutine
+
+  !> This model rank's box: 1-based first global indices and counts (counts 0 on a rank
+  !> that runs no model). Declare model arrays m(lon_count, lat_count[, levels...]).
+  subroutine tessera_redist_model_box(redist, lat_first, lat_count, lon_first, lon_count, ierr)
+    type(tessera_redist), intent(in) :: redist
+    integer, intent(out) :: lat_first, lat_count, lon_first, lon_count
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: a, b, c, d
+    call begin_call()
+    a = -1; b = 0; c = -1; d = 0
+    call finish_call(c_redist_model_box(redist%ptr, a, b, c, d), ierr)
+    lat_first = int(a) + 1; lat_count = int(b); lon_first = int(c) + 1; lon_count = int(d)
+  end subroutine
+
+  !> The model ranks' communicator (owned by tessera: do not free); MPI_COMM_NULL's
+  !> handle on a rank that runs no model.
+  subroutine redist_model_comm_int(redist, comm, ierr)
+    type(tessera_redist), intent(in) :: redist
+    integer, intent(out) :: comm
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: c
+    call begin_call()
+    c = 0
+    call finish_call(c_redist_model_comm_f(redist%ptr, c), ierr)
+    comm = int(c)
+  end subroutine
+
+  ! A pair rejected here still counts as a registration for the C side (as for the halo:
+  ! the next transfer then agrees on the field count, so no rank is left waiting).
+  subroutine redist_field_rejected(redist)
+    type(tessera_redist), intent(in) :: redist
+    integer(c_int64_t) :: s(1)
+    integer(c_int) :: index, ignored
+    s = 0
+    index = -1
+    ignored = c_redist_add_field(redist%ptr, c_null_ptr, c_null_ptr, TESSERA_F32, TESSERA_ORDER_FORTRAN, 1_c_int, &
+                                 s, index)
+  end subroutine
+
+  !> Local: registers a pair, the code's array code(lon, lat[, levels...]) over this
+  !> rank's box and the model's model(lon, lat[, levels...]) over its model box, with the
+  !> same levels (a zero-size array on a rank that runs no model). Both are used by
+  !> address until cleared: give them TARGET and keep them allocated.
+  subroutine redist_add_field_r32(redist, code, model, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    real(real32), intent(in), pointer :: code(..), model(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), m(MAX_DIMS)
+    integer(c_int) :: index
+    type(c_ptr) :: p
+    if (.not. describe_kept_r32(code, s, 'tessera_redist_add_field', 'code', ierr) .or. &
+        .not. describe_kept_r32(model, m, 'tessera_redist_add_field', 'model', ierr)) then
+      call redist_field_rejected(redist)
+      return
+    end if
+    p = c_null_ptr
+    if (size(model) > 0) p = c_loc(model)
+    call begin_call()
+    call finish_call(c_redist_add_field(redist%ptr, c_loc(code), p, TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                        int(rank(code), c_int), s, index), ierr)
+  end subroutine
+
+  subroutine redist_add_field_r64(redist, code, model, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    real(real64), intent(in), pointer :: code(..), model(..)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), m(MAX_DIMS)
+    integer(c_int) :: index
+    type(c_ptr) :: p
+    if (.not. describe_kept_r64(code, s, 'tessera_redist_add_field', 'code', ierr) .or. &
+        .not. describe_kept_r64(model, m, 'tessera_redist_add_field', 'model', ierr)) then
+      call redist_field_rejected(redist)
+      return
+    end if
+    p = c_null_ptr
+    if (size(model) > 0) p = c_loc(model)
+    call begin_call()
+    call finish_call(c_redist_add_field(redist%ptr, c_loc(code), p, TESSERA_F64, TESSERA_ORDER_FORTRAN, &
+                                        int(rank(code), c_int), s, index), ierr)
+  end subroutine
+
+  subroutine tessera_redist_clear_fields(redist, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_redist_clear_fields(redist%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_redist_num_fields(redist, count, ierr)
+    type(tessera_redist), intent(in) :: redist
+    integer, intent(out) :: count
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n
+    call begin_call()
+    n = 0
+    call finish_call(c_redist_num_fields(redist%ptr, n), ierr)
+    count = int(n)
+  end subroutine
+
+  !> Collective: every registered code array's box into the model arrays.
+  subroutine tessera_redist_to_model(redist, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_redist_to_model(redist%ptr), ierr)
+  end subroutine
+
+  !> Collective: the model arrays back into the code arrays.
+  subroutine tessera_redist_to_code(redist, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_redist_to_code(redist%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_redist_start_to_model(redist, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_redist_start_to_model(redist%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_redist_start_to_code(redist, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_redist_start_to_code(redist%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_redist_finish(redist, ierr)
+    type(tessera_redist), intent(inout) :: redist
+    integer, intent(out), optional :: ierr
+    call begin_call()
+    call finish_call(c_redist_finish(redist%ptr), ierr)
+  end subroutine
+
+  subroutine tessera_redist_in_flight(redist, in_flight, ierr)
+    type(tessera_redist), intent(in) :: redist
+    logical, intent(out) :: in_flight
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: flag
+    call begin_call()
+    flag = 0
+    call finish_call(c_redist_in_flight(redist%ptr, flag), ierr)
+    in_flight = flag /= 0
+  end subroutine
+
+  !> Collective over the decomposition's communicator: the model stored at `path` run on
+  !> `nmodel` ranks (0: one per GPU per node) or the listed code ranks, `tensor`-parallel
+  !> (default 1). tessera_model_predict / _forward then take x(lon, lat, C[, B]) over this
+  !> rank's box of the decomposition on every rank (tessera_model_box).
+  subroutine tessera_model_load_coupled(model, decomp, path, nmodel, model_ranks, tensor, ierr)
+    type(tessera_model), intent(inout) :: model
+    type(tessera_decomp), intent(in) :: decomp
+    character(len=*), intent(in) :: path
+    integer, intent(in) :: nmodel
+    integer, intent(in), optional :: model_ranks(:)
+    integer, intent(in), optional :: tensor
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n, t
+    integer(c_int), allocatable, target :: list(:)
+    type(c_ptr) :: p
+    call begin_call()
+    call model_rank_choice(nmodel, model_ranks, n, list)
+    p = c_null_ptr
+    if (allocated(list)) p = c_loc(list)
+    t = 1
+    if (present(tensor)) t = int(tensor, c_int)
+    call finish_call(c_model_load_coupled(decomp%ptr, to_c(path), n, p, t, model%ptr), ierr)
+  end subroutine
+
+  !> How many ranks run the model and this rank's 0-based place among them (-1: none).
+  subroutine tessera_model_coupling(model, model_size, model_rank, ierr)
+    type(tessera_model), intent(in) :: model
+    integer, intent(out) :: model_size, model_rank
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: a, b
+    call begin_call()
+    a = 0; b = -1
+    call finish_call(c_model_coupling(model%ptr, a, b), ierr)
+    model_size = int(a); model_rank = int(b)
+  end subroutine
+
 #ifdef TESSERA_HAVE_MPI_F08
   ! ---------------------------------------------------------------------------------
   ! The type(MPI_Comm) forms (mpi_f08): the same calls through the handle's MPI_VAL.
@@ -1604,6 +1984,13 @@ contains
     type(MPI_Comm), intent(out) :: comm
     integer, intent(out), optional :: ierr
     call decomp_comm_int(decomp, comm%MPI_VAL, ierr)
+  end subroutine
+
+  subroutine redist_model_comm_f08(redist, comm, ierr)
+    type(tessera_redist), intent(in) :: redist
+    type(MPI_Comm), intent(out) :: comm
+    integer, intent(out), optional :: ierr
+    call redist_model_comm_int(redist, comm%MPI_VAL, ierr)
   end subroutine
 #endif
 
