@@ -13,6 +13,13 @@ decoder of torch_models.py:
 
     /usr/bin/python3 check_pytorch.py TESSERA_CKPT PYTORCH_PARITY REPO WORKDIR MPIEXEC NP_FLAG [PREFLAGS...]
 
+With --gqa, the current decoder instead (rotary embeddings, grouped-query attention):
+PyTorch's logits and every weight gradient of a random logits gradient, computed in
+float64 from float32 weights, against decoder_gqa_parity (tests/models) at tp 1, 2 and 4
+with split and repeated key/value heads, with and without sequence parallelism:
+
+    /usr/bin/python3 check_pytorch.py --gqa DECODER_GQA_PARITY WORKDIR MPIEXEC NP_FLAG [PREFLAGS...]
+
 N ranks are launched as `MPIEXEC NP_FLAG N PREFLAGS... program` (CMake's MPIEXEC_*). Exits 77
 (CTest: skipped) when torch cannot be imported, 1 on any failure.
 """
@@ -107,7 +114,48 @@ def export_and_reload(tool, checkpoint, mapping, out, fresh, original, check_out
     print(f"export: {out}: load_state_dict(strict=True) accepted {len(state)} tensors, all bit for bit")
 
 
+def check_gqa(parity, work, mpiexec, np_flag, preflags):
+    """The current decoder against PyTorch, forward and backward, at tp 1/2/4."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    generator = torch.Generator().manual_seed(22)
+    torch.manual_seed(22)
+    vocab, hidden, n_layers, eps, seq = 16, 32, 2, 1e-6, 8
+    # (d_model, n_heads, n_kv_heads, rope_theta): split at tp 2 and repeated at tp 4;
+    # multi-query (repeated at tp 2 and 4) without RoPE; RoPE alone; 6 query heads on 3
+    # key/value heads (at tp 2 neither divides the other).
+    for d_model, n_heads, n_kv_heads, theta in ((16, 4, 2, 10000.0), (16, 4, 1, None), (16, 4, 4, 50.0),
+                                                (12, 6, 3, 100.0)):
+        model = torch_models.Decoder(vocab, d_model, n_heads, hidden, n_layers, eps, n_kv_heads, theta)
+        torch_models.perturb_norms(model, generator)
+        ids = torch.randint(0, vocab, (2, seq), generator=generator)
+        names = torch_models.tessera_names(model)
+        model.double()
+        logits = model(ids)
+        dlogits = torch.randn(logits.shape, generator=generator, dtype=torch.float64)
+        (logits * dlogits).sum().backward()
+        tensors = {"ids": ids.numpy(), "logits": logits.detach().float().numpy(), "dlogits": dlogits.float().numpy()}
+        for name, p in names.items():
+            value, grad = p.detach(), p.grad
+            if name == "head.weight":  # PyTorch's head is [d_model, vocab]; tessera's Linear [vocab, d_model]
+                value, grad = value.t(), grad.t()
+            tensors["weight/" + name] = value.float().numpy()
+            tensors["grad/" + name] = grad.float().numpy()
+        io = os.path.join(work, f"decoder_h{n_heads}_kv{n_kv_heads}.safetensors")
+        metadata = {"vocab": vocab, "d_model": d_model, "n_heads": n_heads, "n_kv_heads": n_kv_heads,
+                    "hidden": hidden, "n_layers": n_layers, "eps": repr(eps), "rope_theta": repr(theta or 0.0)}
+        st.save(io, tensors, {k: str(v) for k, v in metadata.items()})
+        for tp, sp in ((1, 0), (2, 0), (2, 1), (4, 0), (4, 1)):
+            if n_heads % tp != 0:
+                continue
+            run([mpiexec, np_flag, str(tp), *preflags, parity, io, str(sp)])
+    print("pytorch check (current decoder):", "FAILED" if FAILURES else "passed")
+    return 1 if FAILURES else 0
+
+
 def main():
+    if sys.argv[1] == "--gqa":
+        return check_gqa(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:])
     tool, parity, repo, work = sys.argv[1:5]
     mpiexec, np_flag, preflags = sys.argv[5], sys.argv[6], sys.argv[7:]
     shutil.rmtree(work, ignore_errors=True)
