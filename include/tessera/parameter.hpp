@@ -20,6 +20,11 @@ struct Parameter {
   // Set by sequence parallelism: each tp rank's gradient is a partial sum over its
   // sequence shard, so sync_replicated_gradients sums it over tp instead of averaging.
   bool partial_grad_over_tp = false;
+  // false: frozen (PyTorch's requires_grad = False), e.g. a base weight under LoRA
+  // (tp/lora.hpp). Optimizers and gradient clipping skip a frozen parameter; whoever
+  // freezes it may release its grad (leave it undefined) so that layers skip computing
+  // it. Checkpoints still save and load it like any other parameter.
+  bool trainable = true;
 
   Parameter() = default;
   // A replicated parameter (global shape = local shape, offset 0) with a zeroed gradient.

@@ -63,12 +63,18 @@ double replication_count(const Parameter& p, const Mesh& mesh) {
   return r;
 }
 
+// A frozen parameter (trainable = false) takes no part, as a parameter without a
+// gradient in PyTorch: its gradient may be undefined, and is neither counted nor scaled.
+bool frozen(const Parameter* p) { return p != nullptr && !p->trainable; }
+
 // torch.nn.utils.clip_grad_norm_'s rule; non-finite norms leave the gradients alone.
 void apply_clip(const NamedParams& params, double norm, double max_norm) {
   if (!std::isfinite(norm)) return;
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return;
-  for (const auto& [name, p] : params) scale_grad(p->grad, coef);
+  for (const auto& [name, p] : params) {
+    if (!frozen(p)) scale_grad(p->grad, coef);
+  }
 }
 
 // The squared global norm: with a mesh, one all-reduce over mesh->world(); without one,
@@ -77,6 +83,7 @@ double squared_norm(const NamedParams& params, const Mesh* mesh, const char* op,
   if (mesh == nullptr) {
     double total = 0;
     for (const auto& [name, p] : params) {
+      if (frozen(p)) continue;
       const Tensor& g = checked_grad(name, p, op);
       if (g.shape() != p->global_shape) {
         throw InvalidArgument(std::string(op) + ": parameter '" + name + "' holds the block " + g.str() +
@@ -96,6 +103,7 @@ double squared_norm(const NamedParams& params, const Mesh* mesh, const char* op,
   try {
     check_max_norm(max_norm);
     for (const auto& [name, p] : params) {
+      if (frozen(p)) continue;
       const Tensor& g = checked_grad(name, p, op);
       partial += sum_squares(g) / replication_count(*p, *mesh);
     }

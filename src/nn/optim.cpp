@@ -29,13 +29,27 @@ void require_option(bool ok, const std::string& type, const char* option, double
   }
 }
 
+// Frozen parameters (trainable = false) are dropped here, as PyTorch users filter on
+// requires_grad: they get no state and no update, and may have no gradient at all.
+NamedParameters trainable_only(NamedParameters params) {
+  NamedParameters out;
+  for (auto& entry : params) {
+    if (entry.second == nullptr || entry.second->trainable) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------- Optimizer
 
 Optimizer::Optimizer(NamedParameters params, double lr, std::string type)
-    : params_(std::move(params)), type_(std::move(type)) {
-  if (params_.empty()) throw InvalidArgument(type_ + ": got an empty parameter list");
+    : params_(trainable_only(params)), type_(std::move(type)) {
+  if (params.empty()) throw InvalidArgument(type_ + ": got an empty parameter list");
+  if (params_.empty()) {
+    throw InvalidArgument(type_ + ": every one of the " + std::to_string(params.size()) +
+                          " parameters is frozen (trainable = false); nothing to optimize");
+  }
   std::set<std::string> names;
   std::set<const Parameter*> seen;
   for (const auto& [name, p] : params_) {
