@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "comm/request_state.hpp"
@@ -452,6 +453,37 @@ static void prepare(Redistribution::Plan& p, const std::vector<Tensor>& code_fie
 namespace {
 
 // Packs every field's part of `r` (each field's (leading..., box) tensor) into `buffer`.
+// Copies the rows of `part` (a host view whose longitude stride is 1) to or from the
+// packed buffer, one memcpy per (leading index, latitude row), in row-major order (the
+// order of the flat view the general path copies through).
+void copy_rows(const Tensor& part, std::byte* buffer, bool unpack) {
+  const int d = part.dim();
+  const std::size_t row = static_cast<std::size_t>(part.size(d - 1)) * part.element_size();
+  const std::int64_t rows = part.size(d - 2), lat_stride = part.strides()[static_cast<std::size_t>(d - 2)];
+  auto* base = static_cast<std::byte*>(part.data());
+  std::vector<std::int64_t> index(static_cast<std::size_t>(d - 2), 0);
+  const std::int64_t leading = shape_numel(Shape(part.shape().begin(), part.shape().end() - 2));
+  for (std::int64_t l = 0; l < leading; ++l) {
+    std::int64_t offset = 0;
+    for (int k = 0; k < d - 2; ++k) offset += index[static_cast<std::size_t>(k)] * part.strides()[static_cast<std::size_t>(k)];
+    for (std::int64_t i = 0; i < rows; ++i) {
+      std::byte* field_row = base + static_cast<std::size_t>(offset + i * lat_stride) * part.element_size();
+      if (unpack) {
+        std::memcpy(field_row, buffer, row);
+      } else {
+        std::memcpy(buffer, field_row, row);
+      }
+      buffer += row;
+    }
+    for (int k = d - 3; k >= 0; --k) {  // the next leading index, last fastest
+      if (++index[static_cast<std::size_t>(k)] < part.size(k)) break;
+      index[static_cast<std::size_t>(k)] = 0;
+    }
+  }
+}
+
+// Packs every field's part of `r` (each field's (leading..., box) tensor) into `buffer`,
+// or unpacks it from there.
 void pack(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r, std::vector<std::byte>& buffer,
           bool unpack) {
   std::size_t total = 0;
@@ -460,11 +492,17 @@ void pack(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r,
   std::size_t offset = 0;
   for (const Tensor& t : fields) {
     Tensor part = rect_view(t, box, r);
-    Tensor flat = Tensor::view(buffer.data() + offset, part.shape(), t.dtype());
-    if (unpack) {
-      part.copy_from(flat);
+    if (part.device().type == DeviceType::host && part.strides().back() == 1) {
+      // Whole rows at a time: the element-by-element strided copy was 30 times slower
+      // than MPI_Alltoallv of the same bytes on a 720 x 1440 field.
+      copy_rows(part, buffer.data() + offset, unpack);
     } else {
-      flat.copy_from(part);
+      Tensor flat = Tensor::view(buffer.data() + offset, part.shape(), t.dtype());
+      if (unpack) {
+        part.copy_from(flat);
+      } else {
+        flat.copy_from(part);
+      }
     }
     offset += part_bytes(t, r.cells());
   }
