@@ -397,7 +397,8 @@ Trained trained_pair(Communicator* tp, std::uint64_t seed, int steps) {
 
 TEST_F(Lora, CheckpointSavedAtTp2LoadsAtTp1AndTp4) {
   const int saver = std::min(2, world_size());
-  const std::string root = scratch_dir("adapters"), merged_root = scratch_dir("merged");
+  const std::string root = scratch_dir("model"), merged_root = scratch_dir("merged");
+  const std::string adapter_root = scratch_dir("adapters");
   if (auto mesh = sub_mesh(saver)) {
     Trained t = trained_pair(&mesh->tp(), 13, 2);
     io::SaveOptions o;
@@ -435,6 +436,23 @@ TEST_F(Lora, CheckpointSavedAtTp2LoadsAtTp1AndTp4) {
         for (std::size_t i = 0; i < params.size(); ++i) {
           EXPECT_TRUE(same_bytes(params[i].second->value, block_of(want3[i], *params[i].second)))
               << params[i].first << " step 3 at tp " << ranks;
+        }
+        // An adapter-only checkpoint: the trainable entries, loaded by name into a fresh model.
+        NamedParameters adapters;
+        for (auto& entry : t.model->named_parameters()) {
+          if (entry.second->trainable) adapters.push_back(entry);
+        }
+        ASSERT_EQ(adapters.size(), 4u);
+        io::save_checkpoint(adapter_root, *mesh, adapters, nullptr, io::SaveOptions{});
+        Trained fresh = trained_pair(&mesh->tp(), 77, 0);
+        NamedParameters fresh_adapters;
+        for (auto& entry : fresh.model->named_parameters()) {
+          if (entry.second->trainable) fresh_adapters.push_back(entry);
+        }
+        io::load_checkpoint(adapter_root, *mesh, fresh_adapters, nullptr, io::LoadOptions{});
+        for (std::size_t i = 0; i < adapters.size(); ++i) {
+          EXPECT_EQ(fresh_adapters[i].first, adapters[i].first);
+          EXPECT_TRUE(same_bytes(fresh_adapters[i].second->value, adapters[i].second->value)) << adapters[i].first;
         }
         // Merged, it saves as a plain model...
         tp::merge_lora(*t.model);
