@@ -32,8 +32,12 @@ ParallelLinearOptions with_bias_rule(ParallelLinearOptions o, std::int64_t in) {
 
 void check_stride(const std::string& label, const ParallelLinearOptions& o, const char* partitioned,
                   std::int64_t extent, const Communicator& tp) {
-  if (o.stride < 1 || extent % (o.stride * tp.size()) != 0) {
-    throw ShapeError(label + ": stride " + std::to_string(o.stride) + " must be >= 1 and " + partitioned + " (" +
+  if (o.stride < 1) {
+    throw InvalidArgument(label + ": stride " + std::to_string(o.stride) + " must be >= 1");
+  }
+  // Stride 1 is the plain partition: make_tp_sharded names the dim, its extent and the tp size.
+  if (o.stride > 1 && extent % (o.stride * tp.size()) != 0) {
+    throw ShapeError(label + ": with stride " + std::to_string(o.stride) + ", " + partitioned + " (" +
                      std::to_string(extent) + ") must divide by stride * tp size (" + std::to_string(o.stride) +
                      " * " + std::to_string(tp.size()) + ")");
   }

@@ -80,6 +80,21 @@ Tensor column_backward(AffineMath math, const ColumnSplit& split, const Tensor& 
                             : sum_over_tp_in_place(std::move(dx), split.tp);  // copy_to_parallel_backward
 }
 
+namespace {
+// The bias a row layer adds to (or whose gradient it takes from) an output of `dims`
+// dims: the whole replicated bias, or — when the output is reduce-scattered along the
+// feature dim itself — this rank's slice of it (its gradient then covers only that
+// slice, a partial sum over tp like any sequence-sharded bias gradient).
+Tensor row_bias_view(const Tensor& bias, const RowSplit& split, const AffineMath& math, int dims) {
+  if (!split.sequence_dim) return bias;
+  const int scatter = *split.sequence_dim < 0 ? dims + *split.sequence_dim : *split.sequence_dim;
+  const int feature = feature_dim(math) < 0 ? dims + feature_dim(math) : feature_dim(math);
+  if (scatter != feature) return bias;
+  const ShardRange slice = shard_range(bias.shape()[0], split.tp.size(), split.tp.rank());
+  return bias.narrow(0, slice.start, slice.length);
+}
+}  // namespace
+
 Tensor row_forward(AffineMath math, const RowSplit& split, const Tensor& x, const Parameter& weight,
                    const Parameter* bias, Tensor& saved_input) {
   const Tensor input = x.contiguous();
@@ -87,7 +102,7 @@ Tensor row_forward(AffineMath math, const RowSplit& split, const Tensor& x, cons
   Tensor partial = affine(math, saved_input, weight.value, Tensor());
   Tensor y = split.sequence_dim ? sequence_reduce_scatter(partial, *split.sequence_dim, split.tp)
                                 : sum_over_tp_in_place(std::move(partial), split.tp);  // reduce_from_parallel
-  if (bias) ops::add_bias(y, bias->value, feature_dim(math));
+  if (bias) ops::add_bias(y, row_bias_view(bias->value, split, math, y.dim()), feature_dim(math));
   return y;
 }
 
@@ -98,7 +113,10 @@ Tensor row_backward(AffineMath math, const RowSplit& split, const Tensor& grad_y
   // Without sequence parallelism the output (and so its gradient) is replicated over
   // tp: every rank adds the same full bias gradient, keeping the replicated bias
   // identical without communication. With it, each rank adds its shard's part.
-  if (bias) ops::accumulate_bias_grad(grad_out, bias->grad, feature_dim(math));
+  if (bias) {
+    Tensor grad_slice = row_bias_view(bias->grad, split, math, grad_out.dim());
+    ops::accumulate_bias_grad(grad_out, grad_slice, feature_dim(math));
+  }
   const Tensor grad = split.sequence_dim ? sequence_reduce_scatter_backward(grad_out, *split.sequence_dim, split.tp)
                                          : reduce_from_parallel_backward(grad_out, split.tp);
   Tensor no_bias;

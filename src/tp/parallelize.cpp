@@ -29,6 +29,30 @@ std::string_view layout_name(Layout layout) noexcept {
 
 ParallelStyle ParallelStyle::colwise(Layout input, Layout output) { return {Kind::colwise, input, output}; }
 ParallelStyle ParallelStyle::rowwise(Layout input, Layout output) { return {Kind::rowwise, input, output}; }
+
+namespace {
+ParallelStyle prepared(ParallelStyle::Kind kind, const Prepare& input, const Prepare& output) {
+  ParallelStyle s{kind, input.layout, output.layout};
+  if (input.layout == Layout::shard_sequence) s.input_dim = input.dim;
+  if (output.layout == Layout::shard_sequence) s.output_dim = output.dim;
+  return s;
+}
+// A shard along the last dim is a shard of the features.
+Prepare shard_on(int dim) { return dim == -1 ? Prepare{Layout::shard_features, {}} : Prepare{Layout::shard_sequence, dim}; }
+}  // namespace
+
+ParallelStyle ParallelStyle::colwise(Prepare input, Prepare output) { return prepared(Kind::colwise, input, output); }
+ParallelStyle ParallelStyle::rowwise(Prepare input, Prepare output) { return prepared(Kind::rowwise, input, output); }
+
+Prepare make_input_replicate_1d() { return {Layout::replicate, {}}; }
+Prepare make_input_shard_1d(int dim) { return shard_on(dim); }
+Prepare make_input_shard_1d_last_dim() { return {Layout::shard_features, {}}; }
+Prepare make_input_reshard_replicate() { return {Layout::shard_sequence, 0}; }
+Prepare make_output_replicate_1d() { return {Layout::replicate, {}}; }
+Prepare make_output_tensor() { return {Layout::replicate, {}}; }
+Prepare make_sharded_output_tensor() { return {Layout::shard_features, {}}; }
+Prepare make_output_shard_1d(int dim) { return shard_on(dim); }
+Prepare make_output_reshard_tensor() { return {Layout::shard_sequence, 0}; }
 ParallelStyle ParallelStyle::pairwise() { return {Kind::pairwise, Layout::replicate, Layout::replicate}; }
 ParallelStyle ParallelStyle::sequence_parallel(Layout input) {
   return {Kind::sequence_parallel, input, Layout::shard_sequence};
@@ -38,9 +62,14 @@ ParallelStyle ParallelStyle::replicated(Layout output) { return {Kind::replicate
 std::string ParallelStyle::str() const {
   const char* names[] = {"Colwise", "Rowwise", "Pairwise", "SequenceParallel", "Replicate"};
   std::string s = names[static_cast<int>(kind)];
+  // "Shard(sequence)" for the sequence dim, "Shard(dim 0)" for another one.
+  auto name = [](Layout layout, const std::optional<int>& dim) {
+    if (layout == Layout::shard_sequence && dim) return "Shard(dim " + std::to_string(*dim) + ")";
+    return std::string(layout_name(layout));
+  };
   if (kind == Kind::colwise || kind == Kind::rowwise || kind == Kind::sequence_parallel ||
       (kind == Kind::replicate && output != Layout::replicate)) {
-    s += "(input=" + std::string(layout_name(input)) + ", output=" + std::string(layout_name(output)) + ")";
+    s += "(input=" + name(input, input_dim) + ", output=" + name(output, output_dim) + ")";
   }
   return s;
 }
@@ -87,45 +116,41 @@ std::string label_of(const std::string& path, const nn::Module& m) { return m.ty
                         why);
 }
 
-std::optional<int> sequence_input(const ParallelStyle& s) {
-  return s.input == Layout::shard_sequence ? std::optional<int>(s.sequence_dim) : std::nullopt;
+// The dim a Colwise layer all-gathers its input along (its gradient reduce-scattered
+// back): a sharded input of either kind; a Rowwise layer's reduce-scatter dim likewise.
+std::optional<int> gathered_input_dim(const ParallelStyle& s) {
+  if (s.input == Layout::shard_sequence) return s.input_shard_dim();
+  if (s.input == Layout::shard_features) return -1;
+  return std::nullopt;
 }
-std::optional<int> sequence_output(const ParallelStyle& s) {
-  return s.output == Layout::shard_sequence ? std::optional<int>(s.sequence_dim) : std::nullopt;
+std::optional<int> scattered_output_dim(const ParallelStyle& s) {
+  if (s.output == Layout::shard_sequence) return s.output_shard_dim();
+  if (s.output == Layout::shard_features) return -1;
+  return std::nullopt;
 }
 
 // Checks that `style` can convert the leaf `m`; throws InvalidArgument naming both.
+// Linear layers take every layout (parallelize.hpp); convs and embeddings their defaults.
 void validate_leaf(const std::string& path, const nn::Module& m, const ParallelStyle& style) {
   const bool col = style.kind == ParallelStyle::Kind::colwise;
   if (path.empty()) cannot_apply(path, m, style, "the root module cannot be replaced; style its children");
-  if (col && !(style.input == Layout::replicate || style.input == Layout::shard_sequence)) {
-    cannot_apply(path, m, style, "a Colwise input is Replicate or Shard(sequence)");
+  if (dynamic_cast<const nn::Linear*>(&m)) return;
+  if (col && style.input != Layout::replicate) {
+    cannot_apply(path, m, style, "a Colwise " + m.type_name() + " takes a Replicate input");
   }
   if (col && !(style.output == Layout::shard_features || style.output == Layout::replicate)) {
-    cannot_apply(path, m, style, "a Colwise output is Shard(features) or Replicate");
+    cannot_apply(path, m, style, "a Colwise " + m.type_name() + "'s output is Shard(features) or Replicate");
   }
   if (!col && !(style.input == Layout::shard_features || style.input == Layout::replicate)) {
-    cannot_apply(path, m, style, "a Rowwise input is Shard(features) or Replicate");
+    cannot_apply(path, m, style, "a Rowwise " + m.type_name() + " takes a Shard(features) or Replicate input");
   }
-  if (!col && !(style.output == Layout::replicate || style.output == Layout::shard_sequence)) {
-    cannot_apply(path, m, style, "a Rowwise output is Replicate or Shard(sequence)");
+  if (!col && style.output != Layout::replicate) {
+    cannot_apply(path, m, style, "a Rowwise " + m.type_name() + "'s output is Replicate");
   }
-  if (dynamic_cast<const nn::Linear*>(&m)) return;
-  if (dynamic_cast<const nn::Conv2d*>(&m)) {
-    if (style.input == Layout::shard_sequence || style.output == Layout::shard_sequence) {
-      cannot_apply(path, m, style, "sequence sharding applies to (B, S, D) activations, not NCHW fields");
-    }
-    return;  // any kernel, stride, padding and dilation: the channel split is the same
-  }
-  if (dynamic_cast<const nn::Embedding*>(&m)) {
-    // Ids are replicated and both parallel embeddings return a replicated output, so
-    // the feature layouts of the default Colwise/Rowwise styles are accepted as such;
-    // only sequence sharding has no meaning here.
-    if (style.input == Layout::shard_sequence || style.output == Layout::shard_sequence) {
-      cannot_apply(path, m, style, "an Embedding takes replicated ids and returns a replicated output");
-    }
-    return;
-  }
+  if (dynamic_cast<const nn::Conv2d*>(&m)) return;  // any geometry: the channel split is the same
+  // Ids are replicated and both parallel embeddings return a replicated output, so the
+  // feature layouts of the default Colwise/Rowwise styles are accepted as such.
+  if (dynamic_cast<const nn::Embedding*>(&m)) return;
   cannot_apply(path, m, style, "only Linear, Conv2d and Embedding can be sharded");
 }
 
@@ -135,11 +160,21 @@ std::unique_ptr<nn::Module> convert_leaf(const std::string& path, nn::Module& m,
   const bool col = style.kind == ParallelStyle::Kind::colwise;
   if (auto* linear = dynamic_cast<nn::Linear*>(&m)) {
     if (col) {
-      return ColumnParallelLinear::from_serial(*linear, tp, style.output == Layout::replicate, path,
-                                               sequence_input(style));
+      // Shard(dim) out: the layer gathers its output whole and the wrapper keeps a block.
+      const bool split_output = style.output == Layout::shard_sequence;
+      auto layer = ColumnParallelLinear::from_serial(*linear, tp, style.output != Layout::shard_features, path,
+                                                     gathered_input_dim(style));
+      if (!split_output) return layer;
+      return std::make_unique<LayoutWrapper>(std::move(layer), tp, Redistribute::none, 0, Redistribute::split,
+                                             style.output_shard_dim(), /*partial_grads=*/false);
     }
-    return RowParallelLinear::from_serial(*linear, tp, style.input == Layout::shard_features, path,
-                                          sequence_output(style));
+    // Shard(dim) in: the wrapper gathers it whole and the layer takes its features.
+    const bool gather_input = style.input == Layout::shard_sequence;
+    auto layer = RowParallelLinear::from_serial(*linear, tp, style.input == Layout::shard_features, path,
+                                                scattered_output_dim(style));
+    if (!gather_input) return layer;
+    return std::make_unique<LayoutWrapper>(std::move(layer), tp, Redistribute::gather, style.input_shard_dim(),
+                                           Redistribute::none, 0, /*partial_grads=*/false);
   }
   if (auto* conv = dynamic_cast<nn::Conv2d*>(&m)) {
     if (col) return ColumnParallelConv2d::from_serial(*conv, tp, style.output == Layout::replicate, path);
@@ -246,14 +281,14 @@ void apply(nn::Module& model, const Conversion& c, Communicator& tp) {
     model.replace(c.path, convert_leaf(c.path, m, c.style, tp));
   } else if (c.style.kind == Kind::sequence_parallel) {
     auto norm = model.replace(c.path, std::make_unique<Placeholder>());
-    model.replace(c.path, std::make_unique<SequenceShardWrapper>(std::move(norm), tp, c.style.sequence_dim,
-                                                                  c.style.input == Layout::replicate,
-                                                                  /*split_output=*/false, /*partial_grads=*/true));
+    const Redistribute input = c.style.input == Layout::replicate ? Redistribute::split : Redistribute::none;
+    model.replace(c.path, std::make_unique<LayoutWrapper>(std::move(norm), tp, input, c.style.sequence_dim,
+                                                          Redistribute::none, 0, /*partial_grads=*/true));
   } else if (c.style.kind == Kind::replicate && c.style.output == Layout::shard_sequence) {
     auto inner = model.replace(c.path, std::make_unique<Placeholder>());
-    model.replace(c.path, std::make_unique<SequenceShardWrapper>(std::move(inner), tp, c.style.sequence_dim,
-                                                                  /*split_input=*/false, /*split_output=*/true,
-                                                                  /*partial_grads=*/false));
+    model.replace(c.path, std::make_unique<LayoutWrapper>(std::move(inner), tp, Redistribute::none, 0,
+                                                          Redistribute::split, c.style.sequence_dim,
+                                                          /*partial_grads=*/false));
   }
 }
 
@@ -308,16 +343,17 @@ void apply_tensor_parallel(nn::Module& model, Communicator& tp) {
 }
 
 // ---------------------------------------------------------------------------
-// SequenceShardWrapper
+// LayoutWrapper
 // ---------------------------------------------------------------------------
 
-SequenceShardWrapper::SequenceShardWrapper(std::unique_ptr<nn::Module> inner, Communicator& tp, int sequence_dim,
-                                           bool split_input, bool split_output, bool partial_grads)
+LayoutWrapper::LayoutWrapper(std::unique_ptr<nn::Module> inner, Communicator& tp, Redistribute input, int input_dim,
+                             Redistribute output, int output_dim, bool partial_grads)
     : inner_(std::move(inner)),
       tp_(tp),
-      sequence_dim_(sequence_dim),
-      split_input_(split_input),
-      split_output_(split_output),
+      input_(input),
+      output_(output),
+      input_dim_(input_dim),
+      output_dim_(output_dim),
       partial_grads_(partial_grads) {
   // The parameters keep their names (no ".inner" in the FQN). On sequence shards each
   // rank's gradient covers only its shard.
@@ -327,21 +363,42 @@ SequenceShardWrapper::SequenceShardWrapper(std::unique_ptr<nn::Module> inner, Co
   }
 }
 
-std::string SequenceShardWrapper::type_name() const {
-  return (partial_grads_ ? "SequenceParallel(" : "SequenceSharded(") + inner_->type_name() + ")";
+std::string LayoutWrapper::type_name() const {
+  if (partial_grads_) return "SequenceParallel(" + inner_->type_name() + ")";
+  if (input_ == Redistribute::none && output_ == Redistribute::split) {
+    return "SequenceSharded(" + inner_->type_name() + ")";
+  }
+  return "Prepared(" + inner_->type_name() + ")";
 }
 
-Tensor SequenceShardWrapper::forward(const Tensor& x) {
-  const Tensor input = split_input_ ? scatter_to_parallel(x, sequence_dim_, tp_) : x;
-  const Tensor y = inner_->forward(input);
-  return split_output_ ? scatter_to_parallel(y, sequence_dim_, tp_) : y;
+namespace {
+Tensor redistribute(const Tensor& x, Redistribute how, int dim, Communicator& tp) {
+  switch (how) {
+    case Redistribute::none: return x;
+    case Redistribute::split: return scatter_to_parallel(x, dim, tp);
+    case Redistribute::gather: return gather_from_parallel(x, dim, tp);
+  }
+  return x;
+}
+Tensor redistribute_backward(const Tensor& grad, Redistribute how, int dim, Communicator& tp) {
+  switch (how) {
+    case Redistribute::none: return grad;
+    case Redistribute::split: return scatter_to_parallel_backward(grad, dim, tp);
+    case Redistribute::gather: return gather_from_parallel_backward(grad, dim, tp);
+  }
+  return grad;
+}
+}  // namespace
+
+Tensor LayoutWrapper::forward(const Tensor& x) {
+  const Tensor y = inner_->forward(redistribute(x, input_, input_dim_, tp_));
+  return redistribute(y, output_, output_dim_, tp_);
 }
 
-Tensor SequenceShardWrapper::backward(const Tensor& grad_y) {
-  const Tensor grad = split_output_ ? scatter_to_parallel_backward(grad_y, sequence_dim_, tp_) : grad_y;
-  const Tensor dx = inner_->backward(grad);
+Tensor LayoutWrapper::backward(const Tensor& grad_y) {
+  const Tensor dx = inner_->backward(redistribute_backward(grad_y, output_, output_dim_, tp_));
   if (!dx.defined()) return dx;  // e.g. an embedding: ids have no gradient
-  return split_input_ ? scatter_to_parallel_backward(dx, sequence_dim_, tp_) : dx;
+  return redistribute_backward(dx, input_, input_dim_, tp_);
 }
 
 // ---------------------------------------------------------------------------

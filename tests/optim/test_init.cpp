@@ -150,11 +150,12 @@ TEST(NormalQuantile, InvertsTheCdfDeepIntoTheTail) {
 TEST(InitType, NamesRoundTripAndUnknownNamesAreConfigErrors) {
   for (InitType t : {InitType::zeros, InitType::ones, InitType::constant, InitType::normal, InitType::uniform,
                      InitType::trunc_normal, InitType::xavier_normal, InitType::xavier_uniform,
-                     InitType::kaiming_normal, InitType::kaiming_uniform}) {
+                     InitType::kaiming_normal, InitType::kaiming_uniform, InitType::orthogonal,
+                     InitType::biased_normal, InitType::dirac}) {
     EXPECT_EQ(parse_init_type(init_type_name(t)), t);
   }
   EXPECT_EQ(init_type_name(InitType::xavier_normal), "xavier_normal");
-  for (const char* bad : {"orthogonal", "xavier"}) {
+  for (const char* bad : {"orthonormal", "xavier"}) {
     try {
       parse_init_type(bad, "model.init_type");
       FAIL() << bad;

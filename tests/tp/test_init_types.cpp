@@ -432,5 +432,5 @@ TEST_F(InitTypes, StrideThatDoesNotDivideIsNamed) {
     EXPECT_NE(what.find("out_features (8)"), std::string::npos) << what;
   }
   o.stride = 0;
-  EXPECT_THROW(tp::RowParallelLinear(8, 4, tp, false, o), ShapeError);
+  EXPECT_THROW(tp::RowParallelLinear(8, 4, tp, false, o), InvalidArgument);
 }
