@@ -10,6 +10,7 @@ void initialize_parameters(Module& module, std::uint64_t seed, const std::string
   for (auto& [fqn, p] : module.named_parameters(prefix)) {
     initialize(p->value, p->global_shape, p->local_offset, p->init, seed, fqn);
   }
+  for (auto& [path, m] : module.named_modules()) m->after_initialize();
 }
 
 }  // namespace tessera::nn

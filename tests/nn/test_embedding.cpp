@@ -168,9 +168,10 @@ TEST(EmbeddingOptions, ResolveChecksAndDescribes) {
 
 TEST(EmbeddingOptions, PaddingRowStartsZeroAndGetsNoGradient) {
   nn::Embedding emb(6, 3, padding(2), DType::f64);
+  // Drawn like any row, then zeroed by after_initialize(), as torch.nn.Embedding does.
+  emb.weight.value.copy_from(random_tensor({6, 3}, DType::f64, 540));
+  EXPECT_NE(row_of(to_doubles(emb.weight.value), 2, 3), std::vector<double>(3, 0.0));
   initialize_parameters(emb, 7);
-  EXPECT_NE(row_of(to_doubles(emb.weight.value), 2, 3), std::vector<double>(3, 0.0));  // drawn like any row
-  emb.zero_padding_row();
   const auto w = to_doubles(emb.weight.value);
   EXPECT_EQ(row_of(w, 2, 3), std::vector<double>(3, 0.0));
   EXPECT_NE(row_of(w, 1, 3), std::vector<double>(3, 0.0));  // only the padding row

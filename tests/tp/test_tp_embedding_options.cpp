@@ -175,16 +175,13 @@ TEST_F(TpEmbeddingOptions, InitialisedPaddingRowIsZeroAtEveryLayout) {
   nn::EmbeddingOptions serial_options;
   serial_options.padding_idx = 5;
   nn::Embedding serial(kVocab, kDim, serial_options);
-  nn::initialize_parameters(serial, 71, "tok");
-  serial.zero_padding_row();
+  nn::initialize_parameters(serial, 71, "tok");  // after_initialize() zeroes the row
   tp::ParallelEmbeddingOptions o;
   o.padding_idx = 5;
   tp::ParallelEmbedding by_dim(kVocab, kDim, tp, o);
   tp::VocabParallelEmbedding by_vocab(kVocab, kDim, tp, o);
   nn::initialize_parameters(by_dim, 71, "tok");
   nn::initialize_parameters(by_vocab, 71, "tok");
-  by_dim.zero_padding_row();
-  by_vocab.zero_padding_row();
   const auto w = as_doubles(serial.weight.value);
   for (std::int64_t c = 0; c < kDim; ++c) EXPECT_EQ(w[5 * kDim + c], 0.0);
   EXPECT_NE(w[4 * kDim], 0.0);

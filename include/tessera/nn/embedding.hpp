@@ -40,10 +40,10 @@ class Embedding : public Module {
   const EmbeddingOptions& options() const { return options_; }
   std::string describe() const;  // "Embedding(10, 4)", "Embedding(10, 4, padding_idx=0)"
 
-  // Sets the padding row to zero, as PyTorch does after drawing the weight:
-  // initialize_parameters draws every row from the InitSpec, so call this after it (a
-  // no-op without padding_idx).
+  // Sets the padding row to zero, as PyTorch does after drawing the weight (a no-op
+  // without padding_idx). initialize_parameters calls it through after_initialize().
   void zero_padding_row();
+  void after_initialize() override { zero_padding_row(); }
 
   Parameter weight;
 

@@ -71,6 +71,11 @@ class Module {
   // gradient only once the whole backward is done (dp/data_parallel.hpp).
   virtual std::vector<std::string> tied_parameter_paths() const { return {}; }
 
+  // Runs after initialize_parameters has drawn every parameter of the tree, for a layer
+  // whose values have a rule beyond its InitSpec (an embedding's zero padding row). Local,
+  // no communication.
+  virtual void after_initialize() {}
+
  protected:
   // `parameter` must be a member of the derived module (it is referenced, not owned).
   void register_parameter(std::string name, Parameter& parameter);
@@ -88,7 +93,8 @@ class Module {
 };
 
 // Fills every parameter of `module` (named by its FQN under `prefix`) from its InitSpec,
-// global shape and local offset: the same master values at every layout.
+// global shape and local offset — the same master values at every layout — then calls
+// after_initialize() on every module of the tree.
 void initialize_parameters(Module& module, std::uint64_t seed, const std::string& prefix = "");
 
 }  // namespace tessera::nn

@@ -50,9 +50,10 @@ class ParallelEmbedding : public nn::Module {
   std::int64_t embedding_dim() const { return dim_; }
   // The options with padding_idx resolved into [0, num_embeddings).
   const nn::EmbeddingOptions& options() const { return options_; }
-  // Zeroes this rank's part of the padding row (call after initialize_parameters, as
-  // for nn::Embedding; no communication).
+  // Zeroes this rank's part of the padding row (no communication); initialize_parameters
+  // calls it through after_initialize().
   void zero_padding_row();
+  void after_initialize() override { zero_padding_row(); }
 
   Parameter weight;
 
@@ -81,8 +82,10 @@ class VocabParallelEmbedding : public nn::Module {
   // Global vocabulary ids [first_row(), first_row() + rows) live on this rank.
   std::int64_t first_row() const { return weight.local_offset[0]; }
   const nn::EmbeddingOptions& options() const { return options_; }
-  // Zeroes the padding row on the rank that holds it (no communication).
+  // Zeroes the padding row on the rank that holds it (no communication);
+  // initialize_parameters calls it through after_initialize().
   void zero_padding_row();
+  void after_initialize() override { zero_padding_row(); }
 
   Parameter weight;
 
