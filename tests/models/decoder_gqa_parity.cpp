@@ -112,7 +112,9 @@ int main(int argc, char** argv) {
       worst_grad = std::max(worst_grad, relative);
       if (!(relative <= 1e-4)) {
         ok = false;
-        if (rank == 0) std::printf("  grad of %s: max diff %.3g of %.3g (relative %.3g): FAIL\n", name.c_str(), d, s, relative);
+        if (rank == 0) {
+          std::printf("  grad of %s: max diff %.3g of %.3g (relative %.3g): FAIL\n", name.c_str(), d, s, relative);
+        }
       }
     }
     if (rank == 0) std::printf("  every weight gradient within %.3g relative: %s\n", worst_grad, ok ? "ok" : "FAIL");

@@ -48,7 +48,9 @@ Tensor repeat_heads(const Tensor& k, std::int64_t hd, std::int64_t group) {
   Mat out;
   for (std::int64_t r = 0; r < B * S; ++r)
     for (std::int64_t h = 0; h < kv * group; ++h)
-      for (std::int64_t d = 0; d < hd; ++d) out.push_back(in[static_cast<std::size_t>(r * kv * hd + (h / group) * hd + d)]);
+      for (std::int64_t d = 0; d < hd; ++d) {
+        out.push_back(in[static_cast<std::size_t>(r * kv * hd + (h / group) * hd + d)]);
+      }
   return make_tensor(out, {B, S, kv * group * hd}, k.dtype());
 }
 
@@ -126,7 +128,9 @@ TEST(Rope, ScoresDependOnlyOnRelativePositions) {
     const Mat rq = to_doubles(F::rope(make_tensor(q, {1, S, hd}, DType::f64), hd, 10.0));
     const Mat rk = to_doubles(F::rope(make_tensor(k, {1, S, hd}, DType::f64), hd, 10.0));
     double s = 0;
-    for (std::int64_t d = 0; d < hd; ++d) s += rq[static_cast<std::size_t>(i * hd + d)] * rk[static_cast<std::size_t>(j * hd + d)];
+    for (std::int64_t d = 0; d < hd; ++d) {
+      s += rq[static_cast<std::size_t>(i * hd + d)] * rk[static_cast<std::size_t>(j * hd + d)];
+    }
     return s;
   };
   EXPECT_NEAR(at_positions(3, 1), at_positions(7, 5), 1e-12);
@@ -209,7 +213,7 @@ TEST(GroupedQueryAttention, RopeChangesTheOutputAndKeepsCausality) {
   const Mat a = to_doubles(plain.forward(x)), b = to_doubles(rotary.forward(x));
   // Position 0 attends to itself only, where the rotation cancels in q.k: the same
   // output; later positions differ.
-  for (std::int64_t d = 0; d < 8; ++d) EXPECT_NEAR(a[static_cast<std::size_t>(d)], b[static_cast<std::size_t>(d)], 1e-14);
+  for (std::size_t d = 0; d < 8; ++d) EXPECT_NEAR(a[d], b[d], 1e-14);
   double diff = 0;
   for (std::size_t i = 8; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
   EXPECT_GT(diff, 1e-6);
