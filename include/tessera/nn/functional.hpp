@@ -59,8 +59,8 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
 // rows belong to another shard. It never throws for such ids. Ids have no gradient.
 
 // PyTorch nn.Embedding's options (same names, same meaning):
-// - padding_idx: that row receives no gradient (the layers' zero_padding_row() zeroes
-//   it after initialize_parameters); a negative value counts from the end.
+// - padding_idx: that row receives no gradient (initialize_parameters zeroes it through
+//   the layers' after_initialize()); a negative value counts from the end.
 // - max_norm / norm_type: before each lookup, every looked-up row whose norm_type-norm
 //   exceeds max_norm is rescaled in place, by max_norm / (norm + 1e-7) (torch's
 //   embedding_renorm_; the forward writes into the weight).
