@@ -103,15 +103,20 @@ Tensor TransformerBlock::backward(const Tensor& grad_output) {
 
 namespace {
 
-// The embedding whose table a tied head shares; it must still be the serial Embedding
-// (a vocabulary-sharded table cannot serve as a replicated head).
-nn::Embedding& tied_table(nn::Module& embed, const std::string& who) {
-  auto* table = dynamic_cast<nn::Embedding*>(&embed);
-  if (table == nullptr) {
-    throw InvalidArgument(who + ": tied embeddings need 'embed' to stay a serial Embedding, found " +
-                          embed.type_name());
+// The table a tied head shares: embed's "weight", found through named_parameters() so a
+// data-parallel wrapper around the embedding (which registers the same Parameter) does
+// not hide it. It must stay whole over tp (a vocabulary-sharded table cannot serve as a
+// replicated head); the decoder declares it tied, so data parallelism keeps it whole too.
+Parameter& tied_table(nn::Module& embed, const std::string& who) {
+  for (auto& [name, p] : embed.named_parameters()) {
+    if (name != "weight") continue;
+    if (p->placement.tp.is_shard()) {
+      throw InvalidArgument(who + ": tied embeddings need 'embed' to stay a serial Embedding, found " +
+                            embed.type_name() + " with its table " + p->placement.str());
+    }
+    return *p;
   }
-  return *table;
+  throw InvalidArgument(who + ": tied embeddings need 'embed' to stay a serial Embedding, found " + embed.type_name());
 }
 
 // ", n_kv_heads=1, rope_theta=10000" for the options that are set (nothing by default).
@@ -174,7 +179,12 @@ Tensor Decoder::forward(const Tensor& ids) {
   x = at("norm").forward(x);
   if (!config_.tie_embeddings) return at("head").forward(x);
   normed_ = x;
-  return nn::functional::linear(x, tied_table(at("embed"), describe()).weight.value, Tensor());
+  return nn::functional::linear(x, tied_table(at("embed"), describe()).value, Tensor());
+}
+
+std::vector<std::string> Decoder::tied_parameter_paths() const {
+  if (!config_.tie_embeddings) return {};
+  return {"embed.weight"};
 }
 
 Tensor Decoder::backward(const Tensor& grad_logits) {
@@ -182,7 +192,7 @@ Tensor Decoder::backward(const Tensor& grad_logits) {
   Tensor g;
   if (config_.tie_embeddings) {
     if (!normed_.defined()) throw InvalidArgument(describe() + ": backward without a preceding forward");
-    Parameter& table = tied_table(at("embed"), describe()).weight;
+    Parameter& table = tied_table(at("embed"), describe());
     Tensor no_bias;
     g = nn::functional::linear_backward(grad_logits.contiguous(), normed_, table.value, table.grad, no_bias);
     normed_ = Tensor();

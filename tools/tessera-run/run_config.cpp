@@ -223,10 +223,6 @@ void check_decoder(const RunConfig& c) {
     fail("model.seq_len (" + n(c.decoder.seq_len) + ") must be divisible by parallelism.tensor (" + n(tp) +
          ") with model.sequence_parallel");
   }
-  if (a.tie_embeddings && c.parallelism.data == DataParallelMode::fsdp2) {
-    fail("model.tie_embeddings does not work with parallelism.data fsdp2: the output head reads the embedding "
-         "table outside the embedding's forward, where fsdp2 holds only its shard (use ddp)");
-  }
   if (c.data.source != "bytes" && !c.data.path.empty()) {
     fail("data.path is read only with data.source bytes (data.source is " + c.data.source + ")");
   }

@@ -298,11 +298,9 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
 
   std::unique_ptr<dp::DataParallel> data_parallel;
   if (cfg.parallelism.data != DataParallelMode::none) {
-    dp::DataParallelOptions dpo;
-    // A tied head reads the embedding table outside the embedding's forward: the
-    // embedding must stay the plain Embedding, which overlap's wrappers would hide.
-    if (arch.tie_embeddings) dpo.overlap = false;
-    data_parallel = std::make_unique<dp::DataParallel>(*model, mesh, dpo);
+    // The tied head's table is declared tied (Decoder::tied_parameter_paths): both modes
+    // keep it whole over dp and reduce it after the whole backward, overlap or not.
+    data_parallel = std::make_unique<dp::DataParallel>(*model, mesh, dp::DataParallelOptions{});
   }
   DecoderTask task(cfg, mesh, std::move(model), std::move(data), std::move(validation_data), split,
                    plan.vocab_sharded_logits);

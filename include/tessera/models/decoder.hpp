@@ -90,6 +90,8 @@ class Decoder : public nn::Module {
   Tensor forward(const Tensor& ids) override;
   Tensor backward(const Tensor& grad_logits) override;
   std::string type_name() const override { return "Decoder"; }
+  // With tie_embeddings the head reads "embed.weight" in the decoder's own forward.
+  std::vector<std::string> tied_parameter_paths() const override;
 
   const DecoderConfig& config() const { return config_; }
   // "Decoder(vocab=32, d_model=8, n_heads=2, hidden=16, n_layers=2)"; with
