@@ -1,6 +1,8 @@
 #include "tessera/tp/cross_entropy.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -10,40 +12,60 @@ namespace tessera::tp {
 
 namespace {
 
-// The MAX reduction of the row maxima also carries a tail of four values, so the checks
-// that could fail on one rank only are agreed at no extra collective:
-//   (V_local, -V_local)            all shards must be equally wide (the offsets assume it);
-//   (first bad row + 1, its target) a target outside [0, V) that is not ignore_index.
-constexpr std::int64_t kTail = 4;
+// The MAX reduction of the row maxima also carries a tail, so what one rank alone knows
+// is shared at no extra collective:
+//   p slots, slot r = the vocabulary width of rank r (-1 elsewhere): the shards may be
+//     uneven (the partition rule gives the first V % p ranks one column more), V is their
+//     sum and each rank's first global column the sum of the widths before it;
+//   the largest target and the negated smallest one (ignore_index left out): a target
+//     outside [0, V) is then seen on every rank alike, though V is known only after the
+//     reduction.
+struct Vocabulary {
+  std::int64_t global = 0;
+  std::int64_t first = 0;  // this rank's first global column
+};
 
-void fill_tail(double* tail, std::int64_t v_local, const std::int64_t* t, std::int64_t n, std::int64_t v_global,
-               std::int64_t ignore_index) {
-  tail[0] = static_cast<double>(v_local);
-  tail[1] = -static_cast<double>(v_local);
-  tail[2] = 0.0;
-  tail[3] = -std::numeric_limits<double>::infinity();
+std::vector<double> local_tail(std::int64_t v_local, int rank, int size, const std::int64_t* t, std::int64_t n,
+                               std::int64_t ignore_index) {
+  std::vector<double> tail(static_cast<std::size_t>(size) + 2, -1.0);
+  tail[rank] = static_cast<double>(v_local);
+  tail[size] = tail[size + 1] = -std::numeric_limits<double>::infinity();
   for (std::int64_t i = 0; i < n; ++i) {
-    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= v_global)) {
-      tail[2] = static_cast<double>(i + 1);
-      tail[3] = static_cast<double>(t[i]);
-      break;
-    }
+    if (t[i] == ignore_index) continue;
+    tail[size] = std::max(tail[size], static_cast<double>(t[i]));
+    tail[size + 1] = std::max(tail[size + 1], -static_cast<double>(t[i]));
   }
+  return tail;
 }
 
-// After the reduction every rank holds the same tail, so every rank throws the same error.
-void check_tail(const double* tail, std::int64_t v_global, std::int64_t ignore_index) {
-  if (tail[0] != -tail[1]) {
-    throw ShapeError("vocab_parallel_cross_entropy: the tp ranks hold vocabulary shards of different widths (" +
-                     std::to_string(static_cast<std::int64_t>(-tail[1])) + " to " +
-                     std::to_string(static_cast<std::int64_t>(tail[0])) + " columns); shard the vocabulary evenly");
+// After the reduction every rank holds the same tail, so every rank throws alike.
+Vocabulary read_tail(const double* tail, int rank, int size, const std::int64_t* t, std::int64_t n,
+                     std::int64_t ignore_index) {
+  Vocabulary v;
+  for (int r = 0; r < size; ++r) {
+    const auto width = static_cast<std::int64_t>(tail[r]);
+    if (width < 1) {
+      throw ShapeError("vocab_parallel_cross_entropy: tp rank " + std::to_string(r) + " of " + std::to_string(size) +
+                       " holds no vocabulary column; every rank needs a shard of the vocabulary");
+    }
+    if (r < rank) v.first += width;
+    v.global += width;
   }
-  if (tail[2] > 0) {
-    throw InvalidArgument("vocab_parallel_cross_entropy: target " + std::to_string(static_cast<std::int64_t>(tail[3])) +
-                          " of row " + std::to_string(static_cast<std::int64_t>(tail[2]) - 1) +
-                          " is outside the vocabulary [0, " + std::to_string(v_global) +
-                          ") and is not ignore_index " + std::to_string(ignore_index));
+  if (tail[size] >= static_cast<double>(v.global) || -tail[size + 1] < 0) {
+    // Name this rank's first bad row (the targets are replicated, so every rank names the
+    // same one); a rank whose own targets are all valid names the extreme one.
+    std::string where = "target " + std::to_string(static_cast<std::int64_t>(
+                                        tail[size] >= static_cast<double>(v.global) ? tail[size] : -tail[size + 1]));
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (t[i] != ignore_index && (t[i] < 0 || t[i] >= v.global)) {
+        where = "target " + std::to_string(t[i]) + " of row " + std::to_string(i);
+        break;
+      }
+    }
+    throw InvalidArgument("vocab_parallel_cross_entropy: " + where + " is outside the vocabulary [0, " +
+                          std::to_string(v.global) + ") and is not ignore_index " + std::to_string(ignore_index));
   }
+  return v;
 }
 
 // Three steps and two all-reduces (over NCCL for CUDA tensors), with the per-row pieces
@@ -55,22 +77,22 @@ CrossEntropyResult cross_entropy_rows(const Tensor& logits, const Tensor& target
   const char* fn = "vocab_parallel_cross_entropy";
   const std::int64_t n = logits.size(0);
   const std::int64_t v_local = logits.size(1);
-  const std::int64_t v_global = v_local * tp.size();
-  const std::int64_t first = v_local * tp.rank();
+  const int p = tp.size();
   const Device device = logits.device();
   auto& compute = detail::compute_for(logits, std::string(fn) + ": logits");
   const Tensor ids_host = targets.to(Device::host());
   const std::int64_t* t = ids_host.data<std::int64_t>();
   const Tensor ids = targets.to(device);
 
-  Tensor row_max = Tensor::empty({n + kTail}, DType::f64, device);
+  const std::int64_t k_tail = p + 2;
+  Tensor row_max = Tensor::empty({n + k_tail}, DType::f64, device);
   compute.row_max(logits.dtype(), logits.data(), n, v_local, row_max.data<double>(), device.index);
-  std::vector<double> tail(kTail);
-  fill_tail(tail.data(), v_local, t, n, v_global, ignore_index);
-  row_max.narrow(0, n, kTail).copy_from(Tensor::from_vector<double>(tail, {kTail}));
+  row_max.narrow(0, n, k_tail)
+      .copy_from(Tensor::from_vector<double>(local_tail(v_local, tp.rank(), p, t, n, ignore_index), {k_tail}));
   tp.all_reduce(row_max, ReduceOp::max);
   const std::vector<double> mx = row_max.to_vector<double>();
-  check_tail(mx.data() + n, v_global, ignore_index);
+  const Vocabulary vocab = read_tail(mx.data() + n, tp.rank(), p, t, n, ignore_index);
+  const std::int64_t first = vocab.first;
 
   Tensor sums = Tensor::zeros({2, n}, DType::f64, device);
   compute.sum_exp_and_target(logits.dtype(), logits.data(), ids.data<std::int64_t>(), n, v_local, first,

@@ -106,7 +106,7 @@ Tensor ParallelEmbedding::forward(const Tensor& ids) {
                                         tp_.all_reduce(partials, reduce_op_of(reduction));
                                       });
   }
-  return gather_from_parallel(nn::functional::embedding(ids, weight.value), -1, tp_);
+  return gather_from_parallel(nn::functional::embedding(ids, weight.value), -1, tp_, dim_);
 }
 
 Tensor ParallelEmbedding::backward(const Tensor& grad_y) {

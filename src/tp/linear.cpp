@@ -35,11 +35,13 @@ void check_stride(const std::string& label, const ParallelLinearOptions& o, cons
   if (o.stride < 1) {
     throw InvalidArgument(label + ": stride " + std::to_string(o.stride) + " must be >= 1");
   }
-  // Stride 1 is the plain partition: make_tp_sharded names the dim, its extent and the tp size.
+  // Stride 1 is the plain partition, uneven extents included (make_tp_sharded). A strided
+  // partition stays even: each of the stride blocks is split the same way on every rank,
+  // so that the rank's pieces form one contiguous block of the 3-dim form.
   if (o.stride > 1 && extent % (o.stride * tp.size()) != 0) {
     throw ShapeError(label + ": with stride " + std::to_string(o.stride) + ", " + partitioned + " (" +
                      std::to_string(extent) + ") must divide by stride * tp size (" + std::to_string(o.stride) +
-                     " * " + std::to_string(tp.size()) + ")");
+                     " * " + std::to_string(tp.size()) + "); uneven shards are supported with stride 1 only");
   }
 }
 

@@ -1,5 +1,7 @@
 #include "tessera/tp/mappings.hpp"
 
+#include <vector>
+
 #include "tessera/placement.hpp"
 
 namespace tessera::tp {
@@ -14,42 +16,97 @@ int normalize_dim(const Tensor& x, int dim, const char* op) {
   return d;
 }
 
-std::int64_t block_extent(const Tensor& x, int d, int parts, const char* op) {
-  if (x.shape()[d] % parts != 0) {
-    throw ShapeError(std::string("tp::") + op + ": dim " + std::to_string(d) + " of " + x.str() + " (extent " +
-                     std::to_string(x.shape()[d]) + ") does not divide by the tp group size " +
-                     std::to_string(parts));
+// Every rank's block of `global` elements under the partition rule (shard_range).
+std::vector<ShardRange> blocks_of(std::int64_t global, int parts) {
+  std::vector<ShardRange> blocks(parts);
+  for (int r = 0; r < parts; ++r) blocks[r] = shard_range(global, parts, r);
+  return blocks;
+}
+
+std::string extents_str(const std::vector<std::int64_t>& extents) {
+  std::string s;
+  for (std::size_t r = 0; r < extents.size(); ++r) s += (r ? ", " : "") + std::to_string(extents[r]);
+  return s;
+}
+
+// The blocks of a gather whose caller does not know the global extent: the ranks'
+// extents along `d` are exchanged (one integer each, a collective of its own) and must
+// be the partition rule's blocks of their sum. Every rank sees the same extents, so a
+// layout that breaks the rule is refused on every rank alike.
+std::vector<ShardRange> exchanged_blocks(const Tensor& local, int d, Communicator& group) {
+  const int p = group.size();
+  Tensor mine = Tensor::from_vector<std::int64_t>({local.shape()[d]}, {1});
+  Tensor all = Tensor::empty({p}, DType::i64, Device::host());
+  group.all_gather(mine, all);
+  const std::vector<std::int64_t> extents = all.to_vector<std::int64_t>();
+  std::int64_t total = 0;
+  for (const std::int64_t e : extents) total += e;
+  std::vector<ShardRange> blocks = blocks_of(total, p);
+  for (int r = 0; r < p; ++r) {
+    if (blocks[r].length != extents[r]) {
+      throw ShapeError("tp::gather_along: the blocks along dim " + std::to_string(d) + " (extents " +
+                       extents_str(extents) + " on ranks 0.." + std::to_string(p - 1) +
+                       ") are not the partition rule's blocks of " + std::to_string(total) +
+                       " (the first " + std::to_string(total) + " % " + std::to_string(p) +
+                       " ranks hold one more)");
+    }
   }
-  return x.shape()[d] / parts;
+  return blocks;
+}
+
+// `x` widened to `extent` along `d` with zeros after its own elements (the fixed block
+// size of one all_gather / reduce_scatter over uneven blocks).
+Tensor padded_to(const Tensor& x, int d, std::int64_t extent) {
+  if (x.shape()[d] == extent) return x;
+  Shape shape = x.shape();
+  shape[d] = extent;
+  Tensor out = Tensor::zeros(shape, x.dtype(), x.device());
+  out.narrow(d, 0, x.shape()[d]).copy_from(x);
+  return out;
 }
 
 }  // namespace
 
+// Uneven blocks (the extent does not divide by the group size) travel padded to the
+// widest block, ceil(extent / size), so a gather or reduce-scatter stays one collective
+// of equal blocks; an even extent takes exactly the unpadded path it always took.
+
 Tensor split_along(const Tensor& x, int dim, const Communicator& group) {
   const int d = normalize_dim(x, dim, "split_along");
   if (group.size() == 1) return x;
-  (void)block_extent(x, d, group.size(), "split_along");  // even split required (gather needs it)
   const ShardRange range = shard_range(x.shape()[d], group.size(), group.rank());
   return x.narrow(d, range.start, range.length).contiguous();
 }
 
-Tensor gather_along(const Tensor& x, int dim, Communicator& group) {
+Tensor gather_along(const Tensor& x, int dim, Communicator& group, std::optional<std::int64_t> global_extent) {
   const int d = normalize_dim(x, dim, "gather_along");
   const int p = group.size();
+  if (global_extent && shard_range(*global_extent, p, group.rank()).length != x.shape()[d]) {
+    throw ShapeError("tp::gather_along: " + x.str() + " on rank " + std::to_string(group.rank()) + " of " +
+                     std::to_string(p) + " is not its block along dim " + std::to_string(d) + " of extent " +
+                     std::to_string(*global_extent) + " (the partition rule gives it " +
+                     std::to_string(shard_range(*global_extent, p, group.rank()).length) + ")");
+  }
   if (p == 1) return x;
   const Tensor local = x.contiguous();
-  // all_gather yields rank-major blocks; place block r at [r*extent, (r+1)*extent) of d.
-  Shape stacked_shape = local.shape();
+  const std::vector<ShardRange> blocks =
+      global_extent ? blocks_of(*global_extent, p) : exchanged_blocks(local, d, group);
+  const std::int64_t total = blocks.back().end();
+  const std::int64_t widest = blocks.front().length;  // block 0 is never the narrower
+  const bool even = widest * p == total;
+  const Tensor sent = padded_to(local, d, widest);
+  // all_gather yields rank-major blocks; place block r at its range of dim d.
+  Shape stacked_shape = sent.shape();
   stacked_shape.insert(stacked_shape.begin(), p);
   Tensor stacked = Tensor::empty(stacked_shape, local.dtype(), local.device());
-  group.all_gather(local, stacked);
+  group.all_gather(sent, stacked);
   Shape out_shape = local.shape();
-  out_shape[d] *= p;
-  if (d == 0) return stacked.reshape(out_shape);  // rank-major blocks are already in place
+  out_shape[d] = total;
+  if (even && d == 0) return stacked.reshape(out_shape);  // rank-major blocks are already in place
   Tensor out = Tensor::empty(out_shape, local.dtype(), local.device());
-  const std::int64_t extent = local.shape()[d];
   for (int r = 0; r < p; ++r) {
-    out.narrow(d, r * extent, extent).copy_from(stacked.narrow(0, r, 1).reshape(local.shape()));
+    out.narrow(d, blocks[r].start, blocks[r].length)
+        .copy_from(stacked.narrow(0, r, 1).reshape(sent.shape()).narrow(d, 0, blocks[r].length));
   }
   return out;
 }
@@ -58,24 +115,32 @@ Tensor reduce_scatter_along(const Tensor& x, int dim, Communicator& group) {
   const int d = normalize_dim(x, dim, "reduce_scatter_along");
   const int p = group.size();
   if (p == 1) return x;
-  const std::int64_t block = block_extent(x, d, p, "reduce_scatter_along");
+  const std::vector<ShardRange> blocks = blocks_of(x.shape()[d], p);
+  const std::int64_t widest = blocks.front().length;
+  const bool even = widest * p == x.shape()[d];
   Shape block_shape = x.shape();
-  block_shape[d] = block;
-  // reduce_scatter wants rank-major blocks: pack block r of dim d into slot r.
+  block_shape[d] = widest;
+  // reduce_scatter wants rank-major blocks: pack block r of dim d into slot r (padded
+  // with zeros, which add nothing, when the blocks are uneven).
   Tensor packed;
-  if (d == 0) {
+  if (even && d == 0) {
     packed = x.contiguous();
   } else {
     Shape packed_shape = block_shape;
     packed_shape.insert(packed_shape.begin(), p);
-    packed = Tensor::empty(packed_shape, x.dtype(), x.device());
+    packed = even ? Tensor::empty(packed_shape, x.dtype(), x.device())
+                  : Tensor::zeros(packed_shape, x.dtype(), x.device());
     for (int r = 0; r < p; ++r) {
-      packed.narrow(0, r, 1).reshape(block_shape).copy_from(x.narrow(d, r * block, block));
+      packed.narrow(0, r, 1)
+          .reshape(block_shape)
+          .narrow(d, 0, blocks[r].length)
+          .copy_from(x.narrow(d, blocks[r].start, blocks[r].length));
     }
   }
   Tensor out = Tensor::empty(block_shape, x.dtype(), x.device());
   group.reduce_scatter(packed, out, ReduceOp::sum);
-  return out;
+  const std::int64_t mine = blocks[group.rank()].length;
+  return mine == widest ? out : out.narrow(d, 0, mine).contiguous();
 }
 
 Tensor all_reduce_sum(const Tensor& x, Communicator& group) { return all_reduce_with(x, ReduceOp::sum, group); }
@@ -98,22 +163,62 @@ Tensor copy_to_parallel_backward(const Tensor& grad, Communicator& group, Reduce
 Tensor reduce_from_parallel(const Tensor& x, Communicator& group, ReduceOp op) { return all_reduce_with(x, op, group); }
 Tensor reduce_from_parallel_backward(const Tensor& grad, Communicator&) { return grad; }
 Tensor scatter_to_parallel(const Tensor& x, int dim, Communicator& group) { return split_along(x, dim, group); }
-Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group) {
-  return gather_along(grad, dim, group);
+Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group,
+                                    std::optional<std::int64_t> global_extent) {
+  return gather_along(grad, dim, group, global_extent);
 }
-Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group) { return gather_along(x, dim, group); }
+Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group, std::optional<std::int64_t> global_extent) {
+  return gather_along(x, dim, group, global_extent);
+}
 Tensor gather_from_parallel_backward(const Tensor& grad, int dim, Communicator& group) {
   return split_along(grad, dim, group);
 }
-Tensor sequence_all_gather(const Tensor& x, int dim, Communicator& group) { return gather_along(x, dim, group); }
+// Sequence parallelism keeps the sequence evenly split: its all-gather has no global
+// extent to go by (the layers see only their shard), and exchanging the ranks' extents
+// would add a collective to every column layer's forward. The calls that see the whole
+// sequence refuse an uneven one, naming the dim; sequence_all_gather without an extent
+// takes every rank's block to be as long as this one.
+namespace {
+void require_even_sequence(const Tensor& x, int dim, std::optional<std::int64_t> global_extent, int p,
+                           const char* op) {
+  const int d = normalize_dim(x, dim, op);
+  const std::int64_t extent = global_extent.value_or(x.shape()[d]);
+  if (extent % p != 0) {
+    throw ShapeError(std::string("tp::") + op + ": dim " + std::to_string(d) + " of " + x.str() + " (extent " +
+                     std::to_string(extent) + ") does not divide by the tp group size " + std::to_string(p) +
+                     ": sequence parallelism splits the sequence evenly (uneven shards are supported for the "
+                     "tensor-parallel dims, not for the sequence)");
+  }
+}
+std::int64_t even_sequence_extent(const Tensor& x, int dim, std::optional<std::int64_t> global_extent, int p,
+                                  const char* op) {
+  if (global_extent) {
+    require_even_sequence(x, dim, global_extent, p, op);
+    return *global_extent;
+  }
+  return x.shape()[normalize_dim(x, dim, op)] * p;
+}
+}  // namespace
+
+Tensor sequence_all_gather(const Tensor& x, int dim, Communicator& group, std::optional<std::int64_t> global_extent) {
+  if (group.size() == 1) return x;
+  return gather_along(x, dim, group, even_sequence_extent(x, dim, global_extent, group.size(), "sequence_all_gather"));
+}
 Tensor sequence_all_gather_backward(const Tensor& grad, int dim, Communicator& group) {
+  if (group.size() == 1) return grad;
+  require_even_sequence(grad, dim, std::nullopt, group.size(), "sequence_all_gather_backward");
   return reduce_scatter_along(grad, dim, group);
 }
 Tensor sequence_reduce_scatter(const Tensor& x, int dim, Communicator& group) {
+  if (group.size() == 1) return x;
+  require_even_sequence(x, dim, std::nullopt, group.size(), "sequence_reduce_scatter");
   return reduce_scatter_along(x, dim, group);
 }
-Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicator& group) {
-  return gather_along(grad, dim, group);
+Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicator& group,
+                                        std::optional<std::int64_t> global_extent) {
+  if (group.size() == 1) return grad;
+  return gather_along(grad, dim, group,
+                      even_sequence_extent(grad, dim, global_extent, group.size(), "sequence_reduce_scatter_backward"));
 }
 
 Mapping::Mapping(Kind kind, Communicator& group, int dim, ReduceOp op)

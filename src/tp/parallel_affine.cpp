@@ -65,7 +65,7 @@ Tensor column_forward(AffineMath math, const ColumnSplit& split, const Tensor& x
   saved_input = split.sequence_dim ? sequence_all_gather(input, *split.sequence_dim, split.tp)
                                    : copy_to_parallel(input, split.tp);
   Tensor y = affine(math, saved_input, weight.value, bias ? bias->value : Tensor());
-  return split.gather_output ? gather_from_parallel(y, feature_dim(math), split.tp) : y;
+  return split.gather_output ? gather_from_parallel(y, feature_dim(math), split.tp, weight.global_shape[0]) : y;
 }
 
 Tensor column_backward(AffineMath math, const ColumnSplit& split, const Tensor& grad_y, Parameter& weight,
@@ -122,7 +122,9 @@ Tensor row_backward(AffineMath math, const RowSplit& split, const Tensor& grad_y
   Tensor no_bias;
   const Tensor dx_local = affine_backward(math, grad, saved_input, weight.value, weight.grad, no_bias);
   saved_input = Tensor();
-  return split.input_is_parallel ? dx_local : scatter_to_parallel_backward(dx_local, feature_dim(math), split.tp);
+  return split.input_is_parallel
+             ? dx_local
+             : scatter_to_parallel_backward(dx_local, feature_dim(math), split.tp, weight.global_shape[1]);
 }
 
 }  // namespace tessera::tp::detail

@@ -11,6 +11,10 @@
 // Row: weight sharded along dim 1. The input is sharded along the feature dim (given so,
 //   or split here); the partial outputs are all-reduced (or reduce-scattered along the
 //   sequence dim), then the replicated bias is added once.
+// The features may be uneven over tp (shard_range: the first out % tp or in % tp ranks
+// hold one feature / channel more); the gathers pass the layer's global extent, so the
+// blocks travel padded in one collective. The sequence dim must still divide (see
+// mappings.hpp).
 
 #include <optional>
 #include <string>

@@ -10,10 +10,13 @@ Parameter make_tp_sharded(const std::string& layer, const std::string& parameter
     throw InternalError(layer + ": shard dim " + std::to_string(dim) + " outside " + shape_str(global_shape));
   }
   const std::int64_t extent = global_shape[dim];
-  if (extent % tp.size() != 0) {
+  // Uneven extents follow the partition rule (the first extent % tp ranks hold one more
+  // row); an extent below the tp size would leave a rank with an empty shard, which no
+  // layer needs and every kernel would have to special-case.
+  if (extent < tp.size()) {
     throw ShapeError(layer + ": " + parameter + " of shape " + shape_str(global_shape) + " cannot be sharded over tp: dim " +
                      std::to_string(dim) + " (extent " + std::to_string(extent) +
-                     ") does not divide by the tp size " + std::to_string(tp.size()));
+                     ") is smaller than the tp size " + std::to_string(tp.size()) + ", which would leave a rank empty");
   }
   const ShardRange range = shard_range(extent, tp.size(), tp.rank());
   Shape local_shape = global_shape;
@@ -42,7 +45,7 @@ Tensor assemble_master(const Parameter& p, const Tensor& local, Communicator& tp
   }
   if (!p.placement.tp.is_shard()) return local.clone();
   if (tp.size() == 1) return local.clone();
-  return gather_along(local, p.placement.tp.dim, tp);
+  return gather_along(local, p.placement.tp.dim, tp, p.global_shape[p.placement.tp.dim]);
 }
 
 }  // namespace tessera::tp

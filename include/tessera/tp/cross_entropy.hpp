@@ -2,7 +2,10 @@
 // Cross-entropy over logits whose vocabulary dim is sharded over the tp group
 // (Megatron-LM's vocab-parallel cross-entropy): no rank ever holds the full logits row.
 //
-// Rank r holds logits[:, r*V/tp : (r+1)*V/tp]. The loss is computed in fp32 or better
+// Rank r holds a contiguous block of the vocabulary columns, in rank order, of any width
+// >= 1: the partition rule's blocks (shard_range: the first V % tp ranks hold one column
+// more, as a ColumnParallelLinear head gives them) or even ones. The widths travel with
+// the first all-reduce, so V need not divide by tp and costs nothing extra. The loss is computed in fp32 or better
 // (f64 logits stay f64) with the max-subtraction trick: a MAX all-reduce of row maxima,
 // then one SUM all-reduce of (sum of exp, target logit) per row. The mean is taken over
 // rows whose target is not `ignore_index`; ignored rows contribute neither loss nor

@@ -3,7 +3,8 @@
 // TpColLinear / TpRowLinear, PyTorch's Colwise / Rowwise).
 //
 // ColumnParallelLinear: weight [out, in] sharded along dim 0 (tp: Shard(0)), bias
-//   sharded with it. Input replicated; backward all-reduces the input gradient. With
+//   sharded with it. out_features (column) and in_features (row) need not divide by
+//   the tp size: the first extent % tp ranks hold one feature more (shard_range). Input replicated; backward all-reduces the input gradient. With
 //   gather_output the output is all-gathered along the feature dim, otherwise each rank
 //   returns its out/tp features (to feed a RowParallelLinear).
 // RowParallelLinear: weight [out, in] sharded along dim 1 (tp: Shard(1)); input sharded
@@ -50,7 +51,8 @@ struct ParallelLinearOptions {
   // instead of all-reducing (and all-gathers the output gradient). The row layer's
   // replicated bias then gets a partial gradient per rank (partial_grad_over_tp).
   std::optional<int> sequence_dim;
-  // Interleaved partition (see above); the partitioned extent must divide by stride * tp.
+  // Interleaved partition (see above); the partitioned extent must divide by stride * tp
+  // (with stride 1 it need not divide at all: uneven shards follow shard_range).
   std::int64_t stride = 1;
 };
 

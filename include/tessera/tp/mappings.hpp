@@ -11,9 +11,22 @@
 //   sequence reduce-scatter(dim)            forward reduce-scatter  backward all-gather
 //
 // Splits and gathers work along any dim and keep rank order (rank r owns the r-th
-// block). The extent along `dim` must divide by the group size (ShapeError naming the
-// dim, extent and group size); every rank must pass the same shapes. A group of size 1
-// short-circuits: no copy, no communication.
+// block). The blocks follow tessera's one partition rule, shard_range (placement.hpp):
+// an extent that does not divide by the group size leaves the first extent % size ranks
+// one element more, so rank r of p holds [r*q + min(r, m), ...) with q = extent / p and
+// m = extent % p. Uneven blocks travel padded to the widest one, so each gather and
+// reduce-scatter stays a single collective; an even extent takes the unpadded path.
+// A gather needs every rank's block: pass the global extent where the caller knows it
+// (every layer does); without it the ranks first exchange their extents (one small
+// all_gather) and a layout that is not the rule's is a ShapeError on every rank. A
+// group of size 1 short-circuits: no copy, no communication.
+//
+// The sequence pairs are the exception: sequence parallelism splits the sequence evenly.
+// Its all-gather runs in every column layer's forward with only the local shard in hand,
+// and learning the others' extents would cost a collective each time; so the calls that
+// see the whole sequence (the reduce-scatters, and the gathers given global_extent)
+// refuse an extent that does not divide by the group size with a ShapeError naming the
+// dim, and a sequence all-gather without one takes every block to be this rank's size.
 //
 // The same pairs are available as nn::Modules (for Sequential and parallelize plans)
 // whose forward and backward are these functions.
@@ -25,6 +38,8 @@
 // the extreme. It is kept as specified, so a ported model trains as it did; use sum
 // (the default) where the gradient must be exact.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tessera/comm.hpp"
@@ -35,9 +50,12 @@ namespace tessera::tp {
 
 // This rank's block of `x` along `dim` (a contiguous copy; `x` itself for one rank).
 Tensor split_along(const Tensor& x, int dim, const Communicator& group);
-// The blocks of all ranks concatenated along `dim` in rank order.
-Tensor gather_along(const Tensor& x, int dim, Communicator& group);
-// Sums `x` over the group and returns this rank's block along `dim`.
+// The blocks of all ranks concatenated along `dim` in rank order. `global_extent` (the
+// gathered extent, when known) saves the exchange of the ranks' extents; this rank's
+// block must then be the rule's block of it (ShapeError otherwise).
+Tensor gather_along(const Tensor& x, int dim, Communicator& group,
+                    std::optional<std::int64_t> global_extent = std::nullopt);
+// Sums `x` over the group and returns this rank's block along `dim` (its shard_range).
 Tensor reduce_scatter_along(const Tensor& x, int dim, Communicator& group);
 // Sum over the group (a new tensor; `x` is not modified).
 Tensor all_reduce_sum(const Tensor& x, Communicator& group);
@@ -52,13 +70,17 @@ Tensor reduce_from_parallel(const Tensor& x, Communicator& group,
                             ReduceOp op = ReduceOp::sum);                      // all-reduce with op
 Tensor reduce_from_parallel_backward(const Tensor& grad, Communicator& group);  // identity, whatever the op
 Tensor scatter_to_parallel(const Tensor& x, int dim, Communicator& group);    // split
-Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group);  // gather
-Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group);   // gather
+Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group,
+                                    std::optional<std::int64_t> global_extent = std::nullopt);  // gather
+Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group,
+                            std::optional<std::int64_t> global_extent = std::nullopt);  // gather
 Tensor gather_from_parallel_backward(const Tensor& grad, int dim, Communicator& group);  // split
-Tensor sequence_all_gather(const Tensor& x, int dim, Communicator& group);    // gather
+Tensor sequence_all_gather(const Tensor& x, int dim, Communicator& group,
+                           std::optional<std::int64_t> global_extent = std::nullopt);  // gather
 Tensor sequence_all_gather_backward(const Tensor& grad, int dim, Communicator& group);  // reduce-scatter
 Tensor sequence_reduce_scatter(const Tensor& x, int dim, Communicator& group);  // reduce-scatter
-Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicator& group);  // gather
+Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicator& group,
+                                        std::optional<std::int64_t> global_extent = std::nullopt);  // gather
 
 // The primitives as modules, for composition with serial layers.
 class Mapping : public nn::Module {

@@ -12,9 +12,12 @@
 namespace tessera::tp {
 
 // A zero-initialised parameter of master shape `global_shape`, sharded over `tp` along
-// `dim` (placement tp: Shard(dim)); this rank holds block tp.rank() of tp.size().
-// The extent along `dim` must divide by the tp size: otherwise a ShapeError naming
-// `layer`, the parameter, the dim, its extent and the tp size.
+// `dim` (placement tp: Shard(dim)); this rank holds block tp.rank() of tp.size() under
+// the partition rule shard_range: an extent that does not divide by the tp size leaves
+// the first extent % tp ranks one row more, at local_offset = its shard_range start (so
+// a checkpoint, which writes each block at its offset with its shape, needs nothing
+// else). An extent smaller than the tp size is a ShapeError naming `layer`, the
+// parameter, the dim, its extent and the tp size.
 Parameter make_tp_sharded(const std::string& layer, const std::string& parameter, const Shape& global_shape,
                           int dim, const Communicator& tp, DType dtype, Device device, const InitSpec& init);
 
