@@ -16,6 +16,9 @@
 // untouched, so the caller can detect it and skip the step; PyTorch's default would
 // instead scale them by 0 or NaN.
 //
+// Frozen parameters (Parameter::trainable false) are neither counted nor scaled; their
+// gradient may be undefined.
+//
 // Host gradients of f32, f64 or bf16. The mesh overloads are collective over
 // mesh.world(): every rank calls them with its own shards of the same parameter list,
 // and a bad argument on any rank throws the same error on every rank.

@@ -69,7 +69,9 @@ class Optimizer {
 
  protected:
   // Validates the parameters (non-null, unique, defined host f32/f64 contiguous values
-  // with matching gradients) and lr; errors name the parameter FQN.
+  // with matching gradients) and lr; errors name the parameter FQN. Frozen parameters
+  // (Parameter::trainable false, e.g. a LoRA base) are dropped here: no state, no update;
+  // a list of frozen parameters only is an InvalidArgument.
   Optimizer(NamedParameters params, double lr, std::string type);
 
   // Checks a gradient before an update (it may have been replaced since construction).

@@ -15,6 +15,7 @@ int sync_domain_gradients(nn::Module& module, Communicator& comm) {
   std::vector<Tensor> grads;
   for (auto& [name, p] : module.named_parameters()) {
     if (p->placement.domain.is_shard()) continue;  // its gradient is its own
+    if (!p->trainable) continue;                   // frozen: no gradient to sum
     if (!p->grad.defined()) {
       throw InvalidArgument("sync_domain_gradients: parameter " + name + " has no gradient tensor");
     }

@@ -55,6 +55,7 @@ class UnitWrapper final : public nn::Module {
     engine_->post_backward(unit_);
     return dx;
   }
+  void release_activations() override { inner_->release_activations(); }
   std::string type_name() const override {
     return (engine_->mode == DataParallelMode::fsdp2 ? "FSDP(" : "DDP(") + inner_->type_name() + ")";
   }
@@ -105,8 +106,10 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
     if (!p->value.defined() || !p->value.is_contiguous()) {
       throw InvalidArgument(label + ": parameter " + name + " needs a defined, contiguous value");
     }
-    if (!p->grad.defined()) p->grad = Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device());
-    if (p->grad.shape() != p->value.shape() || p->grad.dtype() != p->value.dtype()) {
+    if (p->trainable && !p->grad.defined()) {
+      p->grad = Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device());
+    }
+    if (p->trainable && (p->grad.shape() != p->value.shape() || p->grad.dtype() != p->value.dtype())) {
       throw ShapeError(label + ": parameter " + name + " has gradient " + p->grad.str() + " for value " +
                        p->value.str());
     }
@@ -154,7 +157,7 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
   // fsdp2: shard dim 0 of every tp-local block that gives each dp rank at least one row.
   if (mode == DataParallelMode::fsdp2) {
     for (ParamState& s : e.params) {
-      if (s.tied || s.full_shape.empty() || s.full_shape[0] < size) continue;
+      if (!s.p->trainable || s.tied || s.full_shape.empty() || s.full_shape[0] < size) continue;
       Parameter& p = *s.p;
       s.sharded = true;
       s.rows = shard_range(s.full_shape[0], size, rank);
@@ -179,7 +182,7 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
     std::vector<tessera::detail::BucketItem> items;
     for (int i = static_cast<int>(e.params.size()) - 1; i >= 0; --i) {
       const Tensor& grad = e.params[i].p->grad;
-      if (e.params[i].sharded || e.params[i].tied != tied || grad.numel() == 0) continue;
+      if (!e.params[i].p->trainable || e.params[i].sharded || e.params[i].tied != tied || grad.numel() == 0) continue;
       replicated.push_back(i);
       items.push_back({grad.dtype(), grad.device(), 0, grad.nbytes()});
     }

@@ -78,13 +78,14 @@ MemoryReport plan_memory(const std::vector<ParameterSpec>& specs, const MemoryPl
       local[pl.dim] = shard_range(local[pl.dim], parts, index).length;
     }
     const std::int64_t element = static_cast<std::int64_t>(dtype_size(s.dtype));
-    if (fsdp2 && !s.tied && !local.empty() && local[0] >= layout.dp_size) {
+    if (fsdp2 && s.trainable && !s.tied && !local.empty() && local[0] >= layout.dp_size) {
       transient[s.unit] += 2 * shape_numel(local) * element;
       local[0] = shard_range(local[0], layout.dp_size, layout.coords.dp).length;
     }
     const std::int64_t n = shape_numel(local);
     r.parameter_elements += n;
     r.parameter_bytes += n * element;
+    if (!s.trainable) continue;
     r.gradient_bytes += n * element;
     r.optimizer_bytes += optimizer_state_tensors(optimizer) * n * element;
   }
@@ -105,7 +106,7 @@ std::vector<ParameterSpec> parameter_specs(nn::Module& model) {
                               p->placement.str() + "); plan from a model that is not yet data-parallel");
       }
       specs.push_back({name, p->global_shape, p->placement, p->value.defined() ? p->value.dtype() : DType::f32,
-                       unit.path, tied.contains(p)});
+                       unit.path, tied.contains(p), p->trainable});
     }
   }
   return specs;

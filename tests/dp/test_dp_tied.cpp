@@ -239,3 +239,77 @@ TEST(DataParallelTied, DeclaringAMissingParameterIsNamed) {
         << e.what();
   }
 }
+
+// Frozen parameters (a LoRA base weight): broadcast like the others, never reduced,
+// bucketed or sharded; their gradient stays undefined; the trainable ones still track
+// the serial twin, and the memory plan predicts the frozen one whole with no gradient.
+TEST(DataParallelFrozen, FrozenParametersStayWholeAndUnreduced) {
+  const int P = world_size();
+  Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::ddp, 1, 1});
+  auto freeze = [](nn::Module& m) {
+    for (auto& [name, p] : m.named_parameters()) {
+      if (name == "mid.weight") {
+        p->trainable = false;
+        p->grad = Tensor();
+      }
+    }
+  };
+  TiedHeadNet serial;
+  nn::initialize_parameters(serial, 31);
+  freeze(serial);
+  Sgd serial_opt(unique_parameters(serial), {.lr = 0.5});
+  std::vector<std::vector<Tensor>> serial_values(kSteps);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<std::int64_t> all;
+    for (int r = 0; r < P; ++r) {
+      for (std::int64_t s : samples_of(r, step)) all.push_back(s);
+    }
+    serial_opt.zero_grad();
+    const Tensor y = serial.forward(ids_of(all));
+    serial.backward(mse_grad(y, targets_of(all, kVocab), static_cast<double>(all.size() * kSeq * kVocab)));
+    serial_opt.step();
+    for (Parameter* p : serial.parameters()) serial_values[step].push_back(p->value.clone());
+  }
+  for (const DataParallelMode mode : {DataParallelMode::ddp, DataParallelMode::fsdp2}) {
+    for (const bool overlap : {true, false}) {
+      const std::string what = std::string(data_parallel_mode_name(mode)) + (overlap ? " overlap" : " no overlap");
+      TiedHeadNet model;
+      nn::initialize_parameters(model, 31);
+      freeze(model);
+      if (mesh.coords().dp != 0) {
+        for (Parameter* p : model.parameters()) ops::scale(p->value, 1.5);  // the broadcast undoes it
+      }
+      dp::MemoryPlanLayout layout = dp::MemoryPlanLayout::of(mesh);
+      layout.mode = mode;
+      const dp::MemoryReport planned = dp::plan_memory(model, layout, dp::OptimizerKind::sgd);
+      dp::DataParallel data_parallel(model, mesh, mode, {.bucket_bytes = 64, .overlap = overlap});
+      Sgd opt(unique_parameters(model), {.lr = 0.5});
+      const dp::MemoryReport measured = dp::measure_memory(unique_parameters(model), nullptr);
+      EXPECT_EQ(measured.parameter_bytes, planned.parameter_bytes) << what;
+      EXPECT_EQ(measured.gradient_bytes, planned.gradient_bytes) << what;
+      for (const auto& bucket : data_parallel.buckets()) {
+        for (const std::string& n : bucket) EXPECT_NE(n, "mid.weight") << what;
+      }
+      const auto sharded = data_parallel.sharded_parameters();
+      EXPECT_EQ(std::count(sharded.begin(), sharded.end(), "mid.weight"), 0) << what;
+      if (mode == DataParallelMode::fsdp2) {
+        EXPECT_EQ(std::count(sharded.begin(), sharded.end(), "mid.bias"), 1) << what << ": the trainable still shard";
+      }
+      Parameter& frozen = parameter_of(model, "mid", "weight");
+      EXPECT_TRUE(frozen.placement.dp.is_replicate()) << what;
+      TiedHeadNet snapshot;
+      for (int step = 0; step < kSteps; ++step) {
+        const std::vector<std::int64_t> mine = samples_of(mesh.coords().dp, step);
+        opt.zero_grad();
+        const Tensor y = model.forward(ids_of(mine));
+        model.backward(mse_grad(y, targets_of(mine, kVocab), static_cast<double>(kLocalBatch * kSeq * kVocab)));
+        data_parallel.finish_gradient_sync();
+        opt.step();
+        EXPECT_FALSE(frozen.grad.defined()) << what;
+        auto sp = snapshot.parameters();
+        for (std::size_t i = 0; i < sp.size(); ++i) sp[i]->value = serial_values[step][i];
+        expect_tracks_serial(snapshot, model, what + " after step " + std::to_string(step));
+      }
+    }
+  }
+}

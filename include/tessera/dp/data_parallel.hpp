@@ -33,6 +33,10 @@
 // finish_gradient_sync(). A module that reads another's parameter without declaring it
 // gets wrong results under fsdp2 (it sees the shard) — declare it.
 //
+// Frozen parameters (Parameter::trainable false, e.g. a LoRA base weight) are broadcast
+// like the others but never reduced, bucketed or sharded: they stay whole on every rank
+// and their gradients are left as they are (undefined).
+//
 // Hooks: fsdp2 and overlapped ddp need to act around each module's forward and backward,
 // so they replace every *unit* — the topmost module that registers parameters itself
 // (in practice the leaf layers) — by a wrapper that registers the same parameters under

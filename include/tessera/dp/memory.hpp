@@ -56,6 +56,7 @@ struct ParameterSpec {
   DType dtype = DType::f32;
   std::string unit;
   bool tied = false;  // read by two units or outside its own: fsdp2 keeps it dp-replicated
+  bool trainable = true;  // frozen: whole on every dp rank, no gradient, no optimizer state
 };
 
 // Where the planned rank sits.
