@@ -39,8 +39,7 @@ std::vector<double> local_tail(std::int64_t v_local, int rank, int size, const s
 }
 
 // After the reduction every rank holds the same tail, so every rank throws alike.
-Vocabulary read_tail(const double* tail, int rank, int size, const std::int64_t* t, std::int64_t n,
-                     std::int64_t ignore_index) {
+Vocabulary read_widths(const double* tail, int rank, int size) {
   Vocabulary v;
   for (int r = 0; r < size; ++r) {
     const auto width = static_cast<std::int64_t>(tail[r]);
@@ -51,21 +50,31 @@ Vocabulary read_tail(const double* tail, int rank, int size, const std::int64_t*
     if (r < rank) v.first += width;
     v.global += width;
   }
-  if (tail[size] >= static_cast<double>(v.global) || -tail[size + 1] < 0) {
-    // Name this rank's first bad row (the targets are replicated, so every rank names the
-    // same one); a rank whose own targets are all valid names the extreme one.
-    std::string where = "target " + std::to_string(static_cast<std::int64_t>(
-                                        tail[size] >= static_cast<double>(v.global) ? tail[size] : -tail[size + 1]));
-    for (std::int64_t i = 0; i < n; ++i) {
-      if (t[i] != ignore_index && (t[i] < 0 || t[i] >= v.global)) {
-        where = "target " + std::to_string(t[i]) + " of row " + std::to_string(i);
-        break;
-      }
-    }
-    throw InvalidArgument("vocab_parallel_cross_entropy: " + where + " is outside the vocabulary [0, " +
-                          std::to_string(v.global) + ") and is not ignore_index " + std::to_string(ignore_index));
-  }
   return v;
+}
+
+// A target outside [0, V) seen by the tail (so on every rank): the ranks agree on the
+// first such row and its target in two small reductions — the failing path only, which
+// is why they are not folded into the tail (V, and so which rows are bad, is known only
+// after it) — and every rank throws the same error, whether or not its own targets are
+// the bad ones.
+void check_targets(const double* extremes, std::int64_t v_global, const std::int64_t* t, std::int64_t n,
+                   std::int64_t ignore_index, Communicator& tp) {
+  if (extremes[0] < static_cast<double>(v_global) && -extremes[1] >= 0) return;
+  std::int64_t row = n;
+  for (std::int64_t i = 0; i < n && row == n; ++i) {
+    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= v_global)) row = i;
+  }
+  Tensor first = Tensor::from_vector<double>({-static_cast<double>(row)}, {1});
+  tp.all_reduce(first, ReduceOp::max);
+  const auto bad_row = static_cast<std::int64_t>(-first.to_vector<double>()[0]);
+  Tensor target = Tensor::from_vector<double>(
+      {row == bad_row ? static_cast<double>(t[row]) : -std::numeric_limits<double>::infinity()}, {1});
+  tp.all_reduce(target, ReduceOp::max);
+  throw InvalidArgument("vocab_parallel_cross_entropy: target " +
+                        std::to_string(static_cast<std::int64_t>(target.to_vector<double>()[0])) + " of row " +
+                        std::to_string(bad_row) + " is outside the vocabulary [0, " + std::to_string(v_global) +
+                        ") and is not ignore_index " + std::to_string(ignore_index));
 }
 
 // Three steps and two all-reduces (over NCCL for CUDA tensors), with the per-row pieces
@@ -91,7 +100,8 @@ CrossEntropyResult cross_entropy_rows(const Tensor& logits, const Tensor& target
       .copy_from(Tensor::from_vector<double>(local_tail(v_local, tp.rank(), p, t, n, ignore_index), {k_tail}));
   tp.all_reduce(row_max, ReduceOp::max);
   const std::vector<double> mx = row_max.to_vector<double>();
-  const Vocabulary vocab = read_tail(mx.data() + n, tp.rank(), p, t, n, ignore_index);
+  const Vocabulary vocab = read_widths(mx.data() + n, tp.rank(), p);
+  check_targets(mx.data() + n + p, vocab.global, t, n, ignore_index, tp);
   const std::int64_t first = vocab.first;
 
   Tensor sums = Tensor::zeros({2, n}, DType::f64, device);
