@@ -168,8 +168,9 @@ TEST_F(TpLayers, ToSerialRoundTrips) {
 }
 
 TEST_F(TpLayers, IndivisibleShardedDimNamesLayerDimAndTpSize) {
-  if (tp.size() == 1) GTEST_SKIP() << "every extent divides by 1";
-  const std::int64_t odd = 2 * tp.size() + 1;
+  if (tp.size() == 1) GTEST_SKIP() << "every extent covers 1 rank";
+  // Uneven extents are sharded (test_tp_uneven); one smaller than the tp size is refused.
+  const std::int64_t odd = tp.size() - 1;
   tp::ParallelLinearOptions options;
   options.name = "layers.3.proj";
   try {
