@@ -255,6 +255,10 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
   return out;
 }
 
+std::vector<std::string> checkpoint_activations(Decoder& model, const nn::CheckpointPolicy& policy) {
+  return nn::checkpoint_blocks(model, "layers", policy);
+}
+
 DecoderTpPlan parallelize_decoder(Decoder& model, Communicator& tp, bool sequence_parallel) {
   const DecoderConfig& config = model.config();
   if (config.n_heads % tp.size() != 0) {

@@ -275,6 +275,10 @@ Tensor FieldEmulator::backward(const Tensor& grad_output) {
   return g;
 }
 
+std::vector<std::string> checkpoint_activations(FieldEmulator& model, const nn::CheckpointPolicy& policy) {
+  return nn::checkpoint_blocks(model, "blocks", policy);
+}
+
 namespace {
 
 // field [B, channels, ...] f32: x = x * scale[c] + shift[c] per channel, on the field's

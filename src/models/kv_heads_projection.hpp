@@ -44,6 +44,10 @@ class KvHeadsProjection final : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "KvHeadsProjection"; }
+  void release_activations() override {
+    input_ = selected_ = Tensor();
+    inner_->release_activations();
+  }
   const std::vector<std::int64_t>& heads() const { return heads_; }
 
  private:

@@ -93,6 +93,10 @@ std::unique_ptr<Module> Module::replace(const std::string& path, std::unique_ptr
   throw InternalError("Module::replace: unreachable");
 }
 
+void Module::release_activations() {
+  for (auto& [name, c] : children_) c->release_activations();
+}
+
 void Module::zero_grad() {
   for (Parameter* p : parameters()) p->zero_grad();
 }

@@ -176,6 +176,11 @@ Tensor LoraLinear::merged_weight() const {
 Tensor LoraLinear::master_a() { return tp_ ? assemble_master(lora_a, lora_a.value, *tp_) : lora_a.value.clone(); }
 Tensor LoraLinear::master_b() { return tp_ ? assemble_master(lora_b, lora_b.value, *tp_) : lora_b.value.clone(); }
 
+void LoraLinear::release_activations() {
+  input_ = scaled_u_ = Tensor();
+  if (base_) base_->release_activations();
+}
+
 std::unique_ptr<nn::Module> LoraLinear::release_base() {
   base_weight_ = nullptr;
   return std::move(base_);

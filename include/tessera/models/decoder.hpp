@@ -11,8 +11,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tessera/comm.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/module.hpp"
 #include "tessera/tp/parallelize.hpp"
@@ -90,6 +92,10 @@ class Decoder : public nn::Module {
   Tensor forward(const Tensor& ids) override;
   Tensor backward(const Tensor& grad_logits) override;
   std::string type_name() const override { return "Decoder"; }
+  void release_activations() override {
+    normed_ = Tensor();
+    Module::release_activations();
+  }
   // With tie_embeddings the head reads "embed.weight" in the decoder's own forward.
   std::vector<std::string> tied_parameter_paths() const override;
 
@@ -134,5 +140,10 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
 // not divide n_kv_heads. Returns the plan it applied. InvalidArgument naming n_heads
 // when tp does not divide it. Collective over tp only where tp::parallelize is.
 DecoderTpPlan parallelize_decoder(Decoder& model, Communicator& tp, bool sequence_parallel);
+
+// Activation checkpointing of the decoder's TransformerBlocks ("layers.<i>") that
+// `policy` selects (nn/activation_checkpoint.hpp); returns their paths. Call it after
+// parallelize_decoder and before dp::DataParallel; FQNs do not change.
+std::vector<std::string> checkpoint_activations(Decoder& model, const nn::CheckpointPolicy& policy);
 
 }  // namespace tessera::models

@@ -32,6 +32,7 @@
 #include "tessera/domain/decomposition.hpp"
 #include "tessera/domain/halo_exchange.hpp"
 #include "tessera/domain/loss.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
 #include "tessera/nn/module.hpp"
 
 namespace tessera {
@@ -109,5 +110,11 @@ class FieldEmulator : public nn::Module {
   FieldEmulatorConfig config_;
   std::unique_ptr<domain::Decomposition> decomposition_;  // the children's halo plans refer to it
 };
+
+// Activation checkpointing of the emulator's ChannelMlpBlocks ("blocks.<i>") that
+// `policy` selects (nn/activation_checkpoint.hpp); returns their paths. The constructor
+// has already applied tensor parallelism; call it after nn::initialize_parameters (or a
+// checkpoint load) and before dp::DataParallel. FQNs do not change.
+std::vector<std::string> checkpoint_activations(FieldEmulator& model, const nn::CheckpointPolicy& policy);
 
 }  // namespace tessera::models

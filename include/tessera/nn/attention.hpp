@@ -94,6 +94,10 @@ class MultiHeadAttention : public Module {
   // dx = the sum of the q, k and v projections' input gradients.
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "MultiHeadAttention"; }
+  void release_activations() override {
+    q_ = k_ = v_ = probs_ = Tensor();
+    Module::release_activations();  // q, k, v, o
+  }
 
   std::int64_t d_model() const { return d_model_; }
   std::int64_t n_heads() const { return n_heads_; }  // the full (serial) head count

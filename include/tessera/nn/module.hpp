@@ -71,6 +71,15 @@ class Module {
   // gradient only once the whole backward is done (dp/data_parallel.hpp).
   virtual std::vector<std::string> tied_parameter_paths() const { return {}; }
 
+  // Drops what forward cached for backward, in this module and every module below it
+  // (activation checkpointing, nn/activation_checkpoint.hpp: a checkpointed block keeps
+  // only its input and recomputes its forward before its backward). The default
+  // recurses into the children; a module that caches tensors overrides it to drop them
+  // and then calls Module::release_activations() (or, for a wrapper whose inner module
+  // is not a child, the inner's). A module that does not release keeps its cache: the
+  // recompute overwrites it, so only memory, never a result, depends on it. Local.
+  virtual void release_activations();
+
   // Runs after initialize_parameters has drawn every parameter of the tree, for a layer
   // whose values have a rule beyond its InitSpec (an embedding's zero padding row). Local,
   // no communication.

@@ -161,6 +161,7 @@ class LayoutWrapper : public nn::Module {
   // "SequenceParallel(RMSNorm)" (partial gradients), "SequenceSharded(Embedding)" (output
   // split only), else "Prepared(RowParallelLinear)".
   std::string type_name() const override;
+  void release_activations() override { inner_->release_activations(); }
   nn::Module& inner() { return *inner_; }
 
  private:
