@@ -1,6 +1,8 @@
 #include "comm/mpi_types.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <string>
 
 #include "tessera/check.hpp"
 
@@ -68,6 +70,42 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::bf16: return bf16_handles().type;
   }
   throw InternalError("mpi_datatype: unknown dtype");
+}
+
+MPI_Datatype strided_block_type(std::size_t element_bytes, int ndim, const std::int64_t* counts,
+                                const std::int64_t* strides) {
+  if (ndim < 1) throw InternalError("strided_block_type: ndim " + std::to_string(ndim) + " < 1");
+  for (int d = 0; d < ndim; ++d) {
+    if (counts[d] < 0 || counts[d] > INT_MAX) {
+      throw UnsupportedError("strided_block_type: a count of " + std::to_string(counts[d]) +
+                             " exceeds MPI's int count limit");
+    }
+  }
+  const auto elem = static_cast<MPI_Aint>(element_bytes);
+  const int last = ndim - 1;
+  MPI_Datatype current = MPI_DATATYPE_NULL, next = MPI_DATATYPE_NULL;
+  if (strides[last] == 1 || counts[last] <= 1) {
+    const std::int64_t bytes = counts[last] * static_cast<std::int64_t>(element_bytes);
+    if (bytes > INT_MAX) {
+      throw UnsupportedError("strided_block_type: a row of " + std::to_string(bytes) +
+                             " bytes exceeds MPI's int count limit");
+    }
+    TESSERA_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &current));
+  } else {
+    MPI_Datatype element = MPI_DATATYPE_NULL;
+    TESSERA_CHECK_MPI(MPI_Type_contiguous(static_cast<int>(element_bytes), MPI_BYTE, &element));
+    const int status = MPI_Type_create_hvector(static_cast<int>(counts[last]), 1, strides[last] * elem, element, &current);
+    MPI_Type_free(&element);
+    TESSERA_CHECK_MPI(status);
+  }
+  for (int d = last - 1; d >= 0; --d) {
+    const int status =
+        MPI_Type_create_hvector(static_cast<int>(counts[d]), 1, strides[d] * elem, current, &next);
+    MPI_Type_free(&current);
+    TESSERA_CHECK_MPI(status);
+    current = next;
+  }
+  return current;
 }
 
 MPI_Op mpi_reduce_op(ReduceOp op, DType dtype) {

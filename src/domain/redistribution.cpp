@@ -1,6 +1,7 @@
 // Redistribution: the plan (box intersections between the code's decomposition and the
-// model's layout, one message per rank pair and direction) and its transfers (pack,
-// post, wait under the wait policy, unpack), in the shape of the halo exchange.
+// model's layout, one message per rank pair and direction) and its transfers (post
+// through a datatype over the fields, or pack; wait under the wait policy; unpack what
+// was packed), in the shape of the halo exchange.
 
 #include "tessera/domain/redistribution.hpp"
 
@@ -11,7 +12,9 @@
 #include <cstring>
 #include <utility>
 
+#include "comm/mpi_types.hpp"
 #include "comm/request_state.hpp"
+#include "domain/halo_plan.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/check.hpp"
@@ -164,7 +167,9 @@ namespace {
 struct Transfer {
   int peer = 0;
   Rect rect;
-  std::vector<std::byte> buffer;
+  std::vector<std::byte> buffer;   // the packed message, when not direct
+  bool direct = false;             // this transfer's message went through a datatype
+  std::vector<std::byte> padding;  // a direct receive's padding bytes
 };
 
 // What validation of a transfer's fields depends on: a field set with the keys of one
@@ -279,13 +284,13 @@ Redistribution::Redistribution(const Decomposition& code, const ModelRanks& rank
       p.to_model_self.push_back(r);
       p.stats.self_cells += r.cells();
     } else {
-      p.to_model_sends.push_back({peer, r, {}});
+      p.to_model_sends.push_back({peer, r, {}, false, {}});
     }
     if (i < p.domain_ranks()) {  // replica 0 sends it back
       if (peer == me) {
         p.to_code_self.push_back(r);
       } else {
-        p.to_code_recvs.push_back({peer, r, {}});
+        p.to_code_recvs.push_back({peer, r, {}, false, {}});
       }
     }
   }
@@ -295,8 +300,8 @@ Redistribution::Redistribution(const Decomposition& code, const ModelRanks& rank
       if (c == me) continue;
       const Rect r = intersect(code.box_of(c), model_box);
       if (r.cells() == 0) continue;
-      p.to_model_recvs.push_back({c, r, {}});
-      if (p.model_rank < p.domain_ranks()) p.to_code_sends.push_back({c, r, {}});
+      p.to_model_recvs.push_back({c, r, {}, false, {}});
+      if (p.model_rank < p.domain_ranks()) p.to_code_sends.push_back({c, r, {}, false, {}});
     }
   }
   auto by_peer = [](const Transfer& a, const Transfer& b) { return a.peer < b.peer; };
@@ -452,33 +457,47 @@ static void prepare(Redistribution::Plan& p, const std::vector<Tensor>& code_fie
 
 namespace {
 
-// Packs every field's part of `r` (each field's (leading..., box) tensor) into `buffer`.
-// Copies the rows of `part` (a host view whose longitude stride is 1) to or from the
-// packed buffer, one memcpy per (leading index, latitude row), in row-major order (the
-// order of the flat view the general path copies through).
-void copy_rows(const Tensor& part, std::byte* buffer, bool unpack) {
-  const int d = part.dim();
-  const std::size_t row = static_cast<std::size_t>(part.size(d - 1)) * part.element_size();
-  const std::int64_t rows = part.size(d - 2), lat_stride = part.strides()[static_cast<std::size_t>(d - 2)];
-  auto* base = static_cast<std::byte*>(part.data());
+// Copies `from` into `to` (host views of one shape whose longitude stride is 1), one
+// memcpy per (leading index, latitude row): the element-by-element strided copy of
+// Tensor::copy_from was 30 times slower than MPI_Alltoallv of the same bytes on a
+// 720 x 1440 field. Packing is this copy with a contiguous view of the buffer.
+void copy_by_rows(const Tensor& to, const Tensor& from) {
+  const int d = to.dim();
+  const std::size_t esize = to.element_size();
+  const std::size_t row = static_cast<std::size_t>(to.size(d - 1)) * esize;
+  const std::int64_t rows = to.size(d - 2);
+  const std::int64_t to_lat = to.strides()[static_cast<std::size_t>(d - 2)];
+  const std::int64_t from_lat = from.strides()[static_cast<std::size_t>(d - 2)];
+  auto* to_base = static_cast<std::byte*>(to.data());
+  const auto* from_base = static_cast<const std::byte*>(from.data());
   std::vector<std::int64_t> index(static_cast<std::size_t>(d - 2), 0);
-  const std::int64_t leading = shape_numel(Shape(part.shape().begin(), part.shape().end() - 2));
+  const std::int64_t leading = shape_numel(Shape(to.shape().begin(), to.shape().end() - 2));
   for (std::int64_t l = 0; l < leading; ++l) {
-    std::int64_t offset = 0;
-    for (int k = 0; k < d - 2; ++k) offset += index[static_cast<std::size_t>(k)] * part.strides()[static_cast<std::size_t>(k)];
+    std::int64_t to_offset = 0, from_offset = 0;
+    for (std::size_t k = 0; k < index.size(); ++k) {
+      to_offset += index[k] * to.strides()[k];
+      from_offset += index[k] * from.strides()[k];
+    }
     for (std::int64_t i = 0; i < rows; ++i) {
-      std::byte* field_row = base + static_cast<std::size_t>(offset + i * lat_stride) * part.element_size();
-      if (unpack) {
-        std::memcpy(field_row, buffer, row);
-      } else {
-        std::memcpy(buffer, field_row, row);
-      }
-      buffer += row;
+      std::memcpy(to_base + static_cast<std::size_t>(to_offset + i * to_lat) * esize,
+                  from_base + static_cast<std::size_t>(from_offset + i * from_lat) * esize, row);
     }
     for (int k = d - 3; k >= 0; --k) {  // the next leading index, last fastest
-      if (++index[static_cast<std::size_t>(k)] < part.size(k)) break;
+      if (++index[static_cast<std::size_t>(k)] < to.size(k)) break;
       index[static_cast<std::size_t>(k)] = 0;
     }
+  }
+}
+
+bool host_rows(const Tensor& t) { return t.device().type == DeviceType::host && t.strides().back() == 1; }
+
+// One part from a field to another, a buffer view or a field (a self copy).
+void copy_part(Tensor to, const Tensor& from) {
+  if (to.numel() == 0) return;
+  if (host_rows(to) && host_rows(from)) {
+    copy_by_rows(to, from);
+  } else {
+    to.copy_from(from);  // device fields: staged through the host buffer
   }
 }
 
@@ -492,19 +511,72 @@ void pack(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r,
   std::size_t offset = 0;
   for (const Tensor& t : fields) {
     Tensor part = rect_view(t, box, r);
-    if (part.device().type == DeviceType::host && part.strides().back() == 1) {
-      // Whole rows at a time: the element-by-element strided copy was 30 times slower
-      // than MPI_Alltoallv of the same bytes on a 720 x 1440 field.
-      copy_rows(part, buffer.data() + offset, unpack);
+    Tensor flat = Tensor::view(buffer.data() + offset, part.shape(), t.dtype());
+    if (unpack) {
+      copy_part(part, flat);
     } else {
-      Tensor flat = Tensor::view(buffer.data() + offset, part.shape(), t.dtype());
-      if (unpack) {
-        part.copy_from(flat);
-      } else {
-        flat.copy_from(part);
-      }
+      copy_part(flat, part);
     }
     offset += part_bytes(t, r.cells());
+  }
+}
+
+// Whether message `r` goes between MPI and the fields directly, through a datatype over
+// every field's part, rather than through a packed buffer: host fields whose rows of the
+// part are contiguous and long. Short rows are packed (the halo exchange's threshold,
+// halo_plan.hpp): MPI walks a datatype row by row, and many short rows cost more than
+// one memcpy each into a buffer. The bytes on the wire are the same either way (the
+// packed order, each part padded to 8 bytes), so the two ends decide independently.
+bool direct_eligible(const std::vector<Tensor>& fields, const Rect& r) {
+  for (const Tensor& t : fields) {
+    if (!host_rows(t) || static_cast<std::size_t>(r.nlon) * t.element_size() < HaloExchange::Plan::kDirectRowBytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The datatype of message `r` over `fields` (absolute addresses: post it at MPI_BOTTOM),
+// in the packed order: per field its part (detail::strided_block_type, the halo
+// exchange's too), then the padding to 8 bytes, sent from zeros or received into
+// `padding` (8 bytes per field, alive until the message completes). Committed.
+MPI_Datatype message_type(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r, bool sending,
+                          std::vector<std::byte>& padding) {
+  static const std::byte kZeros[8] = {};
+  padding.assign(8 * fields.size(), std::byte{0});
+  std::vector<int> lengths;
+  std::vector<MPI_Aint> displacements;
+  std::vector<MPI_Datatype> types;
+  auto add = [&](int length, const void* address, MPI_Datatype type) {
+    MPI_Aint where = 0;
+    MPI_Get_address(address, &where);
+    lengths.push_back(length);
+    displacements.push_back(where);
+    types.push_back(type);
+  };
+  try {
+    for (std::size_t k = 0; k < fields.size(); ++k) {
+      const Tensor part = rect_view(fields[k], box, r);
+      const std::size_t bytes = static_cast<std::size_t>(part.numel()) * part.element_size();
+      if (bytes > 0) {
+        add(1, part.data(),
+            tessera::detail::strided_block_type(part.element_size(), part.dim(), part.shape().data(),
+                                                part.strides().data()));
+      }
+      const std::size_t pad = part_bytes(fields[k], r.cells()) - bytes;
+      if (pad > 0) add(static_cast<int>(pad), sending ? kZeros : &padding[8 * k], MPI_BYTE);
+    }
+    MPI_Datatype message = MPI_DATATYPE_NULL;
+    TESSERA_CHECK_MPI(MPI_Type_create_struct(static_cast<int>(types.size()), lengths.data(), displacements.data(),
+                                             types.data(), &message));
+    TESSERA_CHECK_MPI(MPI_Type_commit(&message));
+    for (MPI_Datatype& type : types)
+      if (type != MPI_BYTE) MPI_Type_free(&type);
+    return message;
+  } catch (...) {
+    for (MPI_Datatype& type : types)
+      if (type != MPI_BYTE) MPI_Type_free(&type);
+    throw;
   }
 }
 
@@ -537,26 +609,46 @@ static void start_transfer(Redistribution::Plan& p, bool to_model) {
   // ends size a message alike (a non-model rank sizes its receives from its code fields).
   const std::vector<Tensor>& sizing = p.code_fields;
 
+  // Posts one message, through its datatype (freed at once: MPI keeps it until the
+  // message completes) or its packed buffer.
+  auto post = [&](Transfer& t, bool sending, MPI_Request& r) {
+    if (t.direct) {
+      const MPI_Datatype type = message_type(sending ? src : dst, sending ? src_box : dst_box, t.rect, sending,
+                                             t.padding);
+      const int status = sending ? MPI_Isend(MPI_BOTTOM, 1, type, t.peer, tag, comm, &r)
+                                 : MPI_Irecv(MPI_BOTTOM, 1, type, t.peer, tag, comm, &r);
+      MPI_Datatype freed = type;
+      MPI_Type_free(&freed);
+      TESSERA_CHECK_MPI(status);
+    } else {
+      const int bytes = static_cast<int>(t.buffer.size());
+      TESSERA_CHECK_MPI(sending ? MPI_Isend(t.buffer.data(), bytes, MPI_BYTE, t.peer, tag, comm, &r)
+                                : MPI_Irecv(t.buffer.data(), bytes, MPI_BYTE, t.peer, tag, comm, &r));
+    }
+  };
   p.requests.clear();
+  p.stats.direct_messages = p.stats.packed_messages = 0;
   for (Transfer& t : recvs) {  // receives first: an early message lands in place
-    t.buffer.resize(message_bytes(sizing, t.rect));
+    const std::size_t bytes = message_bytes(sizing, t.rect);
+    t.direct = direct_eligible(dst, t.rect);
+    if (!t.direct) t.buffer.resize(bytes);
+    ++(t.direct ? p.stats.direct_messages : p.stats.packed_messages);
     MPI_Request r = MPI_REQUEST_NULL;
-    TESSERA_CHECK_MPI(MPI_Irecv(t.buffer.data(), static_cast<int>(t.buffer.size()), MPI_BYTE, t.peer, tag, comm, &r));
+    post(t, false, r);
     p.requests.push_back(r);
   }
   for (Transfer& t : sends) {
     (void)message_bytes(sizing, t.rect);
-    pack(src, src_box, t.rect, t.buffer, false);
+    t.direct = direct_eligible(src, t.rect);
+    if (!t.direct) pack(src, src_box, t.rect, t.buffer, false);
+    ++(t.direct ? p.stats.direct_messages : p.stats.packed_messages);
     MPI_Request r = MPI_REQUEST_NULL;
-    TESSERA_CHECK_MPI(MPI_Isend(t.buffer.data(), static_cast<int>(t.buffer.size()), MPI_BYTE, t.peer, tag, comm, &r));
+    post(t, true, r);
     p.requests.push_back(r);
   }
   // This rank's own part, copied while the messages travel.
   for (const Rect& r : to_model ? p.to_model_self : p.to_code_self) {
-    for (std::size_t k = 0; k < src.size(); ++k) {
-      Tensor to = rect_view(dst[k], dst_box, r);
-      to.copy_from(rect_view(src[k], src_box, r));
-    }
+    for (std::size_t k = 0; k < src.size(); ++k) copy_part(rect_view(dst[k], dst_box, r), rect_view(src[k], src_box, r));
   }
   p.mode = to_model ? Redistribution::Plan::Mode::to_model : Redistribution::Plan::Mode::to_code;
 }
@@ -595,6 +687,7 @@ void Redistribution::finish() {
                     p.code->comm().mpi_comm()});
   const LocalBox box = to_model ? p.box_of_model(std::max(p.model_rank, 0)) : p.code->box();
   for (Transfer& t : to_model ? p.to_model_recvs : p.to_code_recvs) {
+    if (t.direct) continue;  // MPI wrote the fields itself
     pack(to_model ? p.model_fields : p.code_fields, box, t.rect, t.buffer, true);
   }
   p.code_fields.clear();

@@ -201,6 +201,61 @@ TEST(Redistribution, RankListsModelGridsAndReplicas) {
   }
 }
 
+TEST(Redistribution, LongRowsGoStraightThroughDatatypesAndMeetPackedEnds) {
+  // 200 longitudes: at every code grid here a row of a part holds at least 50 cells,
+  // 200 bytes of f32 and 400 of f64; the f64 fields alone go direct at 1 x 4 (rows of
+  // 50), everything at the other grids. One code rank passes its f32 field as a strided
+  // view (every other element of a wider array: longitude stride 2), which is packed,
+  // while its peers take the same message direct: the wire format is one.
+  constexpr std::int64_t lat = 7, lon = 200;
+  const std::vector<FieldSpec> fields{{DType::f64, {2}}, {DType::f32, {3}}, {DType::f64, {}}};
+  for (const ProcessGrid& g : code_grids()) {
+    Decomposition code(world(), {lat, lon}, g);
+    for (int m : {1, 2}) {
+      if (m > world_size()) continue;
+      Redistribution plan(code, ModelRanks::count(m));
+      std::vector<Tensor> code_fields, model_fields, back;
+      Tensor wide;  // the strided view's storage
+      for (std::size_t k = 0; k < fields.size(); ++k) {
+        Tensor f = filled(static_cast<int>(k), fields[k].dtype, fields[k].leading, code.box());
+        if (k == 1 && world_rank() == world_size() - 1) {
+          Shape s = f.shape();
+          wide = Tensor::zeros({s[0], s[1], 2 * s[2]}, DType::f32);
+          Tensor strided = Tensor::view(wide.data(), s, DType::f32, Device::host(), {s[1] * 2 * s[2], 2 * s[2], 2});
+          strided.copy_from(f);
+          f = strided;
+        }
+        code_fields.push_back(f);
+        back.push_back(Tensor::zeros(f.shape(), fields[k].dtype));
+        if (plan.is_model_rank()) model_fields.push_back(Tensor::zeros(plan.model_shape(fields[k].leading), fields[k].dtype));
+      }
+      plan.to_model(code_fields, model_fields);
+      const RedistributionStats to_model_stats = plan.stats();
+      for (std::size_t k = 0; k < model_fields.size(); ++k) {
+        const Tensor expected = filled(static_cast<int>(k), fields[k].dtype, fields[k].leading, plan.model_box());
+        EXPECT_TRUE(same_bits(model_fields[k], expected)) << plan.str() << ", field " << k;
+      }
+      plan.to_code(model_fields, back);
+      for (std::size_t k = 0; k < back.size(); ++k) {
+        EXPECT_TRUE(same_bits(back[k], code_fields[k])) << plan.str() << ": round trip of field " << k;
+      }
+      // The strided rank packs its sends; every other message with rows of 400 bytes
+      // or more in every field (all of them but at 1 x 4, where f32 rows are 200) is direct.
+      const RedistributionStats& st = plan.stats();
+      const int messages = st.to_code_sends + st.to_code_recvs;
+      EXPECT_EQ(st.direct_messages + st.packed_messages, messages);
+      const bool long_f32_rows = code.box().lon.length * 4 >= 256;
+      if (long_f32_rows) EXPECT_EQ(st.direct_messages, messages) << plan.str() << " on rank " << world_rank();
+      if (!long_f32_rows) EXPECT_EQ(st.packed_messages, messages) << plan.str() << " on rank " << world_rank();
+      const int sent = to_model_stats.to_model_sends + to_model_stats.to_model_recvs;
+      if (world_rank() == world_size() - 1 && to_model_stats.to_model_sends > 0) {
+        EXPECT_GE(to_model_stats.packed_messages, to_model_stats.to_model_sends) << plan.str();
+      }
+      EXPECT_EQ(to_model_stats.direct_messages + to_model_stats.packed_messages, sent);
+    }
+  }
+}
+
 TEST(Redistribution, PerNodeDefaultIsOnePerGpuOrOnePerNode) {
   // One node here: its GPUs (at least one model rank) spread over the node's ranks.
   const int p = world_size();

@@ -32,6 +32,12 @@
 // that is both copies its own part locally. Values are copied, never computed, so a
 // round trip code -> model -> code is exact.
 //
+// A message between host fields whose rows are long (at least the halo exchange's
+// kDirectRowBytes, 256 bytes, in every field) goes straight between the fields and MPI
+// through a derived datatype (detail::strided_block_type per field, as the halo
+// exchange's direct path): no pack, no unpack. Short rows and device fields are packed.
+// The bytes on the wire are the same either way, so each end decides alone.
+//
 // start_*()/finish() split a transfer for overlap, as in the halo exchange: start packs
 // and posts, finish waits (detail::wait_all under the code communicator's wait policy:
 // MPI_Testall + short sleep on an oversubscribed node) and unpacks. Between them the
@@ -39,7 +45,7 @@
 // flight per plan. Ranks that are not model ranks pass no model fields (an empty
 // vector); while the model runs they wait in finish() of to_code, under the wait policy.
 //
-// Fields may live on a device: they are staged through host buffers (the plan moves
+// Fields may live on a device: they are packed and staged through host buffers (the plan moves
 // whole boxes between ranks; a device-aware path would be an optimisation, not a
 // different plan). Node-aware gathering (combining a node's pieces before they cross
 // the network) is not done: every piece already travels exactly once, from the rank
@@ -91,6 +97,10 @@ struct RedistributionStats {
   int to_code_sends = 0;
   int to_code_recvs = 0;
   std::int64_t self_cells = 0;  // (lat, lon) cells copied locally code -> model
+  // Messages of the last transfer (sends and receives) that MPI moved straight from or
+  // into the fields through a datatype, and those packed into a buffer.
+  int direct_messages = 0;
+  int packed_messages = 0;
 };
 
 class Redistribution {
