@@ -103,6 +103,43 @@ elseif(MODE STREQUAL "resume")
   endif()
   message(STATUS "resume: bit-identical after kill at step 5 and resume from step 3")
 
+elseif(MODE STREQUAL "init_weights")
+  # A fresh run from another run's weights, at another layout, counting from step 0;
+  # another architecture is refused naming the key and the differing field. Its weights
+  # must start as the source's, bit for bit: plain SGD with lr 1e-46 and gradients
+  # clipped to norm 1 moves no fp32 weight (every update, computed in double, is below
+  # half the smallest subnormal), so the fresh run's final weights are its initial ones.
+  expect_success(2 ${tiny} ${data} "--set=checkpoint.dir=${WORK_DIR}/source" --set=parallelism.domain=1)
+  set(frozen --set=optimizer.type=sgd --set=optimizer.lr=1e-46 --set=optimizer.lr_schedule=constant
+             --set=optimizer.min_lr=0 --set=optimizer.warmup_steps=0 --set=optimizer.clip_grad_norm=1.0
+             --set=schedule.steps=2 --set=checkpoint.interval=0)
+  expect_success(2 ${tiny} ${data} ${frozen} "--set=checkpoint.dir=${WORK_DIR}/fresh" --set=parallelism.tensor=1
+                 "--set=init_weights=${WORK_DIR}/source")
+  if(NOT last_output MATCHES "init_weights: model weights from [^\n]*step_00000008[^\n]*starting at step 0")
+    message(FATAL_ERROR "the run did not report its initial weights:\n${last_output}")
+  endif()
+  if(NOT EXISTS "${WORK_DIR}/fresh/step_00000002/checkpoint.h5")
+    message(FATAL_ERROR "the fresh run did not count from step 0 (no step_00000002 under ${WORK_DIR}/fresh)")
+  endif()
+  execute_process(COMMAND ${CKPT} diff "${WORK_DIR}/source" "${WORK_DIR}/fresh" OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+  string(REGEX MATCHALL "\n */model/[A-Za-z0-9_.]+ +max_abs_diff [^\n]+" weights "\n${out}")
+  list(LENGTH weights n)
+  if(n EQUAL 0)
+    message(FATAL_ERROR "tessera-ckpt diff listed no model tensors:\n${out}")
+  endif()
+  foreach(line IN LISTS weights)
+    if(NOT line MATCHES "max_abs_diff 0$")
+      message(FATAL_ERROR "a weight moved from its initial value: ${line}\n${out}")
+    endif()
+  endforeach()
+  run_driver(out rc 2 ${tiny} ${data} ${frozen} "--set=checkpoint.dir=${WORK_DIR}/wide" --set=parallelism.tensor=1
+             --set=model.width=16
+             "--set=init_weights=${WORK_DIR}/source")
+  if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: init_weights: [^\n]*width")
+    message(FATAL_ERROR "init_weights of another width: expected an error naming init_weights and width; got ${rc}:\n${out}")
+  endif()
+  message(STATUS "init_weights: ${n} weights start bit-identical at another layout")
+
 elseif(MODE STREQUAL "resume_safety")
   # resume: latest refuses to start over; latest_or_start starts from step 0 only in an
   # empty directory; a broken or escaping `latest` pointer is never followed; keep_last

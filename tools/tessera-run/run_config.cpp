@@ -312,6 +312,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
              {"rope_theta", [&](const YAML::Node& x, const std::string& kk) {
                 dm.arch.rope_theta = p.number(x, kk, 0.0, /*min_inclusive=*/false);  // finite, > 0
               }},
+             {"activation_checkpointing", [&](const YAML::Node& x, const std::string& kk) {
+                c.activation_checkpointing = nn::CheckpointPolicy::parse(p.string(x, kk), p.where(x, kk));
+              }},
            });
            return;
          }
@@ -327,6 +330,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
            {"residual", [&](const YAML::Node& x, const std::string& kk) { m.residual = p.boolean(x, kk); }},
            {"pole", [&](const YAML::Node& x, const std::string& kk) {
               m.pole = models::parse_pole_policy(p.string(x, kk), p.where(x, kk));
+            }},
+           {"activation_checkpointing", [&](const YAML::Node& x, const std::string& kk) {
+              c.activation_checkpointing = nn::CheckpointPolicy::parse(p.string(x, kk), p.where(x, kk));
             }},
          });
        }},
@@ -418,6 +424,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
       {"resume", [&](const YAML::Node& v, const std::string& key) {
          c.resume = v.IsNull() ? "" : p.string(v, key);
        }},
+      {"init_weights", [&](const YAML::Node& v, const std::string& key) {
+         c.init_weights = v.IsNull() ? "" : p.string(v, key);
+       }},
       {"collective_timeout", [&](const YAML::Node& v, const std::string& key) {
          c.collective_timeout = p.number(v, key, 0.0);
        }},
@@ -462,7 +471,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
                         ": unknown key '" + key +
                         "' (expected parallelism, trainer, model, data, optimizer, schedule, checkpoint, device, "
                         "collective_timeout, "
-                        "resume, logging, predict)");
+                        "resume, init_weights, logging, predict)");
     }
   }
 

@@ -14,6 +14,7 @@
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/field_emulator.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
 #include "tessera/parallelism.hpp"
 
 namespace tessera::run {
@@ -125,6 +126,9 @@ struct RunConfig {
   std::string model_type = "field_emulator";  // field_emulator | decoder
   models::FieldEmulatorConfig model;  // field_emulator: architecture keys; grid and data facts come from the data
   DecoderRunConfig decoder;           // decoder
+  // model.activation_checkpointing (both model types): which blocks recompute their
+  // forward in backward instead of keeping their activations (nn/activation_checkpoint.hpp).
+  nn::CheckpointPolicy activation_checkpointing;
   DataConfig data;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
@@ -132,6 +136,10 @@ struct RunConfig {
   // "" (start fresh), "latest" (checkpoint.dir's latest; an error when there is none),
   // "latest_or_start" (the same, or step 0 when the directory holds no checkpoint), or a path.
   std::string resume;
+  // A checkpoint (checkpoint.h5, step directory, or root with its `latest`) whose model
+  // weights start a fresh run: step 0, fresh optimizer state, any layout (an imported
+  // PyTorch model, a pretrained base). A checkpoint that `resume` finds takes precedence.
+  std::string init_weights;
   LogLevel log_level = LogLevel::info;
   std::string metrics_file;  // logging.metrics_file: JSON lines of every progress record; empty: none
   std::string device = "auto";  // auto | host | cuda: where the model, its state and the batches live

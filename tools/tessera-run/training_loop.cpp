@@ -292,6 +292,20 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
     log.info("resumed from " + loaded.file + " at step " + std::to_string(loaded.step) + " (saved at " +
              loaded.saved_mesh.str() + " on " + std::to_string(loaded.saved_world_size) + " ranks; now " +
              mesh.config().str() + " on " + std::to_string(mesh.world_size()) + ")");
+  } else if (!cfg.init_weights.empty()) {
+    // Weights only: the architecture must match, the optimizer state and step start fresh.
+    const io::CheckpointMetadata header = io::read_checkpoint_metadata(cfg.init_weights, mesh.world());
+    try {
+      task.check_saved_model(header);
+    } catch (const ConfigError& e) {
+      // The tasks word their architecture check for resume; name the key used here.
+      std::string what = e.what();
+      if (what.rfind("resume: ", 0) == 0) what.erase(0, 8);
+      throw ConfigError("init_weights: " + what);
+    }
+    const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, nullptr);
+    log.info("init_weights: model weights from " + loaded.file + " (its step " + std::to_string(loaded.step) +
+             ", saved at " + loaded.saved_mesh.str() + "); optimizer state fresh, starting at step 0");
   }
   if (start_step >= cfg.schedule.steps) {
     log.info("nothing to do: the run is at step " + std::to_string(start_step) + " of " +
