@@ -123,6 +123,19 @@ class Communicator {
   // A barrier under the wait policy.
   void barrier();
 
+  // Point to point (pipeline stage boundaries): `tensor` sent to rank `dest`, or
+  // received from rank `source`, matched by `tag` (>= 0) as MPI matches messages. Only
+  // the two ranks take part, so these are not collectives: they do not count toward
+  // the watchdog's arrival board (a wait that never ends is still reported, without
+  // the list of missing ranks). The receiver must know the shape and dtype. CUDA
+  // tensors MPI cannot address are staged through host memory (there is no NCCL
+  // send/recv path yet). The non-blocking forms let compute run while the message is
+  // in flight; their buffers stay alive until wait().
+  void send(const Tensor& tensor, int dest, int tag = 0);
+  void recv(Tensor& tensor, int source, int tag = 0);
+  CommRequest isend(const Tensor& tensor, int dest, int tag = 0);
+  CommRequest irecv(Tensor& tensor, int source, int tag = 0);
+
  private:
   struct AdoptTag {};
   Communicator(MPI_Comm owned, WaitOptions resolved_wait, AdoptTag);
@@ -133,12 +146,15 @@ class Communicator {
   // A template (defined in communicator.cpp, its only user) so the blocking spin path
   // allocates nothing: no std::function, no request state.
   template <class Post, class Finish>
+  // `collective` false (point to point): not counted on the watchdog's arrival board.
   CommRequest launch(const char* name, std::int64_t bytes, bool blocking, Post&& post, Finish&& finish,
-                     std::initializer_list<Tensor> keep_alive);
+                     std::initializer_list<Tensor> keep_alive, bool collective = true);
   CommRequest all_reduce_impl(Tensor& tensor, ReduceOp op, bool blocking);
   CommRequest all_gather_impl(const Tensor& input, Tensor& output, bool blocking);
   CommRequest reduce_scatter_impl(const Tensor& input, Tensor& output, ReduceOp op, bool blocking);
   CommRequest broadcast_impl(Tensor& tensor, int root, bool blocking);
+  CommRequest send_impl(const Tensor& tensor, int dest, int tag, bool blocking);
+  CommRequest recv_impl(Tensor& tensor, int source, int tag, bool blocking);
   // The NCCL path for CUDA tensors: whether `t` takes it, the group's NCCL
   // communicator (created on first use), and the blocking/async wrapper of a waiter.
   bool uses_nccl(const Tensor& t);

@@ -1,15 +1,15 @@
 #pragma once
-// ParallelismConfig: how the world is split into data-, tensor- and domain-parallel
-// groups. The YAML form follows CREDIT's `trainer.parallelism` block:
+// ParallelismConfig: how the world is split into pipeline-, data-, tensor- and
+// domain-parallel groups. The YAML form follows CREDIT's `trainer.parallelism` block:
 //
 //   trainer:
-//     parallelism: {data: fsdp2, tensor: 2, domain: 2}
+//     parallelism: {data: fsdp2, tensor: 2, domain: 2, pipeline: 2}
 //
 // or a bare top-level `parallelism:` block. Absent keys take their defaults
-// (data: none, tensor: 1, domain: 1); a document without either block is the default
-// configuration. Unknown keys inside the block, values that are not positive integers,
-// unknown data modes and a tensor × domain product that overflows int are ConfigErrors
-// naming the keys and the values.
+// (data: none, tensor: 1, domain: 1, pipeline: 1); a document without either block is
+// the default configuration. Unknown keys inside the block, values that are not positive
+// integers, unknown data modes and a pipeline × tensor × domain product that overflows
+// int are ConfigErrors naming the keys and the values.
 
 #include <string>
 #include <string_view>
@@ -31,10 +31,15 @@ struct ParallelismConfig {
   DataParallelMode data = DataParallelMode::none;
   int tensor = 1;  // tensor-parallel degree, >= 1
   int domain = 1;  // domain-parallel degree, >= 1
+  // Pipeline stages, >= 1 (the outermost mesh dimension: docs/pipeline.md). Last, so the
+  // brace-initialised {data, tensor, domain} configs keep their meaning.
+  int pipeline = 1;
 
-  // Throws ConfigError when tensor or domain < 1, or when tensor * domain overflows int.
+  // Throws ConfigError when tensor, domain or pipeline < 1, or when their product
+  // overflows int.
   void validate() const;
-  std::string str() const;  // "{data: fsdp2, tensor: 2, domain: 2}"
+  // "{data: fsdp2, tensor: 2, domain: 2}", with ", pipeline: N" appended when N > 1.
+  std::string str() const;
   bool operator==(const ParallelismConfig&) const = default;
 
   // Parse from YAML text or a file. `source` names the text in error messages.
@@ -44,8 +49,9 @@ struct ParallelismConfig {
 };
 
 // Number of data-parallel replicas for `world_size` ranks: the single source of the dp
-// arithmetic (Mesh, data_parallel_coords and the data-parallel wrappers all use it).
-// Throws ConfigError when world_size is not divisible by tensor*domain, and when
+// arithmetic (Mesh, data_parallel_coords and the data-parallel wrappers all use it),
+// world_size / (pipeline * tensor * domain).
+// Throws ConfigError when world_size is not divisible by pipeline*tensor*domain, and when
 // data is `none` but the quotient is more than one replica (ranks that hold copies of
 // the model would silently never synchronise).
 int dp_world_size(const ParallelismConfig& config, int world_size);

@@ -185,10 +185,14 @@ void Communicator::release() noexcept {
 
 template <class Post, class Finish>
 CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool blocking, Post&& post, Finish&& finish,
-                                 std::initializer_list<Tensor> keep_alive) {
+                                 std::initializer_list<Tensor> keep_alive, bool collective) {
   ++stats_.mpi_calls;
   stats_.bytes += bytes;
-  const detail::WaitSite site{name, comm_, arrivals_, arrivals_ ? arrivals_->arrive() : 0};
+  // Only collectives arrive on the board: every rank of the group makes the same
+  // collective calls, while point-to-point calls differ from rank to rank.
+  const bool counted = collective && arrivals_;
+  const detail::WaitSite site = counted ? detail::WaitSite{name, comm_, arrivals_, arrivals_->arrive()}
+                                        : detail::WaitSite{name, comm_};
   if (blocking && wait_.policy == WaitPolicy::spin && !arrivals_) {
     // The latency path: the plain blocking call, no request state to allocate.
     const int status = post(nullptr);
@@ -427,6 +431,69 @@ CommRequest Communicator::broadcast_impl(Tensor& tensor, int root, bool blocking
   };
   return launch("MPI_Bcast", static_cast<std::int64_t>(tensor.nbytes()), blocking, post, finish,
                 {host, tensor});
+}
+
+// ---------------------------------------------------------------------------
+// Point to point
+// ---------------------------------------------------------------------------
+
+namespace {
+
+void check_peer(int peer, int tag, int size, const char* op, const char* role) {
+  if (peer < 0 || peer >= size) {
+    throw InvalidArgument(collective_name(op) + ": " + role + " " + std::to_string(peer) + " is not a rank of this " +
+                          std::to_string(size) + "-rank communicator");
+  }
+  if (tag < 0) throw InvalidArgument(collective_name(op) + ": tag " + std::to_string(tag) + " is negative");
+}
+
+}  // namespace
+
+CommRequest Communicator::send_impl(const Tensor& tensor, int dest, int tag, bool blocking) {
+  check_buffer(tensor, "send", "the");
+  check_peer(dest, tag, size_, "send", "destination");
+  if (tensor.numel() == 0) return {};
+  // A device tensor MPI cannot address is copied to the host first (the copy is the
+  // message's buffer, kept alive until completion).
+  const Tensor host = mpi_can_address(tensor.device()) ? tensor : tensor.to(Device::host());
+  const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());
+  const int count = count_of(tensor);
+  const MPI_Comm comm = comm_;
+  auto post = [=](MPI_Request* r) {
+    void* data = host.data();
+    return r ? MPI_Isend(data, count, type, dest, tag, comm, r) : MPI_Send(data, count, type, dest, tag, comm);
+  };
+  return launch("MPI_Send", static_cast<std::int64_t>(tensor.nbytes()), blocking, post, [] {}, {host, tensor},
+                false);
+}
+
+CommRequest Communicator::recv_impl(Tensor& tensor, int source, int tag, bool blocking) {
+  check_buffer(tensor, "recv", "the");
+  check_peer(source, tag, size_, "recv", "source");
+  if (tensor.numel() == 0) return {};
+  const bool direct = mpi_can_address(tensor.device());
+  Tensor host = direct ? tensor : Tensor::empty(tensor.shape(), tensor.dtype(), Device::host());
+  const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());
+  const int count = count_of(tensor);
+  const MPI_Comm comm = comm_;
+  auto post = [=](MPI_Request* r) mutable {
+    return r ? MPI_Irecv(host.data(), count, type, source, tag, comm, r)
+             : MPI_Recv(host.data(), count, type, source, tag, comm, MPI_STATUS_IGNORE);
+  };
+  auto finish = [host, tensor, direct]() mutable {
+    if (!direct) tensor.copy_from(host);
+  };
+  return launch("MPI_Recv", static_cast<std::int64_t>(tensor.nbytes()), blocking, post, finish, {host, tensor},
+                false);
+}
+
+void Communicator::send(const Tensor& tensor, int dest, int tag) { send_impl(tensor, dest, tag, true); }
+void Communicator::recv(Tensor& tensor, int source, int tag) { recv_impl(tensor, source, tag, true); }
+CommRequest Communicator::isend(const Tensor& tensor, int dest, int tag) {
+  return send_impl(tensor, dest, tag, false);
+}
+CommRequest Communicator::irecv(Tensor& tensor, int source, int tag) {
+  return recv_impl(tensor, source, tag, false);
 }
 
 // ---------------------------------------------------------------------------

@@ -45,6 +45,41 @@ int mesh_global_rank_of(const MeshCoords& c, int tensor, int domain) {
   return *rank;
 }
 
+MeshCoords mesh_coords_of(int global_rank, const MeshShape& shape) {
+  const int replica = replica_size(shape.tensor, shape.domain, "mesh_coords_of");
+  const auto stage = shape.data >= 1 ? detail::try_mul(replica, shape.data) : std::nullopt;
+  const auto world = stage && shape.pipeline >= 1 ? detail::try_mul(*stage, shape.pipeline) : std::nullopt;
+  if (!world) {
+    throw InvalidArgument("mesh_coords_of: pipeline " + std::to_string(shape.pipeline) + " and data " +
+                          std::to_string(shape.data) + " must be >= 1 with a product (times tensor " +
+                          std::to_string(shape.tensor) + " and domain " + std::to_string(shape.domain) +
+                          ") that fits in an int");
+  }
+  if (global_rank < 0 || global_rank >= *world) {
+    throw InvalidArgument("mesh_coords_of: rank " + std::to_string(global_rank) + " is outside the " +
+                          std::to_string(*world) + " ranks of the mesh");
+  }
+  MeshCoords c = mesh_coords_of(global_rank % *stage, shape.tensor, shape.domain);
+  c.pp = global_rank / *stage;
+  return c;
+}
+
+int mesh_global_rank_of(const MeshCoords& c, const MeshShape& shape) {
+  const bool inside = c.pp >= 0 && c.pp < shape.pipeline && c.dp >= 0 && c.dp < shape.data && c.tp >= 0 &&
+                      c.tp < shape.tensor && c.domain >= 0 && c.domain < shape.domain;
+  if (!inside) {
+    throw InvalidArgument("mesh_global_rank_of: coordinates (pp " + std::to_string(c.pp) + ", dp " +
+                          std::to_string(c.dp) + ", tp " + std::to_string(c.tp) + ", domain " +
+                          std::to_string(c.domain) + ") are outside the mesh (pipeline " +
+                          std::to_string(shape.pipeline) + ", data " + std::to_string(shape.data) + ", tensor " +
+                          std::to_string(shape.tensor) + ", domain " + std::to_string(shape.domain) + ")");
+  }
+  // The stage is one more row-major factor in front: (pp * P + dp) takes dp's place.
+  const MeshCoords stage_local{c.pp * shape.data + c.dp, c.tp, c.domain};
+  (void)mesh_coords_of(0, shape);  // validates the extents and their product
+  return mesh_global_rank_of(stage_local, shape.tensor, shape.domain);
+}
+
 namespace {
 
 // Every rank must build the mesh from the same config; a mismatch (e.g. ranks that read
@@ -55,7 +90,8 @@ void check_same_config_everywhere(MPI_Comm comm, const ParallelismConfig& config
   const std::pair<const char*, std::string> fields[] = {
       {"data", std::string(data_parallel_mode_name(config.data))},
       {"tensor", std::to_string(config.tensor)},
-      {"domain", std::to_string(config.domain)}};
+      {"domain", std::to_string(config.domain)},
+      {"pipeline", std::to_string(config.pipeline)}};
   for (const auto& [name, value] : fields) {
     if (!same_on_all_ranks(comm, value)) {
       throw ConfigError(std::string("Mesh: ranks were given different parallelism configs (") + name +
@@ -65,7 +101,7 @@ void check_same_config_everywhere(MPI_Comm comm, const ParallelismConfig& config
   throw InternalError("Mesh: parallelism configs differ between ranks in no field");
 }
 
-// A communicator for one mesh dimension: a split of `world` by the other two
+// A communicator for one mesh dimension: a split of `world` by the other three
 // coordinates, or a private single-rank communicator when the dimension has size 1
 // (MPI_COMM_SELF's duplicate involves no other rank).
 std::unique_ptr<Communicator> dimension_comm(MPI_Comm world, int extent, int color, int key,
@@ -124,15 +160,20 @@ Mesh::Mesh(MPI_Comm parent, const ParallelismConfig& config, Device device, Mesh
   TESSERA_CHECK_MPI(MPI_Comm_set_name(world, "tessera mesh world"));
   world_ = std::make_unique<Communicator>(Communicator::adopt(world, wait));
 
-  const int T = config_.tensor, D = config_.domain;
-  const int P = world_size / (T * D);
-  coords_ = mesh_coords_of(rank, T, D);
+  const int T = config_.tensor, D = config_.domain, S = config_.pipeline;
+  const int P = world_size / (S * T * D);
+  coords_ = mesh_coords_of(rank, MeshShape{S, P, T, D});
+  const int pp = coords_.pp;
   // Each group holds the ranks that differ only in its own coordinate: colour by the
-  // other two coordinates, order by its own.
-  dp_ = dimension_comm(world, P, coords_.tp * D + coords_.domain, coords_.dp, wait, "tessera mesh dp");
-  tp_ = dimension_comm(world, T, coords_.dp * D + coords_.domain, coords_.tp, wait, "tessera mesh tp");
-  domain_ = dimension_comm(world, D, coords_.dp * T + coords_.tp, coords_.domain, wait,
-                         "tessera mesh domain");
+  // other three coordinates (row-major, as the rank itself), order by its own. With
+  // pipeline 1 (pp = 0) the dp, tp and domain colours are those of the three-dimensional
+  // mesh, so every group is the same as without a pipeline dimension.
+  dp_ = dimension_comm(world, P, (pp * T + coords_.tp) * D + coords_.domain, coords_.dp, wait, "tessera mesh dp");
+  tp_ = dimension_comm(world, T, (pp * P + coords_.dp) * D + coords_.domain, coords_.tp, wait, "tessera mesh tp");
+  domain_ = dimension_comm(world, D, (pp * P + coords_.dp) * T + coords_.tp, coords_.domain, wait,
+                           "tessera mesh domain");
+  pp_ = dimension_comm(world, S, (coords_.dp * T + coords_.tp) * D + coords_.domain, pp, wait,
+                       "tessera mesh pipeline");
 }
 
 Mesh::~Mesh() = default;

@@ -17,8 +17,6 @@ namespace tessera {
 
 namespace {
 
-constexpr std::string_view kKeys[] = {"data", "tensor", "domain"};
-
 // "config.yaml:4: trainer.parallelism.tensor"
 std::string where(std::string_view source, const YAML::Node& node, const std::string& path) {
   std::string s(source);
@@ -55,7 +53,7 @@ ParallelismConfig parse_block(const YAML::Node& block, std::string_view source, 
   ParallelismConfig config;
   if (!block.IsDefined() || block.IsNull()) return config;
   if (!block.IsMap()) {
-    throw ConfigError(where(source, block, path) + " must be a mapping with keys data, tensor, domain");
+    throw ConfigError(where(source, block, path) + " must be a mapping with keys data, tensor, domain, pipeline");
   }
   for (const auto& item : block) {
     const std::string key = item.first.IsScalar() ? item.first.Scalar() : std::string("<non-scalar>");
@@ -70,9 +68,11 @@ ParallelismConfig parse_block(const YAML::Node& block, std::string_view source, 
       config.tensor = parse_positive_int(value, source, key_path);
     } else if (key == "domain") {
       config.domain = parse_positive_int(value, source, key_path);
+    } else if (key == "pipeline") {
+      config.pipeline = parse_positive_int(value, source, key_path);
     } else {
       throw ConfigError(where(source, item.first, key_path) + ": unknown key '" + key +
-                        "' (expected data, tensor, domain)");
+                        "' (expected data, tensor, domain, pipeline)");
     }
   }
   return config;
@@ -172,17 +172,25 @@ DataParallelMode parse_data_parallel_mode(std::string_view text, std::string_vie
 void ParallelismConfig::validate() const {
   if (tensor < 1) throw ConfigError("parallelism.tensor must be >= 1, got " + std::to_string(tensor));
   if (domain < 1) throw ConfigError("parallelism.domain must be >= 1, got " + std::to_string(domain));
-  // tensor * domain is a rank count that the world size is divided by: wrapped, it was 0
-  // (a division by zero) or a small number (a mesh over the wrong groups).
-  if (!detail::try_mul(tensor, domain)) {
+  if (pipeline < 1) throw ConfigError("parallelism.pipeline must be >= 1, got " + std::to_string(pipeline));
+  // tensor * domain (* pipeline) is a rank count that the world size is divided by:
+  // wrapped, it was 0 (a division by zero) or a small number (a mesh over the wrong groups).
+  const auto replica = detail::try_mul(tensor, domain);
+  if (!replica) {
     throw ConfigError("parallelism.tensor (" + std::to_string(tensor) + ") * parallelism.domain (" +
                       std::to_string(domain) + ") overflows int: no launch has that many ranks");
+  }
+  if (!detail::try_mul(*replica, pipeline)) {
+    throw ConfigError("parallelism.pipeline (" + std::to_string(pipeline) + ") * tensor (" +
+                      std::to_string(tensor) + ") * domain (" + std::to_string(domain) +
+                      ") overflows int: no launch has that many ranks");
   }
 }
 
 std::string ParallelismConfig::str() const {
   return "{data: " + std::string(data_parallel_mode_name(data)) + ", tensor: " + std::to_string(tensor) +
-         ", domain: " + std::to_string(domain) + "}";
+         ", domain: " + std::to_string(domain) + (pipeline == 1 ? "" : ", pipeline: " + std::to_string(pipeline)) +
+         "}";
 }
 
 ParallelismConfig ParallelismConfig::from_yaml_string(std::string_view yaml, std::string_view source) {
@@ -211,20 +219,25 @@ void check_unique_yaml_keys(std::string_view yaml, std::string_view source) { (v
 int dp_world_size(const ParallelismConfig& config, int world_size) {
   config.validate();
   if (world_size < 1) throw InvalidArgument("dp_world_size: world size must be >= 1, got " + std::to_string(world_size));
-  const int tp_times_domain = config.tensor * config.domain;
-  if (world_size % tp_times_domain != 0) {
-    throw ConfigError("world size " + std::to_string(world_size) + " is not divisible by tensor (" +
-                      std::to_string(config.tensor) + ") * domain (" + std::to_string(config.domain) +
-                      ") = " + std::to_string(tp_times_domain) + "; launch a multiple of " +
-                      std::to_string(tp_times_domain) + " ranks");
+  // The ranks of one data-parallel replica: every stage's tp × domain groups.
+  const int replica = config.pipeline * config.tensor * config.domain;
+  // Named as the user wrote it; the pipeline factor only when there is one, so the
+  // messages of configs without a pipeline read as before.
+  const std::string pipeline_factor =
+      config.pipeline == 1 ? "" : "pipeline (" + std::to_string(config.pipeline) + ") * ";
+  if (world_size % replica != 0) {
+    throw ConfigError("world size " + std::to_string(world_size) + " is not divisible by " + pipeline_factor +
+                      "tensor (" + std::to_string(config.tensor) + ") * domain (" + std::to_string(config.domain) +
+                      ") = " + std::to_string(replica) + "; launch a multiple of " + std::to_string(replica) +
+                      " ranks");
   }
-  const int dp = world_size / tp_times_domain;
+  const int dp = world_size / replica;
   if (config.data == DataParallelMode::none && dp > 1) {
-    throw ConfigError("parallelism.data is none but " + std::to_string(world_size) + " ranks / (tensor " +
-                      std::to_string(config.tensor) + " * domain " + std::to_string(config.domain) +
-                      ") gives " + std::to_string(dp) +
+    throw ConfigError("parallelism.data is none but " + std::to_string(world_size) + " ranks / (" +
+                      (config.pipeline == 1 ? "" : "pipeline " + std::to_string(config.pipeline) + " * ") + "tensor " + std::to_string(config.tensor) + " * domain " +
+                      std::to_string(config.domain) + ") gives " + std::to_string(dp) +
                       " data-parallel replicas that would never synchronise; set data to ddp or "
-                      "fsdp2, or launch " + std::to_string(tp_times_domain) + " ranks");
+                      "fsdp2, or launch " + std::to_string(replica) + " ranks");
   }
   return dp;
 }

@@ -1,0 +1,115 @@
+#pragma once
+// Pipeline: runs one stage of a model split over mesh.pp() (pp/stages.hpp) through a
+// schedule (pp/schedule.hpp), sending activations forward and their gradients backward
+// point to point between neighbouring stages.
+//
+// Per step, on every rank of the mesh:
+//     double loss = pipeline.train_step(batch, loss_fn);  // every microbatch's F and B
+//     data_parallel.finish_gradient_sync();               // as without a pipeline
+//     tp::sync_replicated_gradients(model, mesh.tp());
+//     optimizer.step();
+// `batch` is read on stage 0 only (other stages may pass an undefined tensor); it is cut
+// along dim 0 into `microbatches` pieces of shard_range's sizes. `loss_fn` runs on the
+// last stage, once per microbatch: it gets the stage's output and the rows of the batch
+// the microbatch holds, returns that microbatch's share of the step's loss and fills
+// the gradient of that share with respect to the output (for a mean over the batch,
+// scale by the microbatch's rows over the batch's). The step's loss, the sum of the
+// shares, is broadcast from the last stage over mesh.pp(), so every rank returns it.
+// Parameter gradients accumulate over the microbatches (zero them between steps as
+// without a pipeline); the sum equals the whole batch's gradient up to rounding.
+//
+// Inside a stage, the units are ordinary modules: tensor-parallel and domain-parallel
+// layers work unchanged (every rank of a tp or domain group runs the same schedule, so
+// their collectives match). A tensor crossing a stage boundary must be whole on every
+// rank of the tp group (Replicate: no sequence-parallel shards across a boundary), and
+// each rank sends to the rank of the next stage with the same dp, tp and domain
+// coordinates.
+//
+// Memory and recomputation: a tessera Module caches the state of its last forward only,
+// so a stage keeps the *input* of each microbatch in flight and, before a backward,
+// re-runs the stage's forward on that input when another microbatch's forward ran since
+// (full recomputation at stage granularity; the result is bitwise the same). The last
+// stage under 1F1B, and the last microbatch's backward under GPipe, need no recompute.
+//
+// Communication: every send is non-blocking (Communicator::isend) and is completed at
+// the end of the step; the receives of the gradients are posted as soon as the matching
+// activation is sent, and an activation's receive as soon as its shape (a small header
+// message) has arrived, so transfers overlap the stage's compute. Collective over the
+// whole mesh: every rank must call train_step with the same options.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessera/mesh.hpp"
+#include "tessera/nn/module.hpp"
+#include "tessera/pp/schedule.hpp"
+#include "tessera/pp/stages.hpp"
+
+namespace tessera::pp {
+
+struct PipelineOptions {
+  Schedule schedule = Schedule::one_f_one_b;
+  int microbatches = 1;                 // >= 1, at most the batch's rows
+  std::vector<std::string> cut_points;  // where stages 1.. begin; empty: by layer count
+  std::vector<int> units_per_stage;     // by layer count, given per stage; empty: even
+};
+
+// What the loss function is told about a microbatch: its index and rows [begin, end) of
+// a batch of `batch_rows`.
+struct Microbatch {
+  int index = 0;
+  std::int64_t begin = 0, end = 0;
+  std::int64_t batch_rows = 0;
+};
+
+// Returns the microbatch's share of the loss; writes d(share)/d(output) into `grad`.
+using LossFunction = std::function<double(const Tensor& output, const Microbatch& microbatch, Tensor& grad)>;
+
+// Time spent per stage in the last train_step (for the bubble benchmark).
+struct StepTimes {
+  double total_seconds = 0;    // the step, from the first action to the last send completed
+  double compute_seconds = 0;  // forward, recompute, backward and loss, summed
+};
+
+class Pipeline {
+ public:
+  // Splits `model` (a Sequential: pp/stages.hpp) into mesh.pp_size() stages and keeps
+  // this rank's (keep_stage). Collective over mesh.pp() only in that every stage must
+  // make the same split: the split is computed from the same model on every rank, and
+  // a split whose stage count differs from the mesh's is an InvalidArgument. The model
+  // and the mesh must outlive the pipeline.
+  Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options = {});
+
+  double train_step(const Tensor& batch, const LossFunction& loss_fn);
+
+  int stage() const { return stage_; }
+  int stages() const { return static_cast<int>(split_.stages.size()); }
+  bool is_first() const { return stage_ == 0; }
+  bool is_last() const { return stage_ == stages() - 1; }
+  const StageSplit& split() const { return split_; }
+  const std::vector<std::string>& units() const { return split_.stages[static_cast<std::size_t>(stage_)]; }
+  const PipelineOptions& options() const { return options_; }
+  const std::vector<Action>& actions() const { return actions_; }
+  const StepTimes& last_step_times() const { return times_; }
+  // Forward passes re-run before a backward in the last step (see above).
+  int last_step_recomputes() const { return recomputes_; }
+
+  // This stage's forward and backward over its units (no communication besides the
+  // units' own tp / domain collectives).
+  Tensor stage_forward(const Tensor& input);
+  Tensor stage_backward(const Tensor& grad_output);
+
+ private:
+  nn::Module& model_;
+  const Mesh& mesh_;
+  PipelineOptions options_;
+  StageSplit split_;
+  int stage_ = 0;
+  std::vector<Action> actions_;
+  StepTimes times_;
+  int recomputes_ = 0;
+};
+
+}  // namespace tessera::pp

@@ -1,0 +1,208 @@
+#include "tessera/pp/pipeline.hpp"
+
+#include <chrono>
+#include <optional>
+
+#include "tessera/comm.hpp"
+#include "tessera/error.hpp"
+#include "tessera/placement.hpp"
+
+namespace tessera::pp {
+
+namespace {
+
+// The header that precedes an activation: what the receiver must know to post its
+// receive (dtype and shape) and what the loss function is told (the rows).
+constexpr int kMaxDims = 8;
+enum HeaderField { kDType = 0, kDims = 1, kShape = 2, kBegin = kShape + kMaxDims, kEnd, kRows, kHeaderSize };
+
+// Tags of microbatch j's three messages in one step. Messages of consecutive steps
+// reuse them; MPI keeps the messages of one pair and tag in order, and every request of
+// a step completes before train_step returns.
+int header_tag(int j) { return 3 * j; }
+int activation_tag(int j) { return 3 * j + 1; }
+int gradient_tag(int j) { return 3 * j + 2; }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+StageSplit make_split(const nn::Module& model, int stages, const PipelineOptions& options) {
+  if (!options.cut_points.empty() && !options.units_per_stage.empty()) {
+    throw InvalidArgument("Pipeline: both cut_points and units_per_stage are given; keep one");
+  }
+  if (!options.cut_points.empty()) return split_at(model, options.cut_points);
+  if (!options.units_per_stage.empty()) return split_by_layer_count(model, options.units_per_stage);
+  return split_by_layer_count(model, stages);
+}
+
+}  // namespace
+
+Pipeline::Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options)
+    : model_(model), mesh_(mesh), options_(std::move(options)) {
+  if (options_.microbatches < 1) {
+    throw InvalidArgument("Pipeline: microbatches must be >= 1, got " + std::to_string(options_.microbatches));
+  }
+  split_ = make_split(model_, mesh_.pp_size(), options_);
+  if (stages() != mesh_.pp_size()) {
+    throw InvalidArgument("Pipeline: the split has " + std::to_string(stages()) + " stages (" + split_.str() +
+                          ") but the mesh has pipeline " + std::to_string(mesh_.pp_size()) +
+                          "; give one cut point or count per stage boundary or stage");
+  }
+  stage_ = mesh_.coords().pp;
+  keep_stage(model_, split_, stage_);
+  actions_ = stage_actions(options_.schedule, stage_, stages(), options_.microbatches);
+}
+
+Tensor Pipeline::stage_forward(const Tensor& input) {
+  Tensor x = input;
+  // Through at() at call time: a unit replaced since (a data-parallel wrapper) is used.
+  for (const std::string& path : units()) x = model_.at(path).forward(x);
+  return x;
+}
+
+Tensor Pipeline::stage_backward(const Tensor& grad_output) {
+  Tensor g = grad_output;
+  const auto& paths = units();
+  for (auto it = paths.rbegin(); it != paths.rend(); ++it) g = model_.at(*it).backward(g);
+  return g;
+}
+
+double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
+  using Clock = std::chrono::steady_clock;
+  const auto step_start = Clock::now();
+  Communicator& pp = mesh_.pp();
+  const int m = options_.microbatches;
+  const int prev = stage_ - 1, next = stage_ + 1;
+  times_ = {};
+  recomputes_ = 0;
+
+  struct InFlight {
+    Microbatch info;
+    Tensor input;        // the stage's input, kept for the recompute before backward
+    Tensor header;       // received header (stages after the first)
+    CommRequest header_request, input_request, grad_request;
+    bool input_posted = false;
+    Shape output_shape;  // what was sent on, so the gradient's receive knows its shape
+    Tensor grad_output;  // received gradient, or the loss function's on the last stage
+  };
+  std::vector<InFlight> mb(static_cast<std::size_t>(m));
+  std::vector<CommRequest> sends;
+
+  if (is_first()) {
+    if (!batch.defined() || batch.dim() < 1) {
+      throw InvalidArgument("Pipeline::train_step: stage 0 needs a batch with a leading batch dim, got " +
+                            (batch.defined() ? batch.str() : std::string("an undefined tensor")));
+    }
+    const std::int64_t rows = batch.size(0);
+    if (rows < m) {
+      throw InvalidArgument("Pipeline::train_step: a batch of " + std::to_string(rows) + " rows cannot make " +
+                            std::to_string(m) + " microbatches");
+    }
+    for (int j = 0; j < m; ++j) {
+      const ShardRange r = shard_range(rows, m, j);
+      mb[static_cast<std::size_t>(j)].info = {j, r.start, r.end(), rows};
+    }
+  } else {
+    for (int j = 0; j < m; ++j) {
+      auto& f = mb[static_cast<std::size_t>(j)];
+      f.header = Tensor::empty({kHeaderSize}, DType::i64);
+      f.header_request = pp.irecv(f.header, prev, header_tag(j));
+    }
+  }
+
+  // Posts the receive of microbatch j's activation once its header is in (waiting for
+  // the header when `wait`).
+  auto post_input = [&](int j, bool wait) {
+    auto& f = mb[static_cast<std::size_t>(j)];
+    if (f.input_posted) return true;
+    if (wait) {
+      f.header_request.wait();
+    } else if (!f.header_request.test()) {
+      return false;
+    }
+    const auto h = f.header.to_vector<std::int64_t>();
+    Shape shape(h.begin() + kShape, h.begin() + kShape + h[kDims]);
+    f.info = {j, h[kBegin], h[kEnd], h[kRows]};
+    f.input = Tensor::empty(shape, static_cast<DType>(h[kDType]), mesh_.device());
+    f.input_request = pp.irecv(f.input, prev, activation_tag(j));
+    f.input_posted = true;
+    return true;
+  };
+  // Posts every activation receive whose header has arrived, in order.
+  auto post_ready_inputs = [&] {
+    if (is_first()) return;
+    for (int j = 0; j < m && post_input(j, false); ++j) {
+    }
+  };
+
+  double loss_sum = 0;
+  int cached = -1;  // the microbatch whose forward the units' caches hold
+  for (const Action& action : actions_) {
+    post_ready_inputs();
+    const int j = action.microbatch;
+    auto& f = mb[static_cast<std::size_t>(j)];
+    if (action.kind == Action::Kind::forward) {
+      if (is_first()) {
+        f.input = batch.narrow(0, f.info.begin, f.info.end - f.info.begin).contiguous();
+      } else {
+        post_input(j, true);
+        f.input_request.wait();
+      }
+      const auto compute_start = Clock::now();
+      Tensor y = stage_forward(f.input);
+      cached = j;
+      if (is_last()) {
+        Tensor grad;
+        loss_sum += loss_fn(y, f.info, grad);
+        if (!grad.defined() || grad.shape() != y.shape()) {
+          throw InvalidArgument("Pipeline::train_step: the loss function must set the gradient to the output's shape " +
+                                shape_str(y.shape()) + ", got " +
+                                (grad.defined() ? shape_str(grad.shape()) : std::string("an undefined tensor")));
+        }
+        f.grad_output = grad;
+        times_.compute_seconds += seconds_since(compute_start);
+      } else {
+        times_.compute_seconds += seconds_since(compute_start);
+        y = y.contiguous();
+        if (y.dim() > kMaxDims) {
+          throw UnsupportedError("Pipeline: an activation of " + std::to_string(y.dim()) +
+                                 " dims crosses a stage boundary; at most " + std::to_string(kMaxDims) + " are sent");
+        }
+        std::vector<std::int64_t> h(kHeaderSize, 0);
+        h[kDType] = static_cast<std::int64_t>(y.dtype());
+        h[kDims] = y.dim();
+        for (int d = 0; d < y.dim(); ++d) h[kShape + d] = y.size(d);
+        h[kBegin] = f.info.begin;
+        h[kEnd] = f.info.end;
+        h[kRows] = f.info.batch_rows;
+        sends.push_back(pp.isend(Tensor::from_vector(h, {kHeaderSize}), next, header_tag(j)));
+        sends.push_back(pp.isend(y, next, activation_tag(j)));
+        f.output_shape = y.shape();
+        f.grad_output = Tensor::empty(y.shape(), y.dtype(), y.device());
+        f.grad_request = pp.irecv(f.grad_output, next, gradient_tag(j));
+      }
+    } else {
+      if (!is_last()) f.grad_request.wait();
+      const auto compute_start = Clock::now();
+      if (cached != j) {
+        (void)stage_forward(f.input);  // bitwise the first forward: refills the caches
+        ++recomputes_;
+      }
+      Tensor dx = stage_backward(f.grad_output);
+      cached = -1;
+      times_.compute_seconds += seconds_since(compute_start);
+      if (!is_first()) sends.push_back(pp.isend(dx.contiguous(), prev, gradient_tag(j)));
+      f.input = Tensor();
+      f.grad_output = Tensor();
+    }
+  }
+  for (CommRequest& r : sends) r.wait();
+  times_.total_seconds = seconds_since(step_start);
+
+  Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
+  pp.broadcast(loss, stages() - 1);
+  return loss.to_vector<double>()[0];
+}
+
+}  // namespace tessera::pp
