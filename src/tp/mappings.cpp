@@ -29,8 +29,8 @@ std::string extents_str(const std::vector<std::int64_t>& extents) {
   return s;
 }
 
-// The blocks of a gather whose caller does not know the global extent: the ranks'
-// extents along `d` are exchanged (one integer each, a collective of its own) and must
+// The blocks of a gather whose caller does not know the global extent (kExchangeExtents):
+// the ranks' extents along `d` are exchanged (one integer each, a collective of its own) and must
 // be the partition rule's blocks of their sum. Every rank sees the same extents, so a
 // layout that breaks the rule is refused on every rank alike.
 std::vector<ShardRange> exchanged_blocks(const Tensor& local, int d, Communicator& group) {
@@ -81,7 +81,8 @@ Tensor split_along(const Tensor& x, int dim, const Communicator& group) {
 Tensor gather_along(const Tensor& x, int dim, Communicator& group, std::optional<std::int64_t> global_extent) {
   const int d = normalize_dim(x, dim, "gather_along");
   const int p = group.size();
-  if (global_extent && shard_range(*global_extent, p, group.rank()).length != x.shape()[d]) {
+  if (global_extent && *global_extent != kExchangeExtents &&
+      shard_range(*global_extent, p, group.rank()).length != x.shape()[d]) {
     throw ShapeError("tp::gather_along: " + x.str() + " on rank " + std::to_string(group.rank()) + " of " +
                      std::to_string(p) + " is not its block along dim " + std::to_string(d) + " of extent " +
                      std::to_string(*global_extent) + " (the partition rule gives it " +
@@ -89,8 +90,9 @@ Tensor gather_along(const Tensor& x, int dim, Communicator& group, std::optional
   }
   if (p == 1) return x;
   const Tensor local = x.contiguous();
-  const std::vector<ShardRange> blocks =
-      global_extent ? blocks_of(*global_extent, p) : exchanged_blocks(local, d, group);
+  const std::vector<ShardRange> blocks = !global_extent                       ? blocks_of(local.shape()[d] * p, p)
+                                         : *global_extent == kExchangeExtents ? exchanged_blocks(local, d, group)
+                                                                              : blocks_of(*global_extent, p);
   const std::int64_t total = blocks.back().end();
   const std::int64_t widest = blocks.front().length;  // block 0 is never the narrower
   const bool even = widest * p == total;
@@ -228,8 +230,11 @@ Tensor Mapping::forward(const Tensor& x) {
   switch (kind_) {
     case Kind::copy: return copy_to_parallel(x, group_);
     case Kind::reduce: return reduce_from_parallel(x, group_, op_);
-    case Kind::scatter: return scatter_to_parallel(x, dim_, group_);
-    case Kind::gather: return gather_from_parallel(x, dim_, group_);
+    case Kind::scatter:
+      // Remembered for backward: the gather of an uneven split needs the whole extent.
+      scattered_extent_ = x.size(normalize_dim(x, dim_, "scatter_to_parallel"));
+      return scatter_to_parallel(x, dim_, group_);
+    case Kind::gather: return gather_from_parallel(x, dim_, group_, kExchangeExtents);
     case Kind::sequence_all_gather: return sequence_all_gather(x, dim_, group_);
     case Kind::sequence_reduce_scatter: return sequence_reduce_scatter(x, dim_, group_);
   }
@@ -240,7 +245,7 @@ Tensor Mapping::backward(const Tensor& grad) {
   switch (kind_) {
     case Kind::copy: return copy_to_parallel_backward(grad, group_, op_);
     case Kind::reduce: return reduce_from_parallel_backward(grad, group_);
-    case Kind::scatter: return scatter_to_parallel_backward(grad, dim_, group_);
+    case Kind::scatter: return scatter_to_parallel_backward(grad, dim_, group_, scattered_extent_);
     case Kind::gather: return gather_from_parallel_backward(grad, dim_, group_);
     case Kind::sequence_all_gather: return sequence_all_gather_backward(grad, dim_, group_);
     case Kind::sequence_reduce_scatter: return sequence_reduce_scatter_backward(grad, dim_, group_);

@@ -16,10 +16,13 @@
 // one element more, so rank r of p holds [r*q + min(r, m), ...) with q = extent / p and
 // m = extent % p. Uneven blocks travel padded to the widest one, so each gather and
 // reduce-scatter stays a single collective; an even extent takes the unpadded path.
-// A gather needs every rank's block: pass the global extent where the caller knows it
-// (every layer does); without it the ranks first exchange their extents (one small
-// all_gather) and a layout that is not the rule's is a ShapeError on every rank. A
-// group of size 1 short-circuits: no copy, no communication.
+// A gather needs every rank's block. Pass the global extent where the caller knows it
+// (every layer does). kExchangeExtents instead has the ranks first exchange their
+// extents (one small all_gather; a layout that is not the rule's is then a ShapeError on
+// every rank). Without either, the layout is taken to be even — every block as long as
+// this rank's — which is what every even caller always passed, at no extra cost; uneven
+// blocks gathered that way fail in the collective. A group of size 1 short-circuits: no
+// copy, no communication.
 //
 // The sequence pairs are the exception: sequence parallelism splits the sequence evenly.
 // Its all-gather runs in every column layer's forward with only the local shard in hand,
@@ -48,11 +51,14 @@
 
 namespace tessera::tp {
 
+// A global_extent for the gathers meaning "learn it from the ranks" (see above).
+inline constexpr std::int64_t kExchangeExtents = -1;
+
 // This rank's block of `x` along `dim` (a contiguous copy; `x` itself for one rank).
 Tensor split_along(const Tensor& x, int dim, const Communicator& group);
-// The blocks of all ranks concatenated along `dim` in rank order. `global_extent` (the
-// gathered extent, when known) saves the exchange of the ranks' extents; this rank's
-// block must then be the rule's block of it (ShapeError otherwise).
+// The blocks of all ranks concatenated along `dim` in rank order. `global_extent`: the
+// gathered extent (this rank's block must be the rule's block of it, ShapeError
+// otherwise), kExchangeExtents, or nothing for an even layout (see above).
 Tensor gather_along(const Tensor& x, int dim, Communicator& group,
                     std::optional<std::int64_t> global_extent = std::nullopt);
 // Sums `x` over the group and returns this rank's block along `dim` (its shard_range).
@@ -82,7 +88,9 @@ Tensor sequence_reduce_scatter(const Tensor& x, int dim, Communicator& group);  
 Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicator& group,
                                         std::optional<std::int64_t> global_extent = std::nullopt);  // gather
 
-// The primitives as modules, for composition with serial layers.
+// The primitives as modules, for composition with serial layers. Uneven blocks work: a
+// scatter remembers the extent it split for its backward gather, and a gather module
+// exchanges the ranks' extents (kExchangeExtents).
 class Mapping : public nn::Module {
  public:
   enum class Kind { copy, reduce, scatter, gather, sequence_all_gather, sequence_reduce_scatter };
@@ -100,6 +108,7 @@ class Mapping : public nn::Module {
   Communicator& group_;
   int dim_;
   ReduceOp op_;
+  std::int64_t scattered_extent_ = 0;  // scatter: the extent of the last forward's input
 };
 
 }  // namespace tessera::tp
