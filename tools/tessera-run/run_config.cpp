@@ -212,11 +212,14 @@ void check_decoder(const RunConfig& c) {
   if (a.rope && (a.d_model / a.n_heads) % 2 != 0) {
     fail("model.rope needs an even head dimension: model.d_model / model.n_heads is " + n(a.d_model / a.n_heads));
   }
-  if (a.hidden % tp != 0) {
-    fail("model.hidden (" + n(a.hidden) + ") must be divisible by parallelism.tensor (" + n(tp) + ")");
+  // hidden and (untied) vocab are split over tp, unevenly where they do not divide (the
+  // first extent % tp ranks hold one more row); each rank needs at least one.
+  if (a.hidden < tp) {
+    fail("model.hidden (" + n(a.hidden) + ") must be at least parallelism.tensor (" + n(tp) +
+         "): the MLP's hidden features are split over tp");
   }
-  if (!a.tie_embeddings && a.vocab % tp != 0) {
-    fail("model.vocab (" + n(a.vocab) + ") must be divisible by parallelism.tensor (" + n(tp) +
+  if (!a.tie_embeddings && a.vocab < tp) {
+    fail("model.vocab (" + n(a.vocab) + ") must be at least parallelism.tensor (" + n(tp) +
          "): the output head is split over the vocabulary");
   }
   if (c.decoder.sequence_parallel && !a.tie_embeddings && c.decoder.seq_len % tp != 0) {
