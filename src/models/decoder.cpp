@@ -1,5 +1,6 @@
 #include "tessera/models/decoder.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -253,6 +254,27 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
     plan.push_back({"head", ParallelStyle::colwise(col_in)});
   }
   return out;
+}
+
+std::int64_t decoder_activation_bytes(const DecoderConfig& a, std::int64_t seq_len, int tp, bool sp,
+                                      const nn::CheckpointPolicy& policy) {
+  const std::int64_t S = seq_len, Sl = sp ? seq_len / tp : seq_len, d = a.d_model;
+  const std::int64_t dl = d / tp, heads = a.n_heads / tp, hl = a.hidden / tp;
+  // k and v: whole key/value heads per rank when tp divides them, at least one otherwise.
+  const std::int64_t kvl = std::max<std::int64_t>(1, a.kv_heads() / tp) * (d / a.n_heads);
+  const std::int64_t vl = a.tie_embeddings ? a.vocab : a.vocab / tp;
+  std::int64_t per_layer = 8 * Sl * d             // norms (input, output), residual streams, row outputs
+                           + 2 * S * dl + 2 * S * kvl  // q, attention output; k, v
+                           + heads * S * S        // attention probabilities
+                           + 3 * S * hl;          // gate, up, their product
+  if (sp) per_layer += 2 * S * d;                 // the all-gathered inputs of the column layers
+  // A checkpointed block keeps its input (a residual-stream shard); during backward the
+  // block being recomputed holds all of its activations again (its input among them).
+  const std::int64_t checkpointed = policy.count(a.n_layers);
+  std::int64_t layers = (a.n_layers - checkpointed) * per_layer;
+  if (checkpointed > 0) layers += (checkpointed - 1) * Sl * d + per_layer;
+  const std::int64_t floats = layers + 3 * Sl * d + (sp ? S * d : 0) + 2 * S * vl;
+  return floats * static_cast<std::int64_t>(sizeof(float));
 }
 
 std::vector<std::string> checkpoint_activations(Decoder& model, const nn::CheckpointPolicy& policy) {

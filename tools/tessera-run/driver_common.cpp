@@ -73,7 +73,8 @@ void start_run(const Log& log, const RunConfig& cfg, const Mesh& mesh) {
 
 void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& range_label, std::int64_t range_start,
                        std::int64_t range_end, const dp::MemoryReport& report, std::int64_t activations,
-                       std::int64_t data_bytes) {
+                       std::int64_t data_bytes, const nn::CheckpointPolicy& checkpointing,
+                       std::int64_t activations_unchecked) {
   const std::array<std::int64_t, 10> mine = {mesh.coords().dp,      mesh.coords().tp,       mesh.coords().domain,
                                              range_start,            range_end,
                                              report.parameter_bytes, report.gradient_bytes, report.optimizer_bytes,
@@ -98,6 +99,12 @@ void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& rang
                   dp::format_bytes(v[7]).c_str(), dp::format_bytes(v[8]).c_str(), dp::format_bytes(v[9]).c_str(),
                   dp::format_bytes(total).c_str());
     table += "\n" + std::string(line);
+  }
+  if (checkpointing.enabled()) {
+    // Rank 0's estimate (the ranks of one layout hold alike shards of the activations).
+    table += "\nactivation checkpointing (" + checkpointing.str() + "): rank 0's activations " +
+             dp::format_bytes(activations) + " instead of " + dp::format_bytes(activations_unchecked) +
+             " without it (saves " + dp::format_bytes(activations_unchecked - activations) + ")";
   }
   std::printf("%s\n", table.c_str());
   std::fflush(stdout);

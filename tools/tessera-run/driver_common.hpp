@@ -63,9 +63,12 @@ void start_run(const Log& log, const RunConfig& cfg, const Mesh& mesh);
 
 // One row per rank, gathered to rank 0 and printed as the memory plan table.
 // `range_label` names the column of [range_start, range_end) (e.g. "lat band").
+// With activation checkpointing (`checkpointing` enabled), `activations_unchecked` is
+// the activation estimate without it: a line under the table says what it saves.
 void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& range_label, std::int64_t range_start,
                        std::int64_t range_end, const dp::MemoryReport& report, std::int64_t activations,
-                       std::int64_t data_bytes);
+                       std::int64_t data_bytes, const nn::CheckpointPolicy& checkpointing = {},
+                       std::int64_t activations_unchecked = 0);
 
 // Before a model of `parameters` f32 parameters is built (every rank builds the whole
 // model first, then parallelism slices it): its values, gradients and optimizer state

@@ -107,24 +107,6 @@ bool same_architecture(const models::DecoderConfig& a, const models::DecoderConf
          a.kv_heads() == b.kv_heads() && a.rope == b.rope && (!a.rope || a.rope_theta == b.rope_theta);
 }
 
-// Bytes of the activations one local sequence keeps between forward and backward (the
-// layers' caches, sequence-parallel all-gathers, the attention probabilities, the logits
-// and their gradient): an estimate for the memory plan, not a measurement.
-std::int64_t activation_bytes_per_sequence(const models::DecoderConfig& a, std::int64_t seq_len, int tp, bool sp) {
-  const std::int64_t S = seq_len, Sl = sp ? seq_len / tp : seq_len, d = a.d_model;
-  const std::int64_t dl = d / tp, heads = a.n_heads / tp, hl = a.hidden / tp;
-  // k and v: whole key/value heads per rank when tp divides them, at least one otherwise.
-  const std::int64_t kvl = std::max<std::int64_t>(1, a.kv_heads() / tp) * (d / a.n_heads);
-  const std::int64_t vl = a.tie_embeddings ? a.vocab : a.vocab / tp;
-  std::int64_t per_layer = 8 * Sl * d             // norms (input, output), residual streams, row outputs
-                           + 2 * S * dl + 2 * S * kvl  // q, attention output; k, v
-                           + heads * S * S        // attention probabilities
-                           + 3 * S * hl;          // gate, up, their product
-  if (sp) per_layer += 2 * S * d;                 // the all-gathered inputs of the column layers
-  std::int64_t floats = a.n_layers * per_layer + 3 * Sl * d + (sp ? S * d : 0) + 2 * S * vl;
-  return floats * static_cast<std::int64_t>(sizeof(float));
-}
-
 class DecoderTask final : public TrainingTask {
  public:
   // `validation_data`: the validation file's tokens (null: none, or a held-out part of `data`).
@@ -285,13 +267,23 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   if (!opts.dry_run) nn::initialize_parameters(*model, cfg.schedule.seed);
   // parallelize_decoder also repeats the key/value heads when tp does not divide them.
   if (tp_size > 1) (void)models::parallelize_decoder(*model, mesh.tp(), cfg.decoder.sequence_parallel);
+  // After tensor parallelism (which must see the blocks' layers) and before data
+  // parallelism (a checkpointed block becomes one dp unit: nn/activation_checkpoint.hpp).
+  const nn::CheckpointPolicy& checkpointing = cfg.activation_checkpointing;
+  if (checkpointing.enabled()) {
+    const auto blocks = models::checkpoint_activations(*model, checkpointing);
+    log.info("activation checkpointing: " + checkpointing.str() + " (" + std::to_string(blocks.size()) + " of " +
+             std::to_string(arch.n_layers) + " blocks recompute their forward in backward)");
+  }
 
   const ShardRange rows = sp ? shard_range(seq_len, tp_size, mesh.coords().tp) : ShardRange{0, seq_len};
   if (opts.dry_run) {
     const dp::MemoryReport report =
         dp::plan_memory(*model, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
     print_memory_plan(log, mesh, "seq rows", rows.start, rows.end(), report,
-                      local_batch * activation_bytes_per_sequence(arch, seq_len, tp_size, sp), data->bytes());
+                      local_batch * models::decoder_activation_bytes(arch, seq_len, tp_size, sp, checkpointing),
+                      data->bytes(), checkpointing,
+                      local_batch * models::decoder_activation_bytes(arch, seq_len, tp_size, sp));
     log.info("dry run: the config is valid; nothing was trained");
     return 0;
   }

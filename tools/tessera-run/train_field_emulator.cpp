@@ -37,12 +37,17 @@ models::FieldEmulatorConfig model_config(const RunConfig& cfg, const FieldDataIn
 // Bytes of the activations one local sample keeps between forward and backward (the
 // layers' caches, the halo-padded inputs and the im2col workspace of the convolutions):
 // an estimate for the memory plan, not a measurement.
-std::int64_t activation_bytes_per_sample(const models::FieldEmulatorConfig& m, std::int64_t lat_local, int tp) {
+// A checkpointed block keeps only its input; during backward one block is recomputed
+// (holding its input among its activations).
+std::int64_t activation_bytes_per_sample(const models::FieldEmulatorConfig& m, std::int64_t lat_local, int tp,
+                                         const nn::CheckpointPolicy& checkpointing = {}) {
   const std::int64_t k = m.kernel, halo = k - 1;
   const std::int64_t plane = lat_local * m.nlon, padded = (lat_local + halo) * (m.nlon + halo);
   const std::int64_t hidden_local = m.mlp_hidden / tp;
+  const std::int64_t block = (3 * m.width + 2 * hidden_local) * plane, checkpointed = checkpointing.count(m.n_blocks);
   std::int64_t floats = m.channels * padded + m.channels * k * k * plane + m.width * plane;  // encoder
-  floats += m.n_blocks * (3 * m.width + 2 * hidden_local) * plane;                           // blocks
+  floats += (m.n_blocks - checkpointed) * block;                                             // blocks
+  if (checkpointed > 0) floats += (checkpointed - 1) * m.width * plane + block;  // inputs; one recomputed
   floats += 2 * m.width * plane;                                                              // GELU
   floats += m.width * padded + m.width * k * k * plane + m.channels * plane;                  // decoder
   return floats * static_cast<std::int64_t>(sizeof(float));
@@ -154,6 +159,10 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   // Before anything is allocated: a config whose model cannot fit fails here, on every rank.
   check_model_fits(mesh, cfg.source + ": the model", arch.parameter_count(), optimizer_kind(cfg.optimizer));
   auto model = std::make_unique<models::FieldEmulator>(arch, mesh);
+  // The constructor applied tensor parallelism; data parallelism comes later, so a
+  // checkpointed block becomes one dp unit (nn/activation_checkpoint.hpp).
+  const nn::CheckpointPolicy& checkpointing = cfg.activation_checkpointing;
+  const std::size_t checkpointed = models::checkpoint_activations(*model, checkpointing).size();
   const domain::Decomposition& decomposition = model->decomposition();
   const auto box = decomposition.box();
   std::int64_t global_parameters = 0;
@@ -162,6 +171,10 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   std::string variables;
   for (const auto& v : info.variables) variables += (variables.empty() ? "" : ",") + v;
   log.info("model: " + model->describe() + ", " + std::to_string(global_parameters) + " parameters");
+  if (checkpointing.enabled()) {
+    log.info("activation checkpointing: " + checkpointing.str() + " (" + std::to_string(checkpointed) + " of " +
+             std::to_string(arch.n_blocks) + " blocks recompute their forward in backward)");
+  }
   const std::string source = info.format == FieldFormat::netcdf
                                  ? info.describe_files() + " (netCDF" + (info.south_first ? ", south first" : "") +
                                        (info.lon_offset != 0 ? ", longitudes rotated" : "") + ")"
@@ -185,8 +198,10 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
       info.times * info.channels * box.lat.length * info.nlon * static_cast<std::int64_t>(sizeof(float));
   if (opts.dry_run) {
     const dp::MemoryReport plan = dp::plan_memory(*model, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
-    print_memory_plan(log, mesh, "lat band", box.lat.start, box.lat.start + box.lat.length, plan,
-                      local_batch * activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size()), data_bytes);
+    print_memory_plan(
+        log, mesh, "lat band", box.lat.start, box.lat.start + box.lat.length, plan,
+        local_batch * activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size(), checkpointing), data_bytes,
+        checkpointing, local_batch * activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size()));
     log.info("dry run: the config is valid; nothing was trained");
     return 0;
   }

@@ -141,6 +141,16 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
 // when tp does not divide it. Collective over tp only where tp::parallelize is.
 DecoderTpPlan parallelize_decoder(Decoder& model, Communicator& tp, bool sequence_parallel);
 
+// Bytes of the activations one local sequence of `seq_len` tokens keeps alive at the
+// peak of a training step (the layers' caches, sequence-parallel all-gathers, the
+// attention probabilities, the logits and their gradient), at tensor-parallel size `tp`
+// with or without sequence parallelism, with the blocks `policy` checkpoints keeping only
+// their input plus one block recomputed at a time during backward (every layer of a
+// checkpointed block releasing its caches). An estimate for memory plans (tessera-run
+// --dry-run, the RSS check of test activation_checkpointing_rss), not a measurement.
+std::int64_t decoder_activation_bytes(const DecoderConfig& config, std::int64_t seq_len, int tp, bool sp,
+                                      const nn::CheckpointPolicy& policy = {});
+
 // Activation checkpointing of the decoder's TransformerBlocks ("layers.<i>") that
 // `policy` selects (nn/activation_checkpoint.hpp); returns their paths. Call it after
 // parallelize_decoder and before dp::DataParallel; FQNs do not change.
