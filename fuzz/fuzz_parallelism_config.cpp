@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (int world : {1, 2, 3, 4, 8, 64, 1 << 30, 2147483647}) {
     try {
       const int dp = tessera::dp_world_size(config, world);
-      if (dp < 1 || static_cast<long long>(dp) * config.tensor * config.domain != world) {
+      if (dp < 1 || static_cast<long long>(dp) * config.pipeline * config.tensor * config.domain != world) {
         finding("dp_world_size is inconsistent", config.str() + " at world " + std::to_string(world) +
                                                       " gave dp " + std::to_string(dp));
       }

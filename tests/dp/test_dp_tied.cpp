@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "dp_test_util.hpp"
 #include "mpi_test.hpp"
 #include "tessera/dp/data_parallel.hpp"
@@ -143,18 +145,15 @@ NamedParameters unique_parameters(nn::Module& model) {
   return out;
 }
 
+// The serial twin trained on the union of the P dp batches (the loss normalised over
+// it): every parameter's value after each step. `prepare` runs after initialisation.
 template <class Net>
-void expect_tied_training_tracks_serial(std::int64_t out, const std::string& tied_name) {
-  const int P = world_size();
-  Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::ddp, 1, 1});
-  ASSERT_EQ(mesh.dp_size(), P);
-  const int rank = mesh.coords().dp;
-
-  // Serial: the union of the dp batches, the loss normalised over it.
+std::vector<std::vector<Tensor>> serial_trajectory(int P, std::int64_t out, const std::function<void(nn::Module&)>& prepare) {
   Net serial;
   nn::initialize_parameters(serial, 31);
+  prepare(serial);
   Sgd serial_opt(unique_parameters(serial), {.lr = 0.5});
-  std::vector<std::vector<Tensor>> serial_values(kSteps);
+  std::vector<std::vector<Tensor>> values(kSteps);
   for (int step = 0; step < kSteps; ++step) {
     std::vector<std::int64_t> all;
     for (int r = 0; r < P; ++r) {
@@ -164,8 +163,19 @@ void expect_tied_training_tracks_serial(std::int64_t out, const std::string& tie
     const Tensor y = serial.forward(ids_of(all));
     serial.backward(mse_grad(y, targets_of(all, out), static_cast<double>(all.size() * kSeq * out)));
     serial_opt.step();
-    for (Parameter* p : serial.parameters()) serial_values[step].push_back(p->value.clone());
+    for (Parameter* p : serial.parameters()) values[step].push_back(p->value.clone());
   }
+  return values;
+}
+
+template <class Net>
+void expect_tied_training_tracks_serial(std::int64_t out, const std::string& tied_name) {
+  const int P = world_size();
+  Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::ddp, 1, 1});
+  ASSERT_EQ(mesh.dp_size(), P);
+  const int rank = mesh.coords().dp;
+
+  const std::vector<std::vector<Tensor>> serial_values = serial_trajectory<Net>(P, out, [](nn::Module&) {});
 
   std::vector<std::vector<Tensor>> finals;
   for (const DataParallelMode mode : {DataParallelMode::ddp, DataParallelMode::fsdp2}) {
@@ -254,22 +264,7 @@ TEST(DataParallelFrozen, FrozenParametersStayWholeAndUnreduced) {
       }
     }
   };
-  TiedHeadNet serial;
-  nn::initialize_parameters(serial, 31);
-  freeze(serial);
-  Sgd serial_opt(unique_parameters(serial), {.lr = 0.5});
-  std::vector<std::vector<Tensor>> serial_values(kSteps);
-  for (int step = 0; step < kSteps; ++step) {
-    std::vector<std::int64_t> all;
-    for (int r = 0; r < P; ++r) {
-      for (std::int64_t s : samples_of(r, step)) all.push_back(s);
-    }
-    serial_opt.zero_grad();
-    const Tensor y = serial.forward(ids_of(all));
-    serial.backward(mse_grad(y, targets_of(all, kVocab), static_cast<double>(all.size() * kSeq * kVocab)));
-    serial_opt.step();
-    for (Parameter* p : serial.parameters()) serial_values[step].push_back(p->value.clone());
-  }
+  const std::vector<std::vector<Tensor>> serial_values = serial_trajectory<TiedHeadNet>(P, kVocab, freeze);
   for (const DataParallelMode mode : {DataParallelMode::ddp, DataParallelMode::fsdp2}) {
     for (const bool overlap : {true, false}) {
       const std::string what = std::string(data_parallel_mode_name(mode)) + (overlap ? " overlap" : " no overlap");

@@ -9,7 +9,7 @@
 //     checkpointed before DataParallel (each checkpointed block is one unit) and after it
 //     (the leaves' reductions wait for finish_gradient_sync), against the same
 //     DataParallel model without checkpointing.
-// Plus: FQNs unchanged, the block's caches really released after forward, the policy's
+// Plus: FQNs unchanged, the block's caches (serial and tensor-parallel layers) really released after forward, the policy's
 // parsing and its errors, and backward without forward refused.
 
 #include <gtest/gtest.h>
@@ -26,7 +26,10 @@
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/nn/activation_checkpoint.hpp"
 #include "tessera/optim.hpp"
+#include "tessera/tp/conv2d.hpp"
 #include "tessera/tp/cross_entropy.hpp"
+#include "tessera/tp/embedding.hpp"
+#include "tessera/tp/linear.hpp"
 #include "tessera/tp/parallelize.hpp"
 
 using namespace tessera;
@@ -149,6 +152,31 @@ TEST(ActivationCheckpoint, ReleasesTheBlockAndRefusesBackwardWithoutForward) {
   (void)model.forward(token_ids(0));
   // The block itself kept nothing for its backward: only the wrapper's input remains.
   EXPECT_THROW((void)wrapper.inner().backward(Tensor::zeros(Shape{kBatch, kSeq, 8}, DType::f32)), InvalidArgument);
+}
+
+// Every tensor-parallel layer drops its saved input in release_activations(): a backward
+// after it is the "backward without a preceding forward" error, not a stale gradient.
+TEST(ActivationCheckpoint, TensorParallelLayersReleaseTheirCaches) {
+  Communicator tp(MPI_COMM_WORLD);
+  const std::int64_t P = tp.size();
+  auto expect_released = [](nn::Module& layer, const Tensor& x, const std::string& what) {
+    const Tensor y = layer.forward(x);
+    layer.release_activations();
+    EXPECT_THROW((void)layer.backward(Tensor::zeros(y.shape(), y.dtype())), InvalidArgument) << what;
+  };
+  tp::ColumnParallelLinear col(4, 2 * P, tp, /*gather_output=*/false);
+  expect_released(col, Tensor::zeros(Shape{2, 4}, DType::f32), "ColumnParallelLinear");
+  tp::RowParallelLinear row(2 * P, 4, tp, /*input_is_parallel=*/false);
+  expect_released(row, Tensor::zeros(Shape{2, 2 * P}, DType::f32), "RowParallelLinear");
+  tp::ColumnParallelConv2d col_conv(3, 2 * P, tp);
+  expect_released(col_conv, Tensor::zeros(Shape{1, 3, 4, 4}, DType::f32), "ColumnParallelConv2d");
+  tp::RowParallelConv2d row_conv(2 * P, 3, tp, /*input_is_parallel=*/true);
+  expect_released(row_conv, Tensor::zeros(Shape{1, 2, 4, 4}, DType::f32), "RowParallelConv2d");
+  const Tensor ids = Tensor::from_vector<std::int64_t>({0, 1, 2, 3}, {2, 2});
+  tp::ParallelEmbedding by_dim(8, 2 * P, tp);
+  expect_released(by_dim, ids, "ParallelEmbedding");
+  tp::VocabParallelEmbedding by_vocab(4 * P, 4, tp);
+  expect_released(by_vocab, ids, "VocabParallelEmbedding");
 }
 
 TEST(ActivationCheckpoint, DecoderGradientsAndStepsBitIdenticalAtTp) {

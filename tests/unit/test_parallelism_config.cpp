@@ -70,8 +70,8 @@ TEST(ParallelismConfig, ZeroNegativeAndNonIntegerDegreesAreRejected) {
 TEST(ParallelismConfig, UnknownModeAndUnknownKeyAreRejected) {
   expect_config_error("parallelism: {data: zero3}", {"parallelism.data", "'zero3'", "none, ddp or fsdp2"});
   expect_config_error("parallelism: {data: [ddp]}", {"parallelism.data"});
-  expect_config_error("trainer:\n  parallelism: {data: ddp, pipeline: 2}\n",
-                      {"trainer.parallelism.pipeline", "unknown key 'pipeline'"});
+  expect_config_error("trainer:\n  parallelism: {data: ddp, expert: 2}\n",
+                      {"trainer.parallelism.expert", "unknown key 'expert'"});
   expect_config_error("parallelism: {Tensor: 2}", {"unknown key 'Tensor'"});
 }
 
