@@ -136,7 +136,7 @@ Tensor LoraLinear::forward(const Tensor& x) {
   if (kind_ == Kind::row) u = all_reduce_sum(u, *tp_);
   ops::scale(u, scale());
   Tensor delta = nn::functional::linear(u, lora_b.value, Tensor());
-  if (kind_ == Kind::column && gather_output_) delta = gather_along(delta, -1, *tp_);
+  if (kind_ == Kind::column && gather_output_) delta = gather_along(delta, -1, *tp_, out_);  // uneven blocks too
   ops::axpy(1.0, delta, y);
   input_ = std::move(input);
   scaled_u_ = std::move(u);
@@ -157,7 +157,7 @@ Tensor LoraLinear::backward(const Tensor& grad_y) {
   // sized) leaves A's gradient and the input gradient whole on every rank.
   if (kind_ == Kind::column) du = all_reduce_sum(du, *tp_);
   Tensor dx_adapter = nn::functional::linear_backward(du, input_, lora_a.value, lora_a.grad, no_bias);
-  if (kind_ == Kind::row && !input_is_parallel_) dx_adapter = gather_along(dx_adapter, -1, *tp_);
+  if (kind_ == Kind::row && !input_is_parallel_) dx_adapter = gather_along(dx_adapter, -1, *tp_, in_);
   ops::axpy(1.0, dx_adapter, dx);
   input_ = Tensor();
   scaled_u_ = Tensor();

@@ -372,18 +372,22 @@ std::string LayoutWrapper::type_name() const {
 }
 
 namespace {
-Tensor redistribute(const Tensor& x, Redistribute how, int dim, Communicator& tp) {
+// A split remembers the extent it split (`extent`), so that its backward gathers uneven
+// blocks back to it; a gather learns the ranks' extents (it cannot know the whole).
+Tensor redistribute(const Tensor& x, Redistribute how, int dim, Communicator& tp, std::int64_t& extent) {
   switch (how) {
     case Redistribute::none: return x;
-    case Redistribute::split: return scatter_to_parallel(x, dim, tp);
-    case Redistribute::gather: return gather_from_parallel(x, dim, tp);
+    case Redistribute::split:
+      extent = x.shape()[dim < 0 ? x.dim() + dim : dim];
+      return scatter_to_parallel(x, dim, tp);
+    case Redistribute::gather: return gather_from_parallel(x, dim, tp, kExchangeExtents);
   }
   return x;
 }
-Tensor redistribute_backward(const Tensor& grad, Redistribute how, int dim, Communicator& tp) {
+Tensor redistribute_backward(const Tensor& grad, Redistribute how, int dim, Communicator& tp, std::int64_t extent) {
   switch (how) {
     case Redistribute::none: return grad;
-    case Redistribute::split: return scatter_to_parallel_backward(grad, dim, tp);
+    case Redistribute::split: return scatter_to_parallel_backward(grad, dim, tp, extent);
     case Redistribute::gather: return gather_from_parallel_backward(grad, dim, tp);
   }
   return grad;
@@ -391,14 +395,14 @@ Tensor redistribute_backward(const Tensor& grad, Redistribute how, int dim, Comm
 }  // namespace
 
 Tensor LayoutWrapper::forward(const Tensor& x) {
-  const Tensor y = inner_->forward(redistribute(x, input_, input_dim_, tp_));
-  return redistribute(y, output_, output_dim_, tp_);
+  const Tensor y = inner_->forward(redistribute(x, input_, input_dim_, tp_, input_extent_));
+  return redistribute(y, output_, output_dim_, tp_, output_extent_);
 }
 
 Tensor LayoutWrapper::backward(const Tensor& grad_y) {
-  const Tensor dx = inner_->backward(redistribute_backward(grad_y, output_, output_dim_, tp_));
+  const Tensor dx = inner_->backward(redistribute_backward(grad_y, output_, output_dim_, tp_, output_extent_));
   if (!dx.defined()) return dx;  // e.g. an embedding: ids have no gradient
-  return redistribute_backward(dx, input_, input_dim_, tp_);
+  return redistribute_backward(dx, input_, input_dim_, tp_, input_extent_);
 }
 
 // ---------------------------------------------------------------------------

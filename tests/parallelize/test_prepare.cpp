@@ -45,12 +45,13 @@ class Prepared : public ::testing::Test {
  protected:
   Communicator tp{MPI_COMM_WORLD};
 
-  void expect_matches_serial(ParallelStyle::Kind kind, const Named& in, const Named& out) {
+  void expect_matches_serial(ParallelStyle::Kind kind, const Named& in, const Named& out, Shape x_shape = {kB, kS, kIn},
+                             std::int64_t out_features = kOut) {
     const std::string what = std::string(kind == ParallelStyle::Kind::colwise ? "Colwise" : "Rowwise") + "(" +
                              in.name + ", " + out.name + ")";
-    auto build = [] {
+    auto build = [&] {
       auto m = std::make_unique<nn::Sequential>();
-      m->append(std::make_unique<nn::Linear>(kIn, kOut));
+      m->append(std::make_unique<nn::Linear>(x_shape.back(), out_features));
       nn::initialize_parameters(*m, 11, "prep");
       return m;
     };
@@ -60,8 +61,10 @@ class Prepared : public ::testing::Test {
                                                                        : ParallelStyle::rowwise(in.prepare, out.prepare);
     tp::parallelize(*parallel, tp, {{"0", style}});
 
-    const Tensor x = random_tensor({kB, kS, kIn}, 21);
-    const Tensor dy = random_tensor({kB, kS, kOut}, 22);
+    const Tensor x = random_tensor(x_shape, 21);
+    Shape y_shape = x_shape;
+    y_shape.back() = out_features;
+    const Tensor dy = random_tensor(y_shape, 22);
     const Tensor y = serial->forward(x);
     const Tensor dx = serial->backward(dy);
 
@@ -110,6 +113,28 @@ TEST_F(Prepared, EveryColwiseInputAndOutputPreparationMatchesSerial) {
 TEST_F(Prepared, EveryRowwiseInputAndOutputPreparationMatchesSerial) {
   for (const Named& in : kInputs) {
     for (const Named& out : kOutputs) expect_matches_serial(ParallelStyle::Kind::rowwise, in, out);
+  }
+}
+
+// Uneven blocks (tessera's partition rule: the first extent % tp ranks hold one more):
+// features 6 -> 10 and a batch of 6 at tp 4 (2,2,1,1 / 3,3,2,2 / 2,2,1,1), through the
+// layers' own feature splits and the LayoutWrapper's batch gather (Rowwise input) and
+// split (Colwise output).
+TEST_F(Prepared, UnevenFeaturesAndBatchMatchSerial) {
+  const Shape x_shape = {6, 4, 6};
+  const Named in_features{"make_input_shard_1d_last_dim", tp::make_input_shard_1d_last_dim()};
+  const Named in_batch{"make_input_shard_1d(0)", tp::make_input_shard_1d(0)};
+  const Named replicate_in{"make_input_replicate_1d", tp::make_input_replicate_1d()};
+  const Named out_features{"make_sharded_output_tensor", tp::make_sharded_output_tensor()};
+  const Named out_batch{"make_output_shard_1d(0)", tp::make_output_shard_1d(0)};
+  const Named replicate_out{"make_output_tensor", tp::make_output_tensor()};
+  for (const Named& out : {out_features, out_batch, replicate_out}) {
+    expect_matches_serial(ParallelStyle::Kind::colwise, replicate_in, out, x_shape, 10);
+  }
+  // (A Rowwise Shard(dim) output is a reduce-scatter, which, like a Colwise Shard(dim)
+  // input's all-gather, runs the sequence-parallel path: it needs an even extent.)
+  for (const Named& in : {in_features, in_batch, replicate_in}) {
+    expect_matches_serial(ParallelStyle::Kind::rowwise, in, replicate_out, x_shape, 10);
   }
 }
 

@@ -146,18 +146,20 @@ TEST_F(Lora, SerialMatchesFormulaAndFreezesTheBase) {
   EXPECT_THROW({ tp::LoraLinear l(random_linear(4, 4, 9), nullptr, bad); }, InvalidArgument);
 }
 
+// Output features 8, and 7: uneven blocks at tp 2 and 4 (the partition rule, shard_range).
 TEST_F(Lora, ColumnParallelMatchesSerial) {
+  for (const std::int64_t out : {8, 7})
   for (bool gather_output : {true, false}) {
-    auto ref = serial_lora(6, 8, 11);
-    tp::LoraLinear par(tp::ColumnParallelLinear::from_serial(*random_linear(6, 8, 11), tp, gather_output, "up"), &tp,
+    auto ref = serial_lora(6, out, 11);
+    tp::LoraLinear par(tp::ColumnParallelLinear::from_serial(*random_linear(6, out, 11), tp, gather_output, "up"), &tp,
                        lora_options(), "up");
     tp::load_shard_from_master(par.lora_a, ref->lora_a.value, "A");
     tp::load_shard_from_master(par.lora_b, ref->lora_b.value, "B");
     EXPECT_TRUE(par.lora_a.placement.tp.is_replicate());
     EXPECT_EQ(par.lora_b.placement.tp, Placement::shard(0));
-    EXPECT_EQ(par.lora_b.value.size(0), 8 / tp.size());
+    EXPECT_EQ(par.lora_b.value.size(0), shard_range(out, tp.size(), tp.rank()).length);
 
-    const Tensor x = random_tensor({2, 3, 6}, 13), dy = random_tensor({2, 3, 8}, 14);
+    const Tensor x = random_tensor({2, 3, 6}, 13), dy = random_tensor({2, 3, out}, 14);
     const Tensor y_ref = ref->forward(x), dx_ref = ref->backward(dy);
     const Tensor y = par.forward(x);
     const Tensor dx = par.backward(gather_output ? dy : tp::split_along(dy, -1, tp));
@@ -172,18 +174,20 @@ TEST_F(Lora, ColumnParallelMatchesSerial) {
   }
 }
 
+// Input features 8, and 7 (uneven at tp 2 and 4).
 TEST_F(Lora, RowParallelMatchesSerial) {
+  for (const std::int64_t in : {8, 7})
   for (bool input_is_parallel : {false, true}) {
-    auto ref = serial_lora(8, 5, 21);
-    tp::LoraLinear par(tp::RowParallelLinear::from_serial(*random_linear(8, 5, 21), tp, input_is_parallel, "down"),
+    auto ref = serial_lora(in, 5, 21);
+    tp::LoraLinear par(tp::RowParallelLinear::from_serial(*random_linear(in, 5, 21), tp, input_is_parallel, "down"),
                        &tp, lora_options(), "down");
     tp::load_shard_from_master(par.lora_a, ref->lora_a.value, "A");
     tp::load_shard_from_master(par.lora_b, ref->lora_b.value, "B");
     EXPECT_EQ(par.lora_a.placement.tp, Placement::shard(1));
-    EXPECT_EQ(par.lora_a.value.size(1), 8 / tp.size());
+    EXPECT_EQ(par.lora_a.value.size(1), shard_range(in, tp.size(), tp.rank()).length);
     EXPECT_TRUE(par.lora_b.placement.tp.is_replicate());
 
-    const Tensor x = random_tensor({4, 8}, 23), dy = random_tensor({4, 5}, 24);
+    const Tensor x = random_tensor({4, in}, 23), dy = random_tensor({4, 5}, 24);
     const Tensor y_ref = ref->forward(x), dx_ref = ref->backward(dy);
     const Tensor y = par.forward(input_is_parallel ? tp::split_along(x, -1, tp) : x);
     const Tensor dx = par.backward(dy);

@@ -169,6 +169,7 @@ class LayoutWrapper : public nn::Module {
   Communicator& tp_;
   Redistribute input_, output_;
   int input_dim_, output_dim_;
+  std::int64_t input_extent_ = 0, output_extent_ = 0;  // the whole extent a split split
   bool partial_grads_;
 };
 
