@@ -1,7 +1,7 @@
 // Redistribution: the plan (box intersections between the code's decomposition and the
-// model's layout, one message per rank pair and direction) and its transfers (post
-// through a datatype over the fields, or pack; wait under the wait policy; unpack what
-// was packed), in the shape of the halo exchange.
+// model's layout, one message per rank pair and direction) and its transfers (post in
+// place or pack; wait under the wait policy; unpack what was packed), in the shape of
+// the halo exchange.
 
 #include "tessera/domain/redistribution.hpp"
 
@@ -12,9 +12,7 @@
 #include <cstring>
 #include <utility>
 
-#include "comm/mpi_types.hpp"
 #include "comm/request_state.hpp"
-#include "domain/halo_plan.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/check.hpp"
@@ -168,8 +166,7 @@ struct Transfer {
   int peer = 0;
   Rect rect;
   std::vector<std::byte> buffer;   // the packed message, when not direct
-  bool direct = false;             // this transfer's message went through a datatype
-  std::vector<std::byte> padding;  // a direct receive's padding bytes
+  bool direct = false;             // the last transfer moved it in place (in_place_part)
 };
 
 // What validation of a transfer's fields depends on: a field set with the keys of one
@@ -284,13 +281,13 @@ Redistribution::Redistribution(const Decomposition& code, const ModelRanks& rank
       p.to_model_self.push_back(r);
       p.stats.self_cells += r.cells();
     } else {
-      p.to_model_sends.push_back({peer, r, {}, false, {}});
+      p.to_model_sends.push_back({peer, r, {}, false});
     }
     if (i < p.domain_ranks()) {  // replica 0 sends it back
       if (peer == me) {
         p.to_code_self.push_back(r);
       } else {
-        p.to_code_recvs.push_back({peer, r, {}, false, {}});
+        p.to_code_recvs.push_back({peer, r, {}, false});
       }
     }
   }
@@ -300,8 +297,8 @@ Redistribution::Redistribution(const Decomposition& code, const ModelRanks& rank
       if (c == me) continue;
       const Rect r = intersect(code.box_of(c), model_box);
       if (r.cells() == 0) continue;
-      p.to_model_recvs.push_back({c, r, {}, false, {}});
-      if (p.model_rank < p.domain_ranks()) p.to_code_sends.push_back({c, r, {}, false, {}});
+      p.to_model_recvs.push_back({c, r, {}, false});
+      if (p.model_rank < p.domain_ranks()) p.to_code_sends.push_back({c, r, {}, false});
     }
   }
   auto by_peer = [](const Transfer& a, const Transfer& b) { return a.peer < b.peer; };
@@ -521,63 +518,21 @@ void pack(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r,
   }
 }
 
-// Whether message `r` goes between MPI and the fields directly, through a datatype over
-// every field's part, rather than through a packed buffer: host fields whose rows of the
-// part are contiguous and long. Short rows are packed (the halo exchange's threshold,
-// halo_plan.hpp): MPI walks a datatype row by row, and many short rows cost more than
-// one memcpy each into a buffer. The bytes on the wire are the same either way (the
-// packed order, each part padded to 8 bytes), so the two ends decide independently.
-bool direct_eligible(const std::vector<Tensor>& fields, const Rect& r) {
-  for (const Tensor& t : fields) {
-    if (!host_rows(t) || static_cast<std::size_t>(r.nlon) * t.element_size() < HaloExchange::Plan::kDirectRowBytes) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// The datatype of message `r` over `fields` (absolute addresses: post it at MPI_BOTTOM),
-// in the packed order: per field its part (detail::strided_block_type, the halo
-// exchange's too), then the padding to 8 bytes, sent from zeros or received into
-// `padding` (8 bytes per field, alive until the message completes). Committed.
-MPI_Datatype message_type(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r, bool sending,
-                          std::vector<std::byte>& padding) {
-  static const std::byte kZeros[8] = {};
-  padding.assign(8 * fields.size(), std::byte{0});
-  std::vector<int> lengths;
-  std::vector<MPI_Aint> displacements;
-  std::vector<MPI_Datatype> types;
-  auto add = [&](int length, const void* address, MPI_Datatype type) {
-    MPI_Aint where = 0;
-    MPI_Get_address(address, &where);
-    lengths.push_back(length);
-    displacements.push_back(where);
-    types.push_back(type);
-  };
-  try {
-    for (std::size_t k = 0; k < fields.size(); ++k) {
-      const Tensor part = rect_view(fields[k], box, r);
-      const std::size_t bytes = static_cast<std::size_t>(part.numel()) * part.element_size();
-      if (bytes > 0) {
-        add(1, part.data(),
-            tessera::detail::strided_block_type(part.element_size(), part.dim(), part.shape().data(),
-                                                part.strides().data()));
-      }
-      const std::size_t pad = part_bytes(fields[k], r.cells()) - bytes;
-      if (pad > 0) add(static_cast<int>(pad), sending ? kZeros : &padding[8 * k], MPI_BYTE);
-    }
-    MPI_Datatype message = MPI_DATATYPE_NULL;
-    TESSERA_CHECK_MPI(MPI_Type_create_struct(static_cast<int>(types.size()), lengths.data(), displacements.data(),
-                                             types.data(), &message));
-    TESSERA_CHECK_MPI(MPI_Type_commit(&message));
-    for (MPI_Datatype& type : types)
-      if (type != MPI_BYTE) MPI_Type_free(&type);
-    return message;
-  } catch (...) {
-    for (MPI_Datatype& type : types)
-      if (type != MPI_BYTE) MPI_Type_free(&type);
-    throw;
-  }
+// The part of the one field a message carries when that part is a single contiguous run
+// of the field's memory (a host field whose part spans the box's longitudes, or the whole
+// box: at M = 1 every code rank's box goes whole to the model rank and comes back whole),
+// so MPI reads or writes the caller's array in place; undefined otherwise. Everything
+// else is packed row by row: on MPICH 4.0.2 (ch4:ucx) a derived datatype over the
+// fields' rows (the halo exchange's direct path) moved a 720 x 1440 x 8 field at 0.53
+// of MPI_Alltoallv's bandwidth against 0.70-0.84 for packing (MPICH hands UCX a
+// non-contiguous type as pack callbacks, a copy per pipeline fragment); the two were on
+// a par at 180 x 360 (docs/coupling.md).
+Tensor in_place_part(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r) {
+  if (fields.size() != 1 || fields[0].device().type != DeviceType::host) return {};
+  Tensor part = rect_view(fields[0], box, r);
+  const std::size_t bytes = static_cast<std::size_t>(part.numel()) * part.element_size();
+  if (!part.is_contiguous() || bytes != part_bytes(fields[0], r.cells())) return {};  // padded: packed
+  return part;
 }
 
 std::size_t message_bytes(const std::vector<Tensor>& fields, const Rect& r) {
@@ -609,28 +564,23 @@ static void start_transfer(Redistribution::Plan& p, bool to_model) {
   // ends size a message alike (a non-model rank sizes its receives from its code fields).
   const std::vector<Tensor>& sizing = p.code_fields;
 
-  // Posts one message, through its datatype (freed at once: MPI keeps it until the
-  // message completes) or its packed buffer.
+  // Posts one message, from or into the field in place or through its packed buffer.
   auto post = [&](Transfer& t, bool sending, MPI_Request& r) {
+    void* data = t.buffer.data();
+    int bytes = static_cast<int>(t.buffer.size());
     if (t.direct) {
-      const MPI_Datatype type = message_type(sending ? src : dst, sending ? src_box : dst_box, t.rect, sending,
-                                             t.padding);
-      const int status = sending ? MPI_Isend(MPI_BOTTOM, 1, type, t.peer, tag, comm, &r)
-                                 : MPI_Irecv(MPI_BOTTOM, 1, type, t.peer, tag, comm, &r);
-      MPI_Datatype freed = type;
-      MPI_Type_free(&freed);
-      TESSERA_CHECK_MPI(status);
-    } else {
-      const int bytes = static_cast<int>(t.buffer.size());
-      TESSERA_CHECK_MPI(sending ? MPI_Isend(t.buffer.data(), bytes, MPI_BYTE, t.peer, tag, comm, &r)
-                                : MPI_Irecv(t.buffer.data(), bytes, MPI_BYTE, t.peer, tag, comm, &r));
+      const Tensor part = in_place_part(sending ? src : dst, sending ? src_box : dst_box, t.rect);
+      data = part.data();
+      bytes = static_cast<int>(static_cast<std::size_t>(part.numel()) * part.element_size());
     }
+    TESSERA_CHECK_MPI(sending ? MPI_Isend(data, bytes, MPI_BYTE, t.peer, tag, comm, &r)
+                              : MPI_Irecv(data, bytes, MPI_BYTE, t.peer, tag, comm, &r));
   };
   p.requests.clear();
   p.stats.direct_messages = p.stats.packed_messages = 0;
   for (Transfer& t : recvs) {  // receives first: an early message lands in place
     const std::size_t bytes = message_bytes(sizing, t.rect);
-    t.direct = direct_eligible(dst, t.rect);
+    t.direct = in_place_part(dst, dst_box, t.rect).defined();
     if (!t.direct) t.buffer.resize(bytes);
     ++(t.direct ? p.stats.direct_messages : p.stats.packed_messages);
     MPI_Request r = MPI_REQUEST_NULL;
@@ -639,7 +589,7 @@ static void start_transfer(Redistribution::Plan& p, bool to_model) {
   }
   for (Transfer& t : sends) {
     (void)message_bytes(sizing, t.rect);
-    t.direct = direct_eligible(src, t.rect);
+    t.direct = in_place_part(src, src_box, t.rect).defined();
     if (!t.direct) pack(src, src_box, t.rect, t.buffer, false);
     ++(t.direct ? p.stats.direct_messages : p.stats.packed_messages);
     MPI_Request r = MPI_REQUEST_NULL;

@@ -3,9 +3,14 @@
 
 #include "tessera/models/coupled_model.hpp"
 
+#include <cmath>
+
 #include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/check.hpp"
+#include "tessera/domain/gradient_sync.hpp"
+#include "tessera/domain/loss.hpp"
+#include "tessera/tp/parallelize.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/models/load_model.hpp"
 
@@ -83,27 +88,33 @@ Tensor CoupledModel::forward(const Tensor& code_input) {
 void CoupledModel::predict(const Tensor& code_input, Tensor& output) { run(code_input, output, true); }
 void CoupledModel::forward(const Tensor& code_input, Tensor& output) { run(code_input, output, false); }
 
+std::int64_t CoupledModel::check_field(const Tensor& field, const std::string& what, const std::string& role) const {
+  if (!field.defined() || field.dtype() != DType::f32) {
+    throw InvalidArgument(what + ": the " + role + " " + (field.defined() ? field.str() : std::string("undefined")) +
+                          " must be f32");
+  }
+  const Shape& s = field.shape();
+  const int d = field.dim();
+  const domain::LocalBox box = code_->box();
+  if ((d != 3 && d != 4) || s[d - 3] != config_.channels || s[d - 2] != box.lat.length ||
+      s[d - 1] != box.lon.length) {
+    throw ShapeError(what + ": the " + role + " " + shape_str(s) + " is not (B, " + std::to_string(config_.channels) +
+                     ", " + std::to_string(box.lat.length) + ", " + std::to_string(box.lon.length) +
+                     "): B fields of code rank " + std::to_string(code_->rank()) + "'s box " + box.str());
+  }
+  const std::int64_t batch = d == 4 ? s[0] : 1;
+  if (batch == 0) throw InvalidArgument(what + ": the " + role + " has batch B = 0; pass at least one field");
+  return batch;
+}
+
 void CoupledModel::run(const Tensor& code_input, Tensor& output, bool physical) {
   const MPI_Comm comm = code_->comm().mpi_comm();
   std::int64_t batch = 1;
   // Argument errors are agreed before any rank starts a transfer.
   agree_on_success(comm, [&] {
     const std::string what = physical ? "CoupledModel::predict" : "CoupledModel::forward";
-    if (!code_input.defined() || code_input.dtype() != DType::f32) {
-      throw InvalidArgument(what + ": the input " + (code_input.defined() ? code_input.str() : std::string("undefined")) +
-                            " must be f32");
-    }
+    batch = check_field(code_input, what, "input");
     const Shape& s = code_input.shape();
-    const int d = code_input.dim();
-    const domain::LocalBox box = code_->box();
-    if ((d != 3 && d != 4) || s[d - 3] != config_.channels || s[d - 2] != box.lat.length ||
-        s[d - 1] != box.lon.length) {
-      throw ShapeError(what + ": the input " + shape_str(s) + " is not (B, " + std::to_string(config_.channels) +
-                       ", " + std::to_string(box.lat.length) + ", " + std::to_string(box.lon.length) +
-                       "): B fields of code rank " + std::to_string(code_->rank()) + "'s box " + box.str());
-    }
-    batch = d == 4 ? s[0] : 1;
-    if (batch == 0) throw InvalidArgument(what + ": the input has batch B = 0; pass at least one field");
     if (!output.defined() || output.shape() != s || output.dtype() != DType::f32) {
       throw ShapeError(what + ": the output " + (output.defined() ? output.str() : std::string("undefined")) +
                        " must be f32 of the input's shape " + shape_str(s));
@@ -127,6 +138,82 @@ void CoupledModel::run(const Tensor& code_input, Tensor& output, bool physical) 
     y_model = y.to(Device::host()).contiguous().reshape(ms);
   });
   plan_->to_code(model ? std::vector<Tensor>{y_model} : std::vector<Tensor>{}, {output});
+}
+
+
+namespace {
+
+std::unique_ptr<Optimizer> make_optimizer(const CoupledTrainOptions& options, NamedParameters params) {
+  if (options.optimizer == CoupledTrainOptions::Optimizer::adamw) {
+    return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = options.lr});
+  }
+  return std::make_unique<Sgd>(std::move(params), SgdOptions{.lr = options.lr});
+}
+
+const char* optimizer_name(CoupledTrainOptions::Optimizer kind) {
+  return kind == CoupledTrainOptions::Optimizer::adamw ? "adamw" : "sgd";
+}
+
+}  // namespace
+
+double CoupledModel::train_step(const Tensor& code_input, const Tensor& code_target,
+                                const CoupledTrainOptions& options) {
+  const MPI_Comm comm = code_->comm().mpi_comm();
+  const std::string what = "CoupledModel::train_step";
+  std::int64_t batch = 1;
+  agree_on_success(comm, [&] {
+    batch = check_field(code_input, what, "input");
+    (void)check_field(code_target, what, "target");
+    if (code_target.shape() != code_input.shape()) {
+      throw ShapeError(what + ": the target " + shape_str(code_target.shape()) + " is not the input's shape " +
+                       shape_str(code_input.shape()));
+    }
+    if (steps_ > 0 && options.optimizer != optimizer_kind_) {
+      throw InvalidArgument(what + ": optimizer " + optimizer_name(options.optimizer) + ", but the first step " +
+                            "created " + optimizer_name(optimizer_kind_) + "; the optimizer's state belongs to it");
+    }
+    if (!(options.lr >= 0.0) || !std::isfinite(options.lr)) {
+      throw InvalidArgument(what + ": the learning rate lr = " + std::to_string(options.lr) +
+                            " must be finite and >= 0");
+    }
+  });
+  // Input and target travel in one transfer: one message per rank pair.
+  const bool model = plan_->is_model_rank();
+  const Shape leading(code_input.shape().begin(), code_input.shape().end() - 2);
+  Tensor x_model, y_model;
+  if (model) {
+    x_model = Tensor::empty(plan_->model_shape(leading), DType::f32);
+    y_model = Tensor::empty(plan_->model_shape(leading), DType::f32);
+  }
+  plan_->to_model({code_input, code_target}, model ? std::vector<Tensor>{x_model, y_model} : std::vector<Tensor>{});
+  // The step of tessera-run's training loop on the model ranks; the other ranks wait in
+  // the agreement (the wait policy), which also fails every rank if a model rank fails.
+  Tensor loss = Tensor::zeros({1}, DType::f64);
+  agree_on_success(comm, [&] {
+    if (!model) return;
+    if (!optimizer_) optimizer_ = make_optimizer(options, model_->named_parameters());
+    optimizer_->set_learning_rate(options.lr);
+    optimizer_->zero_grad();
+    const Shape& ms = x_model.shape();
+    const Shape shape{batch, config_.channels, ms[ms.size() - 2], ms.back()};
+    const Tensor x = x_model.reshape(shape).to(mesh_->device());
+    const Tensor y = y_model.reshape(shape).to(mesh_->device());
+    const Tensor prediction = model_->forward(x);
+    const domain::LossResult result =
+        domain::lat_weighted_mse(prediction, y, model_->decomposition(), config_.latitude_grid);
+    model_->backward(result.grad);
+    // The reductions of the model's mesh (no data parallelism): each a no-op where its
+    // group has one rank.
+    if (mesh_->tp_size() > 1) tp::sync_replicated_gradients(*model_, mesh_->tp());
+    if (mesh_->domain_size() > 1) domain::sync_domain_gradients(*model_, *mesh_);
+    optimizer_->step();
+    static_cast<double*>(loss.data())[0] = result.value;
+  });
+  optimizer_kind_ = options.optimizer;
+  ++steps_;
+  // The loss is the same on every model rank: model rank 0's goes to every code rank.
+  code_->comm().broadcast(loss, plan_->model_ranks().front());
+  return loss.to_vector<double>()[0];
 }
 
 }  // namespace tessera::models

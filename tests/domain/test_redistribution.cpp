@@ -34,6 +34,8 @@
 #include "tessera/models/coupled_model.hpp"
 #include "tessera/models/load_model.hpp"
 #include "tessera/nn/module.hpp"
+#include "tessera/optim.hpp"
+#include "tessera/domain/loss.hpp"
 
 using namespace tessera;
 using namespace tessera::domain;
@@ -201,57 +203,56 @@ TEST(Redistribution, RankListsModelGridsAndReplicas) {
   }
 }
 
-TEST(Redistribution, LongRowsGoStraightThroughDatatypesAndMeetPackedEnds) {
-  // 200 longitudes: at every code grid here a row of a part holds at least 50 cells,
-  // 200 bytes of f32 and 400 of f64; the f64 fields alone go direct at 1 x 4 (rows of
-  // 50), everything at the other grids. One code rank passes its f32 field as a strided
-  // view (every other element of a wider array: longitude stride 2), which is packed,
-  // while its peers take the same message direct: the wire format is one.
-  constexpr std::int64_t lat = 7, lon = 200;
-  const std::vector<FieldSpec> fields{{DType::f64, {2}}, {DType::f32, {3}}, {DType::f64, {}}};
+TEST(Redistribution, ContiguousPartsGoInPlaceAndMeetPackedEnds) {
+  // One field: at M = 1 every code rank's whole box goes to the model rank and back, a
+  // contiguous part MPI reads and writes in place. The last rank passes its field as a
+  // strided view (every other element of a wider array: longitude stride 2), which is
+  // packed while its peer unpacks or receives as usual: the wire format is one. Several
+  // fields always travel packed.
+  constexpr std::int64_t lat = 7, lon = 20;
+  const std::vector<std::vector<FieldSpec>> sets{{{DType::f64, {2}}},
+                                                 {{DType::f64, {2}}, {DType::f32, {3}}, {DType::f64, {}}}};
   for (const ProcessGrid& g : code_grids()) {
     Decomposition code(world(), {lat, lon}, g);
     for (int m : {1, 2}) {
       if (m > world_size()) continue;
-      Redistribution plan(code, ModelRanks::count(m));
-      std::vector<Tensor> code_fields, model_fields, back;
-      Tensor wide;  // the strided view's storage
-      for (std::size_t k = 0; k < fields.size(); ++k) {
-        Tensor f = filled(static_cast<int>(k), fields[k].dtype, fields[k].leading, code.box());
-        if (k == 1 && world_rank() == world_size() - 1) {
-          Shape s = f.shape();
-          wide = Tensor::zeros({s[0], s[1], 2 * s[2]}, DType::f32);
-          Tensor strided = Tensor::view(wide.data(), s, DType::f32, Device::host(), {s[1] * 2 * s[2], 2 * s[2], 2});
-          strided.copy_from(f);
-          f = strided;
+      for (const std::vector<FieldSpec>& fields : sets) {
+        Redistribution plan(code, ModelRanks::count(m));
+        std::vector<Tensor> code_fields, model_fields, back;
+        Tensor wide;  // the strided view's storage
+        const bool strided = world_rank() == world_size() - 1;
+        for (std::size_t k = 0; k < fields.size(); ++k) {
+          Tensor f = filled(static_cast<int>(k), fields[k].dtype, fields[k].leading, code.box());
+          if (k == 0 && strided) {
+            Shape s = f.shape();
+            wide = Tensor::zeros({s[0], s[1], 2 * s[2]}, f.dtype());
+            Tensor view = Tensor::view(wide.data(), s, f.dtype(), Device::host(), {s[1] * 2 * s[2], 2 * s[2], 2});
+            view.copy_from(f);
+            f = view;
+          }
+          code_fields.push_back(f);
+          back.push_back(Tensor::zeros(f.shape(), fields[k].dtype));
+          if (plan.is_model_rank()) {
+            model_fields.push_back(Tensor::zeros(plan.model_shape(fields[k].leading), fields[k].dtype));
+          }
         }
-        code_fields.push_back(f);
-        back.push_back(Tensor::zeros(f.shape(), fields[k].dtype));
-        if (plan.is_model_rank()) model_fields.push_back(Tensor::zeros(plan.model_shape(fields[k].leading), fields[k].dtype));
+        plan.to_model(code_fields, model_fields);
+        const RedistributionStats st = plan.stats();
+        for (std::size_t k = 0; k < model_fields.size(); ++k) {
+          const Tensor expected = filled(static_cast<int>(k), fields[k].dtype, fields[k].leading, plan.model_box());
+          EXPECT_TRUE(same_bits(model_fields[k], expected)) << plan.str() << ", field " << k;
+        }
+        plan.to_code(model_fields, back);
+        for (std::size_t k = 0; k < back.size(); ++k) {
+          EXPECT_TRUE(same_bits(back[k], code_fields[k])) << plan.str() << ": round trip of field " << k;
+        }
+        EXPECT_EQ(st.direct_messages + st.packed_messages, st.to_model_sends + st.to_model_recvs);
+        if (fields.size() > 1) EXPECT_EQ(st.direct_messages, 0) << plan.str();
+        if (fields.size() == 1 && m == 1 && !plan.is_model_rank()) {
+          // A code rank's one message, its whole box: in place unless strided.
+          EXPECT_EQ(st.direct_messages, strided ? 0 : 1) << plan.str() << " on rank " << world_rank();
+        }
       }
-      plan.to_model(code_fields, model_fields);
-      const RedistributionStats to_model_stats = plan.stats();
-      for (std::size_t k = 0; k < model_fields.size(); ++k) {
-        const Tensor expected = filled(static_cast<int>(k), fields[k].dtype, fields[k].leading, plan.model_box());
-        EXPECT_TRUE(same_bits(model_fields[k], expected)) << plan.str() << ", field " << k;
-      }
-      plan.to_code(model_fields, back);
-      for (std::size_t k = 0; k < back.size(); ++k) {
-        EXPECT_TRUE(same_bits(back[k], code_fields[k])) << plan.str() << ": round trip of field " << k;
-      }
-      // The strided rank packs its sends; every other message with rows of 400 bytes
-      // or more in every field (all of them but at 1 x 4, where f32 rows are 200) is direct.
-      const RedistributionStats& st = plan.stats();
-      const int messages = st.to_code_sends + st.to_code_recvs;
-      EXPECT_EQ(st.direct_messages + st.packed_messages, messages);
-      const bool long_f32_rows = code.box().lon.length * 4 >= 256;
-      if (long_f32_rows) EXPECT_EQ(st.direct_messages, messages) << plan.str() << " on rank " << world_rank();
-      if (!long_f32_rows) EXPECT_EQ(st.packed_messages, messages) << plan.str() << " on rank " << world_rank();
-      const int sent = to_model_stats.to_model_sends + to_model_stats.to_model_recvs;
-      if (world_rank() == world_size() - 1 && to_model_stats.to_model_sends > 0) {
-        EXPECT_GE(to_model_stats.packed_messages, to_model_stats.to_model_sends) << plan.str();
-      }
-      EXPECT_EQ(to_model_stats.direct_messages + to_model_stats.packed_messages, sent);
     }
   }
 }
@@ -475,4 +476,122 @@ TEST(CoupledModel, ErrorsFailEveryRank) {
     expect_error<InvalidArgument>([&] { (void)model.predict(world_rank() == 0 ? two : good); }, "leading dims");
   }
   EXPECT_EQ(model.predict(good).shape(), good.shape());  // still usable
+}
+
+// --- CoupledModel::train_step -----------------------------------------------------------
+
+namespace {
+
+// The serial twin of K coupled steps: the checkpoint's model on this rank alone, trained
+// on the global fields with the same loss and optimizer. Returns the losses; the model
+// keeps the trained weights.
+std::vector<double> serial_training(models::FieldEmulator& model, const std::vector<Tensor>& xs,
+                                    const std::vector<Tensor>& ys, const models::CoupledTrainOptions& options) {
+  NamedParameters params = model.named_parameters();
+  std::unique_ptr<Optimizer> optimizer;
+  if (options.optimizer == models::CoupledTrainOptions::Optimizer::adamw) {
+    optimizer = std::make_unique<AdamW>(params, AdamWOptions{.lr = options.lr});
+  } else {
+    optimizer = std::make_unique<Sgd>(params, SgdOptions{.lr = options.lr});
+  }
+  std::vector<double> losses;
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    optimizer->zero_grad();
+    const Tensor prediction = model.forward(xs[k]);
+    const LossResult loss = lat_weighted_mse(prediction, ys[k], model.decomposition(), model.config().latitude_grid);
+    model.backward(loss.grad);
+    optimizer->step();
+    losses.push_back(loss.value);
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST(CoupledModel, TrainStepEqualsSerialTrainingOnTheGatheredFields) {
+  const int p = world_size();
+  constexpr int kSteps = 3;
+  std::vector<Tensor> xs, ys;  // global normalised fields, a different pair each step
+  for (int k = 0; k < kSteps; ++k) {
+    Tensor x = global_input(2), y = Tensor::empty(x.shape(), DType::f32);
+    float* px = x.data<float>();
+    float* py = y.data<float>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      px[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + k));
+      py[i] = static_cast<float>(std::cos(0.23 * static_cast<double>(i) - k) * 0.5);
+    }
+    xs.push_back(x);
+    ys.push_back(y);
+  }
+  struct Case {
+    int m, tensor;
+    models::CoupledTrainOptions options;
+  };
+  using Kind = models::CoupledTrainOptions::Optimizer;
+  std::vector<Case> cases{{1, 1, {Kind::adamw, 1e-2}}, {1, 1, {Kind::sgd, 0.1}}};
+  if (p >= 2) {
+    cases.push_back({2, 1, {Kind::adamw, 1e-2}});
+    cases.push_back({2, 2, {Kind::sgd, 0.1}});
+  }
+  for (const ProcessGrid& g : code_grids()) {
+    Decomposition code(world(), {kLat, kLon}, g);
+    for (const Case& c : cases) {
+      const std::string where = "code grid " + g.str() + ", M = " + std::to_string(c.m) + ", tensor " +
+                                std::to_string(c.tensor) + (c.options.optimizer == Kind::adamw ? ", adamw" : ", sgd");
+      Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
+      std::unique_ptr<models::FieldEmulator> serial = load_model(emulator_checkpoint(), self);
+      const std::vector<double> expected = serial_training(*serial, xs, ys, c.options);
+
+      models::CoupledModel model(emulator_checkpoint(), code, ModelRanks::count(c.m), {c.tensor, true});
+      for (int k = 0; k < kSteps; ++k) {
+        const double loss = model.train_step(box_of(xs[k], code.box()), box_of(ys[k], code.box()), c.options);
+        // The same loss on every code rank, bit for bit...
+        double low = loss, high = loss;
+        MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        EXPECT_EQ(low, high) << where << ", step " << k;
+        // ...and the serial run's (steps after the first see the updated weights).
+        if (c.m == 1) {
+          EXPECT_EQ(loss, expected[static_cast<std::size_t>(k)]) << where << ", step " << k;
+        } else {
+          EXPECT_NEAR(loss, expected[static_cast<std::size_t>(k)], 1e-6 * expected[static_cast<std::size_t>(k)])
+              << where << ", step " << k;
+        }
+      }
+      EXPECT_EQ(model.steps(), kSteps);
+      if (!model.runs_model() || c.tensor != 1) continue;
+      // The weights after K steps: the serial run's (every model rank holds them whole
+      // without tensor parallelism).
+      const NamedParameters trained = model.model().named_parameters(), twin = serial->named_parameters();
+      ASSERT_EQ(trained.size(), twin.size());
+      for (std::size_t i = 0; i < trained.size(); ++i) {
+        const Tensor& a = trained[i].second->value;
+        const Tensor& b = twin[i].second->value;
+        ASSERT_EQ(a.shape(), b.shape()) << trained[i].first;
+        if (c.m == 1) {
+          EXPECT_TRUE(same_bits(a, b)) << where << ": " << trained[i].first;
+        } else {
+          const std::vector<float> va = a.to_vector<float>(), vb = b.to_vector<float>();
+          for (std::size_t j = 0; j < va.size(); ++j) {
+            ASSERT_NEAR(va[j], vb[j], 1e-5 * (1.0 + std::fabs(vb[j]))) << where << ": " << trained[i].first;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CoupledModel, TrainStepErrorsFailEveryRank) {
+  const int p = world_size();
+  Decomposition code(world(), {kLat, kLon}, code_grids().front());
+  models::CoupledModel model(emulator_checkpoint(), code, ModelRanks::count(1));
+  const Tensor x = box_of(global_input(1), code.box());
+  const Tensor wrong = Tensor::zeros({1, 2, code.box().lat.length, code.box().lon.length + 1}, DType::f32);
+  expect_error<ShapeError>([&] { (void)model.train_step(x, world_rank() == p - 1 ? wrong : x); }, "target");
+  expect_error<InvalidArgument>([&] { (void)model.train_step(x, x, {models::CoupledTrainOptions::Optimizer::sgd, -1}); },
+                                "lr = ");
+  EXPECT_EQ(model.steps(), 0);
+  (void)model.train_step(x, x, {models::CoupledTrainOptions::Optimizer::sgd, 0.1});
+  expect_error<InvalidArgument>([&] { (void)model.train_step(x, x); }, "the first step created sgd");
+  EXPECT_EQ(model.steps(), 1);
 }

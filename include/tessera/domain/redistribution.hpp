@@ -32,11 +32,12 @@
 // that is both copies its own part locally. Values are copied, never computed, so a
 // round trip code -> model -> code is exact.
 //
-// A message between host fields whose rows are long (at least the halo exchange's
-// kDirectRowBytes, 256 bytes, in every field) goes straight between the fields and MPI
-// through a derived datatype (detail::strided_block_type per field, as the halo
-// exchange's direct path): no pack, no unpack. Short rows and device fields are packed.
-// The bytes on the wire are the same either way, so each end decides alone.
+// A message whose bytes are one contiguous run of a host field (one field whose part is
+// contiguous: at M = 1 each code rank's whole box) goes between the field and MPI in
+// place; every other is packed row by row into a buffer (one memcpy per row). A derived
+// datatype over the rows (as the halo exchange's direct path) was measured slower than
+// packing on large fields with MPICH 4.0.2 (docs/coupling.md), so it is not used. The
+// bytes on the wire are the same either way, so each end decides alone.
 //
 // start_*()/finish() split a transfer for overlap, as in the halo exchange: start packs
 // and posts, finish waits (detail::wait_all under the code communicator's wait policy:
@@ -97,8 +98,8 @@ struct RedistributionStats {
   int to_code_sends = 0;
   int to_code_recvs = 0;
   std::int64_t self_cells = 0;  // (lat, lon) cells copied locally code -> model
-  // Messages of the last transfer (sends and receives) that MPI moved straight from or
-  // into the fields through a datatype, and those packed into a buffer.
+  // Messages of the last transfer (sends and receives) that MPI moved from or into the
+  // fields in place, and those packed into a buffer.
   int direct_messages = 0;
   int packed_messages = 0;
 };
