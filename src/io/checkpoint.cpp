@@ -45,6 +45,7 @@ std::string save_checkpoint(const std::string& root, const Mesh& mesh, const Nam
     entries = collect_entries(mesh, params, optimizer);
     hook.maybe_fail(rank, "prepare", "preparing " + final_dir);
   });
+  add_entries_of_other_stages(mesh, entries);
   check_same_tensors_everywhere(world, entries, optimizer);
 
   std::string nonce = rank == 0 ? make_nonce() : std::string();

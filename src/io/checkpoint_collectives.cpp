@@ -52,4 +52,32 @@ std::vector<std::vector<std::int64_t>> all_gather_vectors(Communicator& comm, co
   return out;
 }
 
+// Each string as its length, then its bytes packed eight to an int64.
+std::vector<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::vector<std::string>& mine) {
+  std::vector<std::int64_t> packed;
+  for (const std::string& s : mine) {
+    packed.push_back(static_cast<std::int64_t>(s.size()));
+    for (std::size_t i = 0; i < s.size(); i += 8) {
+      std::uint64_t word = 0;
+      for (std::size_t k = 0; k < 8 && i + k < s.size(); ++k) {
+        word |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i + k])) << (8 * k);
+      }
+      packed.push_back(static_cast<std::int64_t>(word));
+    }
+  }
+  std::vector<std::vector<std::string>> out;
+  for (const auto& words : all_gather_vectors(comm, packed)) {
+    std::vector<std::string>& list = out.emplace_back();
+    for (std::size_t k = 0; k < words.size();) {
+      const auto length = static_cast<std::size_t>(words[k++]);
+      std::string& s = list.emplace_back(length, '\0');
+      for (std::size_t i = 0; i < length; ++i) {
+        s[i] = static_cast<char>((static_cast<std::uint64_t>(words[k + i / 8]) >> (8 * (i % 8))) & 0xff);
+      }
+      k += (length + 7) / 8;
+    }
+  }
+  return out;
+}
+
 }  // namespace tessera::io::detail

@@ -3,6 +3,7 @@
 // (which rank's block is written and counted in checksums) and two small collectives.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tessera/comm.hpp"
@@ -22,5 +23,7 @@ bool is_main_replica(const Mesh& mesh, const MeshPlacement& placement);
 void all_reduce_checksums(Communicator& comm, std::vector<std::uint64_t>& sums);
 // Gathers every rank's vector onto every rank (rank order).
 std::vector<std::vector<std::int64_t>> all_gather_vectors(Communicator& comm, const std::vector<std::int64_t>& mine);
+// Gathers every rank's list of strings onto every rank (rank order).
+std::vector<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::vector<std::string>& mine);
 
 }  // namespace tessera::io::detail

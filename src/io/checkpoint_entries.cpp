@@ -1,6 +1,8 @@
 // What a rank saves: its entries (parameters and optimizer state), the cross-rank check
 // that every rank saves the same tensors, and the checkpoint header.
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "io/checkpoint_collectives.hpp"
 #include "io/checkpoint_save.hpp"
@@ -54,6 +56,97 @@ std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& para
     }
   }
   return entries;
+}
+
+namespace {
+
+// An entry as text for the gather across stages: section, name, dtype, global shape and
+// placement, separated by US (0x1f), which no HDF5 link name here contains in practice.
+constexpr char kSep = '\x1f';
+
+std::string describe_entry(const Entry& e) {
+  std::ostringstream out;
+  out << e.section << kSep << e.name << kSep << static_cast<int>(e.host.dtype()) << kSep;
+  for (std::int64_t d : e.global_shape) out << d << ' ';
+  out << kSep;
+  for (MeshDim d : {MeshDim::dp, MeshDim::tp, MeshDim::domain}) {
+    out << static_cast<int>(e.placement[d].kind) << ' ' << e.placement[d].dim << ' ';
+  }
+  return out.str();
+}
+
+// The entry another stage saves, as this rank sees it: its dtype, global shape and
+// placement, an empty block, never written by this rank, no checksum share.
+Entry entry_of_other_stage(const std::string& text) {
+  std::vector<std::string> field;
+  std::size_t start = 0;
+  for (std::size_t sep; (sep = text.find(kSep, start)) != std::string::npos; start = sep + 1) {
+    field.push_back(text.substr(start, sep - start));
+  }
+  field.push_back(text.substr(start));
+  if (field.size() != 5) throw InternalError("checkpoint: bad entry description from another pipeline stage");
+  Entry e;
+  e.section = field[0];
+  e.name = field[1];
+  std::istringstream shape(field[3]);
+  for (std::int64_t d; shape >> d;) e.global_shape.push_back(d);
+  std::istringstream placement(field[4]);
+  for (MeshDim d : {MeshDim::dp, MeshDim::tp, MeshDim::domain}) {
+    int kind = 0, dim = -1;
+    placement >> kind >> dim;
+    e.placement[d] = {static_cast<Placement::Kind>(kind), dim};
+  }
+  e.offset = Shape(e.global_shape.size(), 0);
+  e.host = Tensor::zeros(e.offset, static_cast<DType>(std::stoi(field[2])));
+  return e;
+}
+
+}  // namespace
+
+void add_entries_of_other_stages(const Mesh& mesh, std::vector<Entry>& entries) {
+  if (mesh.pp_size() == 1) return;
+  std::vector<std::string> mine{std::to_string(mesh.coords().pp)};
+  for (const Entry& e : entries) mine.push_back(describe_entry(e));
+  const auto all = all_gather_strings(mesh.world(), mine);
+  // One list per stage, from its first rank; every other rank of the stage must agree.
+  std::map<int, std::size_t> first_rank_of_stage;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const int stage = std::stoi(all[r].front());
+    const auto [it, added] = first_rank_of_stage.emplace(stage, r);
+    if (!added && all[r] != all[it->second]) {
+      throw InvalidArgument("checkpoint: ranks " + std::to_string(it->second) + " and " + std::to_string(r) +
+                            " of pipeline stage " + std::to_string(stage) +
+                            " do not agree on the tensors to save (names, global shapes, dtypes or placements)");
+    }
+  }
+  // A tensor belongs to one stage: two would both write it.
+  std::map<std::string, int> stage_of;
+  for (const auto& [stage, r] : first_rank_of_stage) {
+    for (std::size_t k = 1; k < all[r].size(); ++k) {
+      const Entry e = entry_of_other_stage(all[r][k]);
+      const auto [it, added] = stage_of.emplace(e.path(), stage);
+      if (!added) {
+        throw InvalidArgument("checkpoint: " + e.path() + " is held by pipeline stages " + std::to_string(it->second) +
+                              " and " + std::to_string(stage) + "; a tensor must belong to one stage");
+      }
+    }
+  }
+  // The union in one order on every rank: the model's tensors stage by stage, then the
+  // optimizer's (for a serial split, the serial model's order).
+  std::map<std::string, Entry> own;
+  for (Entry& e : entries) own.emplace(e.path(), std::move(e));
+  std::vector<Entry> all_entries;
+  for (const char* section : {"model", "optimizer"}) {
+    for (const auto& [stage, r] : first_rank_of_stage) {
+      for (std::size_t k = 1; k < all[r].size(); ++k) {
+        Entry e = entry_of_other_stage(all[r][k]);
+        if (e.section != section) continue;
+        const auto it = own.find(e.path());
+        all_entries.push_back(it != own.end() ? std::move(it->second) : std::move(e));
+      }
+    }
+  }
+  entries = std::move(all_entries);
 }
 
 void check_same_tensors_everywhere(Communicator& world, const std::vector<Entry>& entries,

@@ -1,5 +1,6 @@
 // load_checkpoint: every rank reads exactly the hyperslab its current parameters (and
 // optimizer state) need, whatever layout wrote the file, verifies checksums, then copies.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -69,6 +70,20 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
   // one read of the checkpoint in all.
   verify_step_directory(fs::path(file).parent_path().string(), &world);
 
+  // With a pipeline each stage holds its own parameters: the model is the union of the
+  // stages' names (for `only` and for what the file may hold), and each rank reads the
+  // parameters it holds.
+  std::set<std::string> model_names, state_names;
+  for (const auto& [name, p] : params) model_names.insert(name);
+  if (optimizer != nullptr) {
+    for (const OptimizerState& s : optimizer->named_state()) state_names.insert(s.name);
+  }
+  if (mesh.pp_size() > 1) {
+    for (auto* names : {&model_names, &state_names}) {
+      for (const auto& list : all_gather_strings(world, {names->begin(), names->end()})) names->insert(list.begin(), list.end());
+    }
+  }
+
   LoadResult result;
   result.file = file;
   std::optional<CheckpointReader> reader;
@@ -94,10 +109,8 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
     }
 
     std::set<std::string> selected(options.only.begin(), options.only.end());
-    std::set<std::string> known;
-    for (const auto& [name, p] : params) known.insert(name);
     for (const std::string& name : selected) {
-      if (!known.count(name)) {
+      if (!model_names.count(name)) {
         throw InvalidArgument("load_checkpoint: '" + name + "' (in LoadOptions::only) is not a parameter of the model");
       }
     }
@@ -152,9 +165,9 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
 
     if (selected.empty()) {
       std::set<std::string> expected;
-      for (const auto& [name, p] : params) expected.insert(dataset_path("model", name));
+      for (const std::string& name : model_names) expected.insert(dataset_path("model", name));
       if (load_optimizer) {
-        for (const OptimizerState& s : optimizer->named_state()) expected.insert(dataset_path("optimizer", s.name));
+        for (const std::string& name : state_names) expected.insert(dataset_path("optimizer", name));
       }
       for (const DatasetInfo& d : reader->datasets()) {
         if (d.section == "optimizer" && !load_optimizer) continue;
@@ -177,14 +190,30 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
   if (options.verify_checksums) {
     // The main replicas of the current layout tile every tensor exactly once, so their
     // shares add up to the checksum of the whole dataset.
-    std::vector<std::uint64_t> sums;
-    for (const Target& t : targets) sums.push_back(t.checksum);
+    // With a pipeline the ranks read different tensors: the shares are added up by
+    // dataset path over the union of the ranks' targets.
+    std::vector<std::string> paths;
+    for (const Target& t : targets) paths.push_back(t.path());
+    std::vector<std::size_t> slot(targets.size());
+    std::vector<std::uint64_t> sums(targets.size());
+    if (mesh.pp_size() > 1) {
+      std::set<std::string> all_paths;
+      for (const auto& list : all_gather_strings(world, paths)) all_paths.insert(list.begin(), list.end());
+      paths.assign(all_paths.begin(), all_paths.end());
+      sums.assign(paths.size(), 0);
+      for (std::size_t i = 0; i < targets.size(); ++i) {
+        slot[i] = static_cast<std::size_t>(std::lower_bound(paths.begin(), paths.end(), targets[i].path()) - paths.begin());
+      }
+    } else {
+      for (std::size_t i = 0; i < targets.size(); ++i) slot[i] = i;
+    }
+    for (std::size_t i = 0; i < targets.size(); ++i) sums[slot[i]] = targets[i].checksum;
     all_reduce_checksums(world, sums);
     for (std::size_t i = 0; i < targets.size(); ++i) {
-      if (sums[i] != targets[i].dataset->checksum) {
+      if (sums[slot[i]] != targets[i].dataset->checksum) {
         char detail[96];
         std::snprintf(detail, sizeof detail, "stored 0x%016" PRIx64 ", computed 0x%016" PRIx64,
-                      targets[i].dataset->checksum, sums[i]);
+                      targets[i].dataset->checksum, sums[slot[i]]);
         throw IoError("checkpoint '" + file + "': checksum mismatch in dataset " + targets[i].path() + " (" + detail +
                       "): the data is corrupted");
       }

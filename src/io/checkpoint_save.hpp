@@ -74,6 +74,13 @@ struct Entry {
 // (on the main replica) with its checksum share.
 std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& params, Optimizer* optimizer);
 
+// With a pipeline (mesh.pp_size() > 1) each stage holds its own tensors: the entries
+// become the union over the stages, in one order on every rank, the other stages'
+// tensors as entries this rank does not write. Ranks of one stage must agree, and a
+// tensor may belong to one stage only (InvalidArgument otherwise). Collective; a no-op
+// at pipeline 1.
+void add_entries_of_other_stages(const Mesh& mesh, std::vector<Entry>& entries);
+
 // A collective HDF5 write with ranks that disagree on the tensors would hang; compare a
 // hash of (name, shape, dtype, placement) of every tensor across ranks first.
 void check_same_tensors_everywhere(Communicator& world, const std::vector<Entry>& entries,
