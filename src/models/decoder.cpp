@@ -15,6 +15,7 @@
 #include "tessera/nn/sequential.hpp"
 #include "tessera/nn/swiglu.hpp"
 #include "tessera/ops.hpp"
+#include "tessera/placement.hpp"
 
 namespace tessera::models {
 
@@ -259,10 +260,12 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
 std::int64_t decoder_activation_bytes(const DecoderConfig& a, std::int64_t seq_len, int tp, bool sp,
                                       const nn::CheckpointPolicy& policy) {
   const std::int64_t S = seq_len, Sl = sp ? seq_len / tp : seq_len, d = a.d_model;
-  const std::int64_t dl = d / tp, heads = a.n_heads / tp, hl = a.hidden / tp;
+  // The widest rank's share of the features that may split unevenly (the partition rule).
+  auto widest = [tp](std::int64_t extent) { return shard_range(extent, tp, 0).length; };
+  const std::int64_t dl = d / tp, heads = a.n_heads / tp, hl = widest(a.hidden);
   // k and v: whole key/value heads per rank when tp divides them, at least one otherwise.
   const std::int64_t kvl = std::max<std::int64_t>(1, a.kv_heads() / tp) * (d / a.n_heads);
-  const std::int64_t vl = a.tie_embeddings ? a.vocab : a.vocab / tp;
+  const std::int64_t vl = a.tie_embeddings ? a.vocab : widest(a.vocab);
   std::int64_t per_layer = 8 * Sl * d             // norms (input, output), residual streams, row outputs
                            + 2 * S * dl + 2 * S * kvl  // q, attention output; k, v
                            + heads * S * S        // attention probabilities

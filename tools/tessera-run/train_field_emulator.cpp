@@ -15,6 +15,7 @@
 #include "tessera/mesh.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/models/load_model.hpp"
+#include "tessera/placement.hpp"
 
 namespace tessera::run {
 namespace {
@@ -43,7 +44,7 @@ std::int64_t activation_bytes_per_sample(const models::FieldEmulatorConfig& m, s
                                          const nn::CheckpointPolicy& checkpointing = {}) {
   const std::int64_t k = m.kernel, halo = k - 1;
   const std::int64_t plane = lat_local * m.nlon, padded = (lat_local + halo) * (m.nlon + halo);
-  const std::int64_t hidden_local = m.mlp_hidden / tp;
+  const std::int64_t hidden_local = shard_range(m.mlp_hidden, tp, 0).length;  // the widest rank's
   const std::int64_t block = (3 * m.width + 2 * hidden_local) * plane, checkpointed = checkpointing.count(m.n_blocks);
   std::int64_t floats = m.channels * padded + m.channels * k * k * plane + m.width * plane;  // encoder
   floats += (m.n_blocks - checkpointed) * block;                                             // blocks
