@@ -32,6 +32,7 @@
 
 // nn: serial reference layers, explicit forward/backward
 #include "tessera/nn/activation.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/conv2d.hpp"
 #include "tessera/nn/embedding.hpp"
@@ -51,6 +52,7 @@
 #include "tessera/tp/cross_entropy.hpp"
 #include "tessera/tp/embedding.hpp"
 #include "tessera/tp/linear.hpp"
+#include "tessera/tp/lora.hpp"
 #include "tessera/tp/mappings.hpp"
 #include "tessera/tp/parallelize.hpp"
 #include "tessera/tp/sharding.hpp"
@@ -76,6 +78,11 @@
 #include "tessera/dp/data_parallel.hpp"
 #include "tessera/dp/memory.hpp"
 #include "tessera/dp/sampler.hpp"
+
+// pp: pipeline parallelism (stages, schedules, the pipelined training step)
+#include "tessera/pp/pipeline.hpp"
+#include "tessera/pp/schedule.hpp"
+#include "tessera/pp/stages.hpp"
 
 // models: reference models built from the layers above
 #include "tessera/models/channel_mlp.hpp"
