@@ -391,6 +391,20 @@ int tessera_redist_in_flight(const tessera_redist_t* redist, int* in_flight);
  * decomposition's is TESSERA_ERR_INVALID_ARGUMENT on every rank. */
 int tessera_model_load_coupled(const tessera_decomp_t* decomp, const char* path, int nmodel, const int* model_ranks,
                                int tensor, tessera_model_t** model);
+/* Collective: one online training step of a coupled model (tessera_model_load_coupled)
+ * on normalised fields in the code's layout, input and target (B, channels, box lat,
+ * box lon) in tessera's view on every rank, dtype TESSERA_F32. Both go to the model
+ * ranks in one transfer; there the model runs forward, the latitude-weighted MSE
+ * (tessera-run's loss), backward, its gradient sync and an optimizer step: `optimizer`
+ * "adamw" (torch's defaults but lr) or "sgd" (no momentum), created on the first step
+ * and kept (another kind later is TESSERA_ERR_INVALID_ARGUMENT), learning rate `lr`.
+ * *loss (may be NULL) receives the step's loss, the same on every rank. A model of
+ * tessera_model_load is TESSERA_ERR_INVALID_ARGUMENT (train it with tessera-run). */
+int tessera_model_train_step(tessera_model_t* model, const void* input, const void* target, tessera_dtype_t dtype,
+                             tessera_order_t order, int ndim, const int64_t* shape, const char* optimizer, double lr,
+                             double* loss);
+/* Steps taken by tessera_model_train_step. */
+int tessera_model_train_steps(const tessera_model_t* model, int64_t* steps);
 /* The ranks that run the model and this rank's place among them (-1 when it runs none);
  * for a model of tessera_model_load: the mesh's size and this rank's rank in it. */
 int tessera_model_coupling(const tessera_model_t* model, int* model_size, int* model_rank);

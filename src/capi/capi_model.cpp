@@ -130,6 +130,44 @@ int tessera_model_load_coupled(const tessera_decomp_t* decomp, const char* path,
   });
 }
 
+int tessera_model_train_step(tessera_model_t* model, const void* input, const void* target, tessera_dtype_t dtype,
+                             tessera_order_t order, int ndim, const int64_t* shape, const char* optimizer, double lr,
+                             double* loss) {
+  return guarded("tessera_model_train_step", [&] {
+    if (!is_coupled(model)) {
+      throw InvalidArgument("tessera_model_train_step trains a coupled model (tessera_model_load_coupled); a model "
+                            "of tessera_model_load is for inference (train it with tessera-run)");
+    }
+    models::CoupledModel& coupled = *model->coupled;
+    Tensor in, tgt;
+    models::CoupledTrainOptions options;
+    agree_on_success(coupled.plan().code().comm().mpi_comm(), [&] {
+      if (dtype != TESSERA_F32) {
+        throw InvalidArgument("model fields must be TESSERA_F32 (0), got dtype " + std::to_string(dtype));
+      }
+      require(optimizer, "the optimizer name");
+      const std::string kind = optimizer;
+      if (kind != "adamw" && kind != "sgd") {
+        throw InvalidArgument("optimizer '" + kind + "' is neither \"adamw\" nor \"sgd\"");
+      }
+      options.optimizer = kind == "adamw" ? models::CoupledTrainOptions::Optimizer::adamw
+                                          : models::CoupledTrainOptions::Optimizer::sgd;
+      options.lr = lr;
+      in = capi::array_view(const_cast<void*>(input), dtype, order, ndim, shape, "model input");
+      tgt = capi::array_view(const_cast<void*>(target), dtype, order, ndim, shape, "model target");
+    });
+    const double value = coupled.train_step(in, tgt, options);
+    if (loss != nullptr) *loss = value;
+  });
+}
+
+int tessera_model_train_steps(const tessera_model_t* model, int64_t* steps) {
+  return guarded("tessera_model_train_steps", [&] {
+    require(steps, "steps");
+    *steps = is_coupled(model) ? model->coupled->steps() : 0;
+  });
+}
+
 int tessera_model_coupling(const tessera_model_t* model, int* model_size, int* model_rank) {
   return guarded("tessera_model_coupling", [&] {
     require(model_size, "model_size");

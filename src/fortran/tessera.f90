@@ -92,7 +92,7 @@ module tessera
     tessera_redist_model_box, tessera_redist_model_comm, tessera_redist_add_field, tessera_redist_clear_fields, &
     tessera_redist_num_fields, tessera_redist_to_model, tessera_redist_to_code, tessera_redist_start_to_model, &
     tessera_redist_start_to_code, tessera_redist_finish, tessera_redist_in_flight, tessera_model_load_coupled, &
-    tessera_model_coupling
+    tessera_model_coupling, tessera_model_train_step
 
   ! Communicators as integer handles (use mpi) or as type(MPI_Comm) (use mpi_f08).
   interface tessera_mesh_create
@@ -541,6 +541,17 @@ module tessera
       integer(c_int), value :: dtype, order, ndim
       integer(c_int64_t), intent(in) :: shape(*)
       integer(c_int) :: c_model_forward
+    end function
+    function c_model_train_step(model, input, target, dtype, order, ndim, shape, optimizer, lr, loss) &
+        bind(c, name="tessera_model_train_step")
+      import :: c_int, c_int64_t, c_ptr, c_char, c_double
+      type(c_ptr), value :: model, input, target
+      integer(c_int), value :: dtype, order, ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      character(kind=c_char), intent(in) :: optimizer(*)
+      real(c_double), value :: lr
+      real(c_double), intent(out) :: loss
+      integer(c_int) :: c_model_train_step
     end function
 
     function c_redist_create(decomp, nmodel, model_ranks, grid_lat, grid_lon, replicas, redist) &
@@ -1928,6 +1939,34 @@ contains
     t = 1
     if (present(tensor)) t = int(tensor, c_int)
     call finish_call(c_model_load_coupled(decomp%ptr, to_c(path), n, p, t, model%ptr), ierr)
+  end subroutine
+
+  !> Collective: one online training step of a coupled model on normalised fields in the
+  !> code's layout (input and target of one shape, (nlon, lat, channels[, B]) over this
+  !> rank's box): forward, latitude-weighted MSE, backward, gradient sync and an optimizer
+  !> step ('adamw' or 'sgd', kept from the first step) on the model ranks; `loss` is the
+  !> step's loss, the same on every rank.
+  subroutine tessera_model_train_step(model, input, target, optimizer, lr, loss, ierr)
+    type(tessera_model), intent(inout) :: model
+    real(real32), intent(in), target :: input(..), target(..)
+    character(len=*), intent(in) :: optimizer
+    real(real64), intent(in) :: lr
+    real(real64), intent(out) :: loss
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: s(MAX_DIMS), t(MAX_DIMS)
+    real(c_double) :: value
+    loss = 0
+    if (.not. describe_r32(input, s, 'tessera_model_train_step', 'input', ierr)) return
+    if (.not. describe_r32(target, t, 'tessera_model_train_step', 'target', ierr)) return
+    if (any(s /= t) .or. rank(input) /= rank(target)) then
+      call fail_local('tessera_model_train_step: target and input have different shapes', ierr)
+      return
+    end if
+    call begin_call()
+    value = 0
+    call finish_call(c_model_train_step(model%ptr, c_loc(input), c_loc(target), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
+                                        int(rank(input), c_int), s, to_c(optimizer), real(lr, c_double), value), ierr)
+    loss = real(value, real64)
   end subroutine
 
   !> How many ranks run the model and this rank's 0-based place among them (-1: none).

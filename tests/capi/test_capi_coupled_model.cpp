@@ -3,7 +3,10 @@
 // the C API, on arrays in C and in Fortran order (output over the input), against the
 // serial C++ model on the gathered field: bit-identical at M = 1, to rounding otherwise.
 // Errors on every rank: a model grid that is not the decomposition's, M > N, a
-// duplicate in the rank list, a wrong shape on one rank.
+// duplicate in the rank list, a wrong shape on one rank. Online training
+// (tessera_model_train_step): two AdamW steps and one SGD step per case equal the same
+// steps of the serial C++ model on the gathered fields (losses, and the trained model's
+// prediction: bit for bit at M = 1), the loss the same on every rank.
 
 #include <mpi.h>
 
@@ -18,7 +21,9 @@
 #include "tessera/mesh.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/models/load_model.hpp"
+#include "tessera/domain/loss.hpp"
 #include "tessera/nn/module.hpp"
+#include "tessera/optim.hpp"
 #include "tessera/tessera.h"
 
 namespace {
@@ -140,6 +145,55 @@ int main(int argc, char** argv) {
                     TESSERA_ERR_SHAPE);
       EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F64, TESSERA_ORDER_C, 4, shape_c),
                     TESSERA_ERR_INVALID_ARGUMENT);
+      // Online training from the code's layout against the serial twin.
+      {
+        Mesh twin_mesh(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
+        std::unique_ptr<models::FieldEmulator> twin = load_model(root, twin_mesh);
+        std::vector<float> goal(global.size());
+        for (std::size_t i = 0; i < goal.size(); ++i) goal[i] = static_cast<float>(std::sin(0.11 * double(i)));
+        const Tensor gx = Tensor::from_vector(global, {kB, kC, kLat, kLon});
+        const Tensor gy = Tensor::from_vector(goal, {kB, kC, kLat, kLon});
+        const std::vector<float> t = box_of(goal);
+        std::unique_ptr<Optimizer> adamw = std::make_unique<AdamW>(twin->named_parameters(), AdamWOptions{.lr = 1e-2});
+        for (int step = 0; step < 2; ++step) {
+          double loss = -1;
+          EXPECT_STATUS(tessera_model_train_step(model, x.data(), t.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c,
+                                                 "adamw", 1e-2, &loss),
+                        TESSERA_OK);
+          adamw->zero_grad();
+          const domain::LossResult r =
+              domain::lat_weighted_mse(twin->forward(gx), gy, twin->decomposition(), twin->config().latitude_grid);
+          twin->backward(r.grad);
+          adamw->step();
+          double low = loss, high = loss;
+          MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+          MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+          CHECK(low == high);
+          CHECK(c.m == 1 ? loss == r.value : std::fabs(loss - r.value) <= 1e-6 * r.value);
+        }
+        // Another optimizer after the first step: refused on every rank.
+        EXPECT_STATUS(tessera_model_train_step(model, x.data(), t.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c,
+                                               "sgd", 0.1, nullptr),
+                      TESSERA_ERR_INVALID_ARGUMENT);
+        EXPECT_STATUS(tessera_model_train_step(model, x.data(), t.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c,
+                                               "lbfgs", 0.1, nullptr),
+                      TESSERA_ERR_INVALID_ARGUMENT);
+        std::int64_t steps = -1;
+        EXPECT_STATUS(tessera_model_train_steps(model, &steps), TESSERA_OK);
+        CHECK(steps == 2);
+        // The trained weights, through the prediction they make.
+        const std::vector<float> twin_y = box_of(twin->forward(gx).to_vector<float>());
+        EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape_c),
+                      TESSERA_OK);
+        if (c.m == 1) {
+          CHECK(std::memcmp(y.data(), twin_y.data(), y.size() * sizeof(float)) == 0);
+        } else {
+          bool close = true;
+          for (std::size_t i = 0; i < y.size(); ++i)
+            close = close && std::fabs(y[i] - twin_y[i]) <= 1e-5 * (1 + std::fabs(twin_y[i]));
+          CHECK(close);
+        }
+      }
       EXPECT_STATUS(tessera_model_destroy(&model), TESSERA_OK);
     }
 
@@ -161,6 +215,19 @@ int main(int argc, char** argv) {
     EXPECT_STATUS(tessera_model_load_coupled(nullptr, root.c_str(), 1, nullptr, 1, &model),
                   TESSERA_ERR_INVALID_ARGUMENT);
     CHECK(model == nullptr);
+    // Training a model of tessera_model_load (not coupled) is refused.
+    {
+      tessera_mesh_t* mesh = nullptr;
+      EXPECT_STATUS(tessera_mesh_create(MPI_COMM_SELF, TESSERA_DATA_NONE, 1, 1, &mesh), TESSERA_OK);
+      EXPECT_STATUS(tessera_model_load(mesh, root.c_str(), &model), TESSERA_OK);
+      const std::int64_t whole[4] = {kB, kC, kLat, kLon};
+      EXPECT_STATUS(tessera_model_train_step(model, global.data(), global.data(), TESSERA_F32, TESSERA_ORDER_C, 4,
+                                             whole, "adamw", 1e-3, nullptr),
+                    TESSERA_ERR_INVALID_ARGUMENT);
+      CHECK(std::strstr(tessera_last_error(), "tessera_model_load_coupled") != nullptr);
+      tessera_model_destroy(&model);
+      tessera_mesh_destroy(&mesh);
+    }
     tessera_decomp_destroy(&other);
     tessera_decomp_destroy(&d);
   }
