@@ -1,7 +1,9 @@
 ! A climate code with its own 2 x 2 decomposition runs the field emulator on 1 and on 2
 ! of its ranks through a redistribution plan (docs/coupling.md), and checks the result
 ! against the model run serially on the gathered field: bit-identical on one model rank,
-! equal to rounding on two (latitude bands). Then the plan itself: a real64 field with
+! equal to rounding on two (latitude bands). Then online training through the plan: three
+! AdamW steps on 1 and 2 model ranks against the same steps of a serial twin (a coupled
+! model over MPI_COMM_SELF on the whole field). Then the plan itself: a real64 field with
 ! levels, moved to the model's layout and back, exactly. Run at 4 ranks from a directory
 ! holding runs/emulator (a tessera-run checkpoint of the field emulator):
 !   mpiexec -n 4 couple_emulator
@@ -12,7 +14,8 @@ program couple_emulator
   implicit none
   type(tessera_mesh) :: self_mesh
   type(tessera_model) :: serial, model
-  type(tessera_decomp) :: decomp
+  type(tessera_decomp) :: decomp, whole
+  type(tessera_model) :: twin
   type(tessera_redist) :: redist
   real(real32), allocatable :: x_all(:, :, :), y_all(:, :, :), x(:, :, :), y(:, :, :)
   real(real64), allocatable, target :: t(:, :, :), t_model(:, :, :), t_back(:, :, :)
@@ -20,7 +23,9 @@ program couple_emulator
   integer :: ierr, nranks, rank, nmodel, model_rank, model_size, i, j, k
   integer :: lat1, nlat, lon1, nlon, mlat1, mnlat, mlon1, mnlon, glat, glon
   integer :: channels, gnlat, gnlon
-  real(real64) :: worst, scale
+  real(real64) :: worst, scale, loss, twin_loss, low, high
+  real(real32), allocatable :: goal_all(:, :, :), goal(:, :, :), out(:, :, :), twin_out(:, :, :)
+  integer :: step
 
   call MPI_Init(ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
@@ -65,6 +70,46 @@ program couple_emulator
       call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
     end if
   end do
+
+  ! Online training: inputs and targets in the code's layout on every rank, the step on
+  ! the model ranks, the loss back on every rank. The twin trains on the whole field.
+  allocate(goal_all(gnlon, gnlat, channels), out(nlon, nlat, channels))
+  goal_all = 0.5 * cshift(x_all, 1, dim=2)
+  allocate(goal(nlon, nlat, channels), twin_out(gnlon, gnlat, channels))
+  goal = goal_all(lon1:lon1 + nlon - 1, lat1:lat1 + nlat - 1, :)
+  call tessera_decomp_create(whole, MPI_COMM_SELF, gnlat, gnlon, 1, 1)
+  do nmodel = 1, min(2, nranks)
+    call tessera_model_load_coupled(model, decomp, 'runs/emulator', nmodel)
+    call tessera_model_load_coupled(twin, whole, 'runs/emulator', 1)
+    do step = 1, 3
+      call tessera_model_train_step(model, x, goal, 'adamw', 1e-3_real64, loss)
+      call tessera_model_train_step(twin, x_all, goal_all, 'adamw', 1e-3_real64, twin_loss)
+      low = loss
+      high = loss
+      call MPI_Allreduce(MPI_IN_PLACE, low, 1, MPI_DOUBLE_PRECISION, MPI_MIN, MPI_COMM_WORLD, ierr)
+      call MPI_Allreduce(MPI_IN_PLACE, high, 1, MPI_DOUBLE_PRECISION, MPI_MAX, MPI_COMM_WORLD, ierr)
+      if (low /= high .or. (nmodel == 1 .and. loss /= twin_loss) .or. &
+          abs(loss - twin_loss) > 1e-6 * twin_loss) then
+        print '(a,i0,a,i0,a,2es14.6)', 'rank ', rank, ': training loss of step ', step, &
+            ' differs (coupled, serial): ', loss, twin_loss
+        call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+      end if
+    end do
+    ! The trained weights, seen through the next state they predict.
+    call tessera_model_forward(model, x, out)
+    call tessera_model_forward(twin, x_all, twin_out)
+    worst = maxval(abs(real(out, real64) - twin_out(lon1:lon1 + nlon - 1, lat1:lat1 + nlat - 1, :)))
+    call MPI_Allreduce(MPI_IN_PLACE, worst, 1, MPI_DOUBLE_PRECISION, MPI_MAX, MPI_COMM_WORLD, ierr)
+    if (rank == 0) print '(a,i0,a,es12.5,a,es9.2)', 'online training on ', nmodel, &
+        ' rank(s): loss after 3 steps ', loss, ', max |difference| from the serial twin ', worst
+    if ((nmodel == 1 .and. worst /= 0) .or. worst > 1e-5) then
+      print '(a,i0,a)', 'rank ', rank, ': coupled training differs from the serial twin'
+      call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
+    end if
+    call tessera_model_destroy(twin)
+    call tessera_model_destroy(model)
+  end do
+  call tessera_decomp_destroy(whole)
 
   ! The plan itself: a field t(lon, lat, level) to a model on 2 ranks and back.
   call tessera_redist_create(redist, decomp, min(2, nranks))

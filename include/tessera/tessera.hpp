@@ -66,6 +66,7 @@
 #include "tessera/domain/halo_exchange.hpp"
 #include "tessera/domain/halo_index.hpp"
 #include "tessera/domain/loss.hpp"
+#include "tessera/domain/redistribution.hpp"
 
 // io: sharded HDF5 checkpoints, safetensors and the PyTorch key mapping
 #include "tessera/io/checkpoint.hpp"
@@ -86,6 +87,7 @@
 
 // models: reference models built from the layers above
 #include "tessera/models/channel_mlp.hpp"
+#include "tessera/models/coupled_model.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/models/load_model.hpp"
