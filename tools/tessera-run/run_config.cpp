@@ -226,6 +226,33 @@ void check_decoder(const RunConfig& c) {
     fail("model.seq_len (" + n(c.decoder.seq_len) + ") must be divisible by parallelism.tensor (" + n(tp) +
          ") with model.sequence_parallel");
   }
+  if (c.decoder.lora.rank > 0 && tp > 1 && c.decoder.sequence_parallel && !a.tie_embeddings) {
+    fail("model.lora needs model.sequence_parallel: false at parallelism.tensor " + n(tp) +
+         " (LoRA wraps no sequence-parallel layer)");
+  }
+  if (c.decoder.lora.rank > 0 && c.parallelism.pipeline > 1) {
+    fail("model.lora is not supported with parallelism.pipeline > 1");
+  }
+  // A pipeline (docs/pipeline.md) keeps each stage's parameters whole over the stages,
+  // sends replicated activations between them and recomputes forwards itself.
+  if (c.parallelism.pipeline > 1) {
+    const std::string pp = "with parallelism.pipeline " + n(c.parallelism.pipeline);
+    if (a.tie_embeddings) fail("model.tie_embeddings must be false " + pp + " (the table would live on two stages)");
+    if (c.parallelism.data == DataParallelMode::fsdp2) fail("parallelism.data fsdp2 is not supported " + pp + " (use ddp)");
+    if (c.activation_checkpointing.enabled()) {
+      fail("model.activation_checkpointing must be none " + pp + " (the pipeline recomputes each stage's forward)");
+    }
+    if (c.optimizer.clip_grad_norm > 0) {
+      fail("optimizer.clip_grad_norm must be 0 " + pp + " (the norm is not summed over the stages yet)");
+    }
+    if (c.data.has_validation()) fail("data.validation is not supported " + pp + " (evaluation runs no pipeline yet)");
+    if (a.n_layers + 3 < c.parallelism.pipeline) {
+      fail("parallelism.pipeline (" + n(c.parallelism.pipeline) + ") exceeds the decoder's " + n(a.n_layers + 3) +
+           " pipeline units (embed, model.n_layers blocks, norm, head)");
+    }
+  } else if (c.pipeline.microbatches != 0 || !c.pipeline.cut_points.empty()) {
+    fail("pipeline.microbatches and pipeline.cut_points need parallelism.pipeline > 1");
+  }
   if (c.data.source != "bytes" && !c.data.path.empty()) {
     fail("data.path is read only with data.source bytes (data.source is " + c.data.source + ")");
   }
@@ -306,6 +333,17 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
               }},
              {"sequence_parallel", [&](const YAML::Node& x, const std::string& kk) {
                 dm.sequence_parallel = p.boolean(x, kk);
+              }},
+             {"lora", [&](const YAML::Node& x, const std::string& kk) {
+                p.section(x, kk, {
+                  {"rank", [&](const YAML::Node& y, const std::string& k3) { dm.lora.rank = p.integer(y, k3, 1); }},
+                  {"alpha", [&](const YAML::Node& y, const std::string& k3) {
+                     dm.lora.alpha = p.number(y, k3, 0.0, /*min_inclusive=*/false);
+                   }},
+                  {"targets", [&](const YAML::Node& y, const std::string& k3) { dm.lora.targets = p.strings(y, k3); }},
+                });
+                if (dm.lora.rank == 0) throw ConfigError(p.where(x, kk) + ".rank is required (>= 1)");
+                if (dm.lora.alpha == 0) dm.lora.alpha = static_cast<double>(dm.lora.rank);
               }},
              {"seq_len", [&](const YAML::Node& x, const std::string& kk) { dm.seq_len = p.integer(x, kk, 1); }},
              {"n_kv_heads", [&](const YAML::Node& x, const std::string& kk) {
@@ -445,6 +483,17 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
            {"log_every", [&](const YAML::Node& x, const std::string& kk) { pr.log_every = p.integer(x, kk, 1); }},
          });
        }},
+      {"pipeline", [&](const YAML::Node& v, const std::string& key) {
+         p.section(v, key, {
+           {"microbatches", [&](const YAML::Node& x, const std::string& kk) {
+              c.pipeline.microbatches = p.integer(x, kk, 1);
+            }},
+           {"schedule", [&](const YAML::Node& x, const std::string& kk) {
+              c.pipeline.schedule = p.choice(x, kk, {"gpipe", "1f1b"});
+            }},
+           {"cut_points", [&](const YAML::Node& x, const std::string& kk) { c.pipeline.cut_points = p.strings(x, kk); }},
+         });
+       }},
       {"logging", [&](const YAML::Node& v, const std::string& key) {
          p.section(v, key, {
            {"level", [&](const YAML::Node& x, const std::string& kk) {
@@ -474,11 +523,15 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
                         ": unknown key '" + key +
                         "' (expected parallelism, trainer, model, data, optimizer, schedule, checkpoint, device, "
                         "collective_timeout, "
-                        "resume, init_weights, logging, predict)");
+                        "resume, init_weights, logging, predict, pipeline)");
     }
   }
 
   // Cross-key rules that need no data and no MPI.
+  if (c.parallelism.pipeline > 1 && c.model_type != "decoder") {
+    throw ConfigError(c.source + ": parallelism.pipeline (" + std::to_string(c.parallelism.pipeline) +
+                      ") > 1 is supported for model.type decoder only (model.type is " + c.model_type + ")");
+  }
   if (c.model_type == "decoder") {
     check_decoder(c);
   } else if (c.model.mlp_hidden % c.parallelism.tensor != 0) {

@@ -69,6 +69,13 @@ struct DecoderRunConfig {
   models::DecoderConfig arch = default_arch();
   std::int64_t seq_len = 64;       // tokens per sample (the model predicts each next token)
   bool sequence_parallel = true;   // asked for; tied embeddings switch it off (decoder_tp_plan)
+  // model.lora: LoRA adapters (tp::add_lora) on the layers `targets` match; every other
+  // parameter is frozen, so only the adapters train. rank 0: off; alpha 0: = rank.
+  struct Lora {
+    std::int64_t rank = 0;
+    double alpha = 0;
+    std::vector<std::string> targets{"layers.*.attn.q", "layers.*.attn.v"};
+  } lora;
 
   static models::DecoderConfig default_arch() {
     models::DecoderConfig c;
@@ -119,6 +126,13 @@ struct PredictConfig {
   std::int64_t log_every = 10;       // a progress line every N steps
 };
 
+// The `pipeline` section: how parallelism.pipeline stages run (decoder only).
+struct PipelineRunConfig {
+  std::int64_t microbatches = 0;          // per dp replica's batch; 0: parallelism.pipeline
+  std::string schedule = "1f1b";          // gpipe | 1f1b
+  std::vector<std::string> cut_points;    // dotted paths where stages 1, 2, ... begin; empty: even split
+};
+
 struct RunConfig {
   std::string source;  // the file name (plus " (with --set ...)")
   std::string text;    // the effective YAML (after --set overrides)
@@ -147,6 +161,7 @@ struct RunConfig {
   // (set_collective_timeout); absent (< 0): TESSERA_COLLECTIVE_TIMEOUT decides; 0: none.
   double collective_timeout = -1;
   PredictConfig predict;  // the `predict` section
+  PipelineRunConfig pipeline;  // the `pipeline` section
 };
 
 // Parses `path` with `overrides` ("key.sub=value", value as YAML) applied first.

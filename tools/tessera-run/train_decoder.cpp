@@ -22,8 +22,12 @@
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/mesh.hpp"
+#include "tessera/nn/sequential.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/placement.hpp"
+#include "tessera/pp/pipeline.hpp"
 #include "tessera/tp/cross_entropy.hpp"
+#include "tessera/tp/lora.hpp"
 #include "tessera/tp/parallelize.hpp"
 
 namespace tessera::run {
@@ -101,6 +105,20 @@ models::DecoderConfig decoder_from_metadata(const std::string& metadata, const s
 
 namespace {
 
+// The decoder as the pipeline needs it: a Sequential (pp/stages.hpp) whose children are
+// the decoder's own "embed", "layers", "norm" and "head", moved out of it, so the units
+// are embed, layers.0 .. layers.N-1, norm and head and every parameter keeps its FQN
+// (checkpoints and initial values are those of the decoder). Untied embeddings only: the
+// decoder's own forward adds nothing else between its children.
+class DecoderChain final : public nn::Sequential {
+ public:
+  explicit DecoderChain(models::Decoder& decoder) {
+    for (const char* name : {"embed", "layers", "norm", "head"}) {
+      register_child(name, decoder.replace(name, std::make_unique<nn::Sequential>()));
+    }
+  }
+};
+
 bool same_architecture(const models::DecoderConfig& a, const models::DecoderConfig& b) {
   return a.vocab == b.vocab && a.d_model == b.d_model && a.n_heads == b.n_heads && a.hidden == b.hidden &&
          a.n_layers == b.n_layers && a.eps == b.eps && a.tie_embeddings == b.tie_embeddings &&
@@ -110,10 +128,11 @@ bool same_architecture(const models::DecoderConfig& a, const models::DecoderConf
 class DecoderTask final : public TrainingTask {
  public:
   // `validation_data`: the validation file's tokens (null: none, or a held-out part of `data`).
-  DecoderTask(const RunConfig& cfg, const Mesh& mesh, std::unique_ptr<models::Decoder> model,
-              std::unique_ptr<TokenData> data, std::unique_ptr<TokenData> validation_data,
-              const ValidationSplit& split, bool vocab_sharded_logits)
-      : cfg_(cfg), mesh_(mesh), model_(std::move(model)), data_(std::move(data)),
+  // `pipeline`: null, or the pipeline over `model` (a DecoderChain) that trains it.
+  DecoderTask(const RunConfig& cfg, const Mesh& mesh, std::unique_ptr<nn::Module> model,
+              std::unique_ptr<pp::Pipeline> pipeline, std::unique_ptr<TokenData> data,
+              std::unique_ptr<TokenData> validation_data, const ValidationSplit& split, bool vocab_sharded_logits)
+      : cfg_(cfg), mesh_(mesh), model_(std::move(model)), pipeline_(std::move(pipeline)), data_(std::move(data)),
         validation_data_(std::move(validation_data)), split_(split) {
     // Vocab-sharded logits: the loss is a tp collective. Replicated logits (tied
     // embeddings): every tp rank computes the whole loss itself.
@@ -151,6 +170,20 @@ class DecoderTask final : public TrainingTask {
     targets_ = targets_.to(mesh_.device());
   }
   double forward_backward() override {
+    if (pipeline_) {
+      // Each microbatch's mean loss weighted by its share of the batch's rows: the
+      // shares add up to the batch's mean, as without a pipeline.
+      const std::int64_t seq_len = cfg_.decoder.seq_len;
+      return pipeline_->train_step(
+          pipeline_->is_first() ? ids_ : Tensor(), [&](const Tensor& logits, const pp::Microbatch& mb, Tensor& grad) {
+            const double share = static_cast<double>(mb.end - mb.begin) / static_cast<double>(mb.batch_rows);
+            const tp::CrossEntropyResult ce =
+                loss_of(logits, targets_.narrow(0, mb.begin * seq_len, (mb.end - mb.begin) * seq_len));
+            grad = ce.grad_logits.reshape(logits.shape());
+            ops::scale(grad, share);
+            return ce.loss * share;
+          });
+    }
     const Tensor logits = model_->forward(ids_);
     const tp::CrossEntropyResult ce = loss_of(logits, targets_);
     model_->backward(ce.grad_logits.reshape(logits.shape()));
@@ -161,6 +194,7 @@ class DecoderTask final : public TrainingTask {
   Evaluation evaluate(const std::vector<std::int64_t>& samples) override {
     std::vector<std::int64_t> indices(samples);
     for (auto& i : indices) i += split_.validation_first;
+    if (pipeline_) throw UnsupportedError("tessera-run: validation with parallelism.pipeline > 1");
     Tensor ids, targets;
     (validation_data_ ? *validation_data_ : *data_).batch(indices, ids, targets);
     const Tensor logits = model_->forward(ids.to(mesh_.device()));
@@ -177,7 +211,8 @@ class DecoderTask final : public TrainingTask {
  private:
   const RunConfig& cfg_;
   const Mesh& mesh_;
-  std::unique_ptr<models::Decoder> model_;
+  std::unique_ptr<nn::Module> model_;
+  std::unique_ptr<pp::Pipeline> pipeline_;  // declared after the model it holds
   // The next-token cross-entropy of logits [B, S, vocab (shard)] against targets [B * S].
   tp::CrossEntropyResult loss_of(const Tensor& logits, const Tensor& targets) {
     const Shape shape = logits.shape();
@@ -226,7 +261,13 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   }
 
   // The plan decides what sequence parallelism really does (tied embeddings switch it off).
-  const models::DecoderTpPlan plan = models::decoder_tp_plan(arch, cfg.decoder.sequence_parallel, tp_size);
+  // A pipeline sends whole (replicated) activations between stages: no sequence shards.
+  const int pp_size = mesh.pp_size();
+  const bool sequence_parallel = cfg.decoder.sequence_parallel && pp_size == 1;
+  if (cfg.decoder.sequence_parallel && pp_size > 1 && tp_size > 1) {
+    log.info("note: sequence parallelism is off: parallelism.pipeline sends replicated activations between stages");
+  }
+  const models::DecoderTpPlan plan = models::decoder_tp_plan(arch, sequence_parallel, tp_size);
   if (!plan.reason.empty()) log.info("note: " + plan.reason);
   const bool sp = plan.sequence_parallel && tp_size > 1;
 
@@ -266,7 +307,27 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   // parallelize then slices (converted layers keep their FQNs and values).
   if (!opts.dry_run) nn::initialize_parameters(*model, cfg.schedule.seed);
   // parallelize_decoder also repeats the key/value heads when tp does not divide them.
-  if (tp_size > 1) (void)models::parallelize_decoder(*model, mesh.tp(), cfg.decoder.sequence_parallel);
+  if (tp_size > 1) (void)models::parallelize_decoder(*model, mesh.tp(), sequence_parallel);
+  // LoRA on the (converted) targets, everything else frozen: only the adapters train and
+  // are given to the optimizer (frozen parameters are skipped by it, clipping and dp).
+  if (const auto& lora = cfg.decoder.lora; lora.rank > 0) {
+    std::int64_t frozen = 0;
+    for (Parameter* p : model->parameters()) {
+      p->trainable = false;
+      frozen += shape_numel(p->global_shape);
+    }
+    tp::LoraOptions lo;
+    lo.rank = lora.rank;
+    lo.alpha = lora.alpha;
+    const auto wrapped = tp::add_lora(*model, lora.targets, lo, tp_size > 1 ? &mesh.tp() : nullptr, cfg.schedule.seed);
+    std::int64_t adapters = 0;
+    for (auto& [name, p] : model->named_parameters()) {
+      if (tp::is_lora_adapter(name)) adapters += shape_numel(p->global_shape);
+    }
+    log.info("LoRA: rank " + std::to_string(lora.rank) + ", alpha " + fmt("%g", lora.alpha) + " on " +
+             std::to_string(wrapped.size()) + " layers; " + std::to_string(adapters) + " adapter parameters train, " +
+             std::to_string(frozen) + " are frozen");
+  }
   // After tensor parallelism (which must see the blocks' layers) and before data
   // parallelism (a checkpointed block becomes one dp unit: nn/activation_checkpoint.hpp).
   const nn::CheckpointPolicy& checkpointing = cfg.activation_checkpointing;
@@ -276,10 +337,61 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
              std::to_string(arch.n_layers) + " blocks recompute their forward in backward)");
   }
 
+  // After tensor parallelism (parallelize_decoder needs the Decoder): the decoder's
+  // pieces move into a DecoderChain and this rank keeps its stage's units.
+  std::unique_ptr<nn::Module> trained = std::move(model);
+  std::unique_ptr<pp::Pipeline> pipeline;
+  if (pp_size > 1) {
+    const std::int64_t microbatches = cfg.pipeline.microbatches > 0 ? cfg.pipeline.microbatches : pp_size;
+    if (microbatches > local_batch) {
+      throw ConfigError(cfg.source + ": pipeline.microbatches (" + std::to_string(microbatches) +
+                        ") exceeds the rows of a dp replica's batch (" + std::to_string(local_batch) + ")");
+    }
+    auto chain = std::make_unique<DecoderChain>(static_cast<models::Decoder&>(*trained));
+    pp::PipelineOptions options;
+    options.schedule = pp::parse_schedule(cfg.pipeline.schedule, "pipeline.schedule");
+    options.microbatches = static_cast<int>(microbatches);
+    options.cut_points = cfg.pipeline.cut_points;
+    try {
+      pipeline = std::make_unique<pp::Pipeline>(*chain, mesh, options);
+    } catch (const InvalidArgument& e) {
+      throw ConfigError(cfg.source + ": pipeline.cut_points: " + e.what());
+    }
+    trained = std::move(chain);
+    std::string units;
+    for (const auto& stage : pipeline->split().stages) {
+      units += " | " + stage.front() + (stage.size() > 1 ? " .. " + stage.back() : std::string()) + " (" +
+               std::to_string(stage.size()) + ")";
+    }
+    log.info("pipeline: " + std::to_string(pp_size) + " stages, " + cfg.pipeline.schedule + ", " +
+             std::to_string(microbatches) + " microbatches of a dp replica's " + std::to_string(local_batch) +
+             " rows; units per stage:" + units.substr(2));
+  }
+
   const ShardRange rows = sp ? shard_range(seq_len, tp_size, mesh.coords().tp) : ShardRange{0, seq_len};
   if (opts.dry_run) {
     const dp::MemoryReport report =
-        dp::plan_memory(*model, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
+        dp::plan_memory(*trained, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
+    if (pipeline) {
+      // Every stage's state (its rank with tp and dp coordinate 0), printed by rank 0.
+      Tensor mine = Tensor::from_vector<std::int64_t>(
+          {report.parameter_elements, report.parameter_bytes, report.gradient_bytes, report.optimizer_bytes}, {4});
+      Tensor all = Tensor::zeros({4 * pp_size}, DType::i64);
+      mesh.pp().all_gather(mine, all);
+      const auto v = all.to_vector<std::int64_t>();
+      for (int s = 0; s < pp_size; ++s) {
+        const auto* r = &v[static_cast<std::size_t>(4 * s)];
+        const auto& stage = pipeline->split().stages[static_cast<std::size_t>(s)];
+        log.info("  stage " + std::to_string(s) + ": " + stage.front() + (stage.size() > 1 ? " .. " + stage.back() : std::string()) +
+                 ", " + std::to_string(r[0]) + " parameter elements per rank, parameters " +
+                 fmt("%.2f", static_cast<double>(r[1]) / 1048576.0) + " MiB + gradients " +
+                 fmt("%.2f", static_cast<double>(r[2]) / 1048576.0) + " MiB + optimizer " +
+                 fmt("%.2f", static_cast<double>(r[3]) / 1048576.0) + " MiB = " +
+                 fmt("%.2f", static_cast<double>(r[1] + r[2] + r[3]) / 1048576.0) + " MiB");
+      }
+      log.info("  (in the per-rank plan below each rank counts its stage's state; the activation column is the "
+               "whole decoder's estimate, not the stage's)");
+    }
     print_memory_plan(log, mesh, "seq rows", rows.start, rows.end(), report,
                       local_batch * models::decoder_activation_bytes(arch, seq_len, tp_size, sp, checkpointing),
                       data->bytes(), checkpointing,
@@ -292,10 +404,14 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   if (cfg.parallelism.data != DataParallelMode::none) {
     // The tied head's table is declared tied (Decoder::tied_parameter_paths): both modes
     // keep it whole over dp and reduce it after the whole backward, overlap or not.
-    data_parallel = std::make_unique<dp::DataParallel>(*model, mesh, dp::DataParallelOptions{});
+    // With a pipeline: without overlap (the recomputing schedules run a unit's forward
+    // more than once per backward, which the overlap hooks do not expect).
+    dp::DataParallelOptions dp_options;
+    if (pipeline) dp_options.overlap = false;
+    data_parallel = std::make_unique<dp::DataParallel>(*trained, mesh, dp_options);
   }
-  DecoderTask task(cfg, mesh, std::move(model), std::move(data), std::move(validation_data), split,
-                   plan.vocab_sharded_logits);
+  DecoderTask task(cfg, mesh, std::move(trained), std::move(pipeline), std::move(data), std::move(validation_data),
+                   split, plan.vocab_sharded_logits);
   return run_training(cfg, opts, log, mesh, task, data_parallel.get());
 }
 
