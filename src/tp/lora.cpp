@@ -277,4 +277,14 @@ void parallelize_with_lora(nn::Module& model, Communicator& tp, const Paralleliz
   rewrap();
 }
 
+bool is_lora_adapter(const std::string& fqn) {
+  for (const char* leaf : {"lora_A.weight", "lora_B.weight"}) {
+    const std::string tail = std::string(".") + leaf;
+    if (fqn == leaf || (fqn.size() > tail.size() && fqn.compare(fqn.size() - tail.size(), tail.size(), tail) == 0)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace tessera::tp

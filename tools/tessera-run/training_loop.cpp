@@ -27,6 +27,7 @@
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/optim.hpp"
+#include "tessera/tp/lora.hpp"
 #include "tessera/tp/parallelize.hpp"
 
 namespace tessera::run {
@@ -303,7 +304,17 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
       if (what.rfind("resume: ", 0) == 0) what.erase(0, 8);
       throw ConfigError("init_weights: " + what);
     }
-    const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, nullptr);
+    // A pretrained base holds everything but LoRA adapters: those keep their init.
+    io::LoadOptions lo;
+    lo.strict = false;
+    const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, nullptr, lo);
+    for (const std::string& name : loaded.missing) {
+      if (!tp::is_lora_adapter(name)) throw ConfigError("init_weights: '" + loaded.file + "' lacks " + name);
+    }
+    if (!loaded.unexpected.empty()) {
+      throw ConfigError("init_weights: '" + loaded.file + "' holds " + loaded.unexpected.front() +
+                        ", which the model lacks");
+    }
     log.info("init_weights: model weights from " + loaded.file + " (its step " + std::to_string(loaded.step) +
              ", saved at " + loaded.saved_mesh.str() + "); optimizer state fresh, starting at step 0");
   }

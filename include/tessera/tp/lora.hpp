@@ -123,6 +123,10 @@ std::vector<std::string> add_lora(nn::Module& model, const std::vector<std::stri
 // model whose checkpoint loads as one. Returns the merged FQNs.
 std::vector<std::string> merge_lora(nn::Module& model);
 
+// Whether `fqn` names a LoRA adapter ("....lora_A.weight" / "....lora_B.weight"): a
+// pretrained base checkpoint holds everything but these.
+bool is_lora_adapter(const std::string& fqn);
+
 // tp::parallelize for a serial model that already holds LoraLinears over nn::Linear:
 // each is unwrapped, the plan converts the bases (a plan entry may name the LoRA path
 // or a parent, e.g. Pairwise), and each is wrapped again around its converted base with
