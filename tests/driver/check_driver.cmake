@@ -5,7 +5,7 @@
 #             metrics (data.validation, eval_every, logging.metrics_file, plot-metrics) |
 #             features_bad_config (their errors) | examples (examples/configs/*.yaml)
 #             decoder_train | decoder_layouts | decoder_resume | decoder_bad_config |
-#             decoder_dry_run (model.type: decoder)
+#             decoder_dry_run | decoder_pipeline (model.type: decoder)
 #             device (the `device` key, any machine) | device_cuda (training on a GPU against
 #             the host run; prints "SKIPPED: no GPU" when none is visible, which CTest reports
 #             as skipped)
@@ -551,6 +551,59 @@ elseif(MODE STREQUAL "decoder_dry_run")
   list(LENGTH notes n)
   if(NOT n EQUAL 1 OR NOT last_output MATCHES "sequence parallel off" OR NOT last_output MATCHES "\\[0, 16\\)")
     message(FATAL_ERROR "tied embeddings: expected one note with the reason and no sequence parallelism:\n${last_output}")
+  endif()
+
+elseif(MODE STREQUAL "decoder_pipeline")
+  # parallelism.pipeline (docs/pipeline.md): the decoder trained at pipeline 2 (GPipe and
+  # 1F1B, even split and a cut point), pipeline 2 x tp 2, pipeline 2 x ddp 2 and pipeline
+  # 4 ends with the weights and AdamW state of the same training without a pipeline, to
+  # fp32 rounding; the dry run's stage assignment; the keys' errors.
+  set(common ${dtiny} --set=checkpoint.interval=0 --set=optimizer.clip_grad_norm=0 --set=parallelism.tensor=1)
+  expect_success(1 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp1")
+  expect_success(2 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2" --set=parallelism.pipeline=2
+                 --set=pipeline.schedule=gpipe --set=pipeline.microbatches=4)
+  if(NOT last_output MATCHES "pipeline: 2 stages, gpipe, 4 microbatches")
+    message(FATAL_ERROR "pipeline 2 did not report its stages:\n${last_output}")
+  endif()
+  expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2tp2" --set=parallelism.pipeline=2
+                 --set=parallelism.tensor=2 "--set=pipeline.cut_points=[layers.1]")
+  expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2ddp2" --set=parallelism.pipeline=2
+                 --set=parallelism.data=ddp --set=pipeline.microbatches=2)
+  expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp4" --set=parallelism.pipeline=4
+                 --set=pipeline.microbatches=8)
+  foreach(other pp2 pp2tp2 pp2ddp2 pp4)
+    max_difference("${WORK_DIR}/pp1" "${WORK_DIR}/${other}" max)
+    if(max GREATER 1e-5)
+      message(FATAL_ERROR "pp1 and ${other} differ by up to ${max} (tolerance 1e-5):\n${diff_output}")
+    endif()
+    message(STATUS "decoder pp1 vs ${other}: max abs difference ${max}")
+  endforeach()
+  # The dry run: the stage assignment and each stage's memory; nothing trained.
+  expect_success(4 ${common} --dry-run --set=parallelism.pipeline=2 --set=parallelism.tensor=2
+                 "--set=pipeline.cut_points=[layers.1]" "--set=checkpoint.dir=${WORK_DIR}/none")
+  if(NOT last_output MATCHES "units per stage: embed \\.\\. layers\\.0 \\(2\\) \\| layers\\.1 \\.\\. head \\(3\\)" OR
+     NOT last_output MATCHES "stage 0: embed \\.\\. layers\\.0, 1824 parameter elements per rank" OR
+     NOT last_output MATCHES "stage 1: layers\\.1 \\.\\. head, 1584 parameter elements per rank" OR
+     last_output MATCHES "\nstep " OR EXISTS "${WORK_DIR}/none")
+    message(FATAL_ERROR "unexpected pipeline --dry-run output:\n${last_output}")
+  endif()
+  # Errors naming the key.
+  foreach(bad "--set=model.tie_embeddings=true|model.tie_embeddings must be false with parallelism.pipeline 2"
+              "--set=optimizer.clip_grad_norm=1|optimizer.clip_grad_norm must be 0 with parallelism.pipeline 2"
+              "--set=pipeline.microbatches=9|pipeline.microbatches \\(9\\) exceeds the rows"
+              "--set=pipeline.schedule=zigzag|pipeline.schedule"
+              "--set=pipeline.cut_points=[nope]|pipeline.cut_points: .*'nope'")
+    string(REPLACE "|" ";" bad "${bad}")
+    list(GET bad 0 arg)
+    list(GET bad 1 expected)
+    run_driver(out rc 2 ${common} --dry-run --set=parallelism.pipeline=2 ${arg})
+    if(rc EQUAL 0 OR NOT out MATCHES "${expected}")
+      message(FATAL_ERROR "${arg}: expected an error matching '${expected}' (${rc}):\n${out}")
+    endif()
+  endforeach()
+  run_driver(out rc 1 ${common} --dry-run --set=pipeline.microbatches=2)
+  if(rc EQUAL 0 OR NOT out MATCHES "pipeline.microbatches and pipeline.cut_points need parallelism.pipeline > 1")
+    message(FATAL_ERROR "pipeline.microbatches without a pipeline: expected an error (${rc}):\n${out}")
   endif()
 
 elseif(MODE STREQUAL "accumulate")
