@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "bench_support.hpp"
+#include "tessera/agree.hpp"
 #include "tessera/domain/decomposition.hpp"
 #include "tessera/domain/redistribution.hpp"
 #include "tessera/io/checkpoint.hpp"
@@ -150,15 +151,17 @@ void write_checkpoint() {
                       ("tessera_bench_redistribution_" + std::to_string(::getpid())))
                          .string();
   broadcast_text(*g.comm, path, 0);  // rank 0's name
-  if (g.comm->rank() == 0) {
+  // Rank 0 writes it; a failure there (a bad --emulator_lat, a full disk) is every rank's
+  // error rather than a barrier the others wait in forever.
+  agree_on_success(g.comm->mpi_comm(), [&] {
+    if (g.comm->rank() != 0) return;
     Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
     models::FieldEmulator model(emulator_config(), self);
     nn::initialize_parameters(model, 5);
     io::SaveOptions options;
     options.metadata = models::model_metadata(emulator_config());
     io::save_checkpoint(path, self, model, nullptr, options);
-  }
-  g.comm->barrier();
+  });
   g.checkpoint = path;
   g.rank = g.comm->rank();
 }
