@@ -242,9 +242,6 @@ void check_decoder(const RunConfig& c) {
     if (c.activation_checkpointing.enabled()) {
       fail("model.activation_checkpointing must be none " + pp + " (the pipeline recomputes each stage's forward)");
     }
-    if (c.optimizer.clip_grad_norm > 0) {
-      fail("optimizer.clip_grad_norm must be 0 " + pp + " (the norm is not summed over the stages yet)");
-    }
     if (c.data.has_validation()) fail("data.validation is not supported " + pp + " (evaluation runs no pipeline yet)");
     if (a.n_layers + 3 < c.parallelism.pipeline) {
       fail("parallelism.pipeline (" + n(c.parallelism.pipeline) + ") exceeds the decoder's " + n(a.n_layers + 3) +
