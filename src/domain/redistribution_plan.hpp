@@ -1,0 +1,125 @@
+#pragma once
+// The redistribution plan's private pieces, shared by its three files: the plan built
+// once (redistribution.cpp), the model ranks it is built for (model_ranks.cpp) and the
+// transfers that run it (redistribution_transfer.cpp). Not installed.
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "tessera/domain/redistribution.hpp"
+
+namespace tessera::domain {
+
+namespace redistribution_detail {
+
+
+// Tags of the two directions on the code communicator (the halo exchange uses 0x41xx and
+// 0x42xx there). Between two ranks there is at most one message per direction.
+constexpr int kToModelTag = 0x4301;
+constexpr int kToCodeTag = 0x4302;
+
+// A (lat, lon) rectangle in global indices.
+struct Rect {
+  std::int64_t lat = 0, nlat = 0, lon = 0, nlon = 0;
+  std::int64_t cells() const { return nlat * nlon; }
+};
+
+inline Rect intersect(const LocalBox& a, const LocalBox& b) {
+  const std::int64_t lat0 = std::max(a.lat.start, b.lat.start), lat1 = std::min(a.lat.end(), b.lat.end());
+  const std::int64_t lon0 = std::max(a.lon.start, b.lon.start), lon1 = std::min(a.lon.end(), b.lon.end());
+  if (lat1 <= lat0 || lon1 <= lon0) return {};
+  return {lat0, lat1 - lat0, lon0, lon1 - lon0};
+}
+
+// The part of `field` (leading..., box lat, box lon) covering global `r`.
+inline Tensor rect_view(const Tensor& field, const LocalBox& box, const Rect& r) {
+  const int d = field.dim();
+  return field.narrow(d - 2, r.lat - box.lat.start, r.nlat).narrow(d - 1, r.lon - box.lon.start, r.nlon);
+}
+
+inline std::string ranks_str(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+
+
+// One message: a rectangle exchanged with one peer, every field's part packed in turn.
+struct Transfer {
+  int peer = 0;
+  Rect rect;
+  std::vector<std::byte> buffer;   // the packed message, when not direct
+  bool direct = false;             // the last transfer moved it in place (in_place_part)
+};
+
+// What validation of a transfer's fields depends on: a field set with the keys of one
+// already validated needs no new (collective) check.
+struct FieldKey {
+  bool defined = false;
+  DType dtype = DType::f32;
+  Device device;
+  Shape shape;
+  bool operator==(const FieldKey&) const = default;
+};
+
+struct FieldKeys {
+  std::vector<FieldKey> code, model;
+  bool operator==(const FieldKeys&) const = default;
+};
+
+inline FieldKeys keys_of(const std::vector<Tensor>& code_fields, const std::vector<Tensor>& model_fields) {
+  FieldKeys keys;
+  for (const auto* list : {&code_fields, &model_fields}) {
+    for (const Tensor& t : *list) {
+      (list == &code_fields ? keys.code : keys.model)
+          .push_back(t.defined() ? FieldKey{true, t.dtype(), t.device(), t.shape()} : FieldKey{});
+    }
+  }
+  return keys;
+}
+
+
+}  // namespace redistribution_detail
+
+using namespace redistribution_detail;
+
+struct Redistribution::Plan {
+  const Decomposition* code = nullptr;
+  std::vector<int> model_ranks;
+  ProcessGrid grid;
+  int replicas = 1;
+  int model_rank = -1;
+  std::optional<Communicator> model_comm;
+  RedistributionStats stats;
+
+  // Code -> model: sends as a code rank, receives as a model rank; self rects (both).
+  std::vector<Transfer> to_model_sends, to_model_recvs;
+  std::vector<Rect> to_model_self;
+  // Model -> code (replica 0 sends).
+  std::vector<Transfer> to_code_sends, to_code_recvs;
+  std::vector<Rect> to_code_self;
+
+  enum class Mode { idle, to_model, to_code } mode = Mode::idle;
+  std::vector<Tensor> code_fields, model_fields;  // alive while in flight
+  std::vector<MPI_Request> requests;
+  std::optional<FieldKeys> validated;
+
+  int domain_ranks() const { return grid.lat * grid.lon; }
+  LocalBox box_of_model(int m) const {
+    const int d = m % domain_ranks();
+    return {shard_range(code->global_lat(), grid.lat, d / grid.lon), shard_range(code->global_lon(), grid.lon, d % grid.lon)};
+  }
+  std::string str() const {
+    return shape_str(code->global_shape()) + " over " + code->grid().str() + " -> " +
+           std::to_string(model_ranks.size()) + " model ranks " + ranks_str(model_ranks) + " on " + grid.str() +
+           " x " + std::to_string(replicas);
+  }
+};
+
+}  // namespace tessera::domain
