@@ -295,17 +295,43 @@ int tessera_checkpoint_metadata(const tessera_checkpoint_t* checkpoint, const ch
 int tessera_checkpoint_destroy(tessera_checkpoint_t** checkpoint);
 
 /* ------------------------------------------------------------------------------------
- * Model inference (tessera::load_model): a field emulator trained by tessera-run,
- * rebuilt from its checkpoint alone on the caller's mesh (any tp / domain split), run
- * on caller-owned fields. Fields are f32 (B, channels, local lat, nlon) in tessera's
- * view -- C: float x[B][C][lat][lon]; Fortran: real(real32) :: x(nlon, lat, C, B) --
- * where the local latitudes are the model's box (tessera_model_box), the band of this
+ * Model inference (tessera::load_any_model): a model trained by tessera-run, rebuilt
+ * from its checkpoint alone on the caller's mesh, of the type its metadata names.
+ *
+ * A field emulator (any tp / domain split) runs on caller-owned fields
+ * (tessera_model_predict / _forward). Fields are f32 (B, channels, local lat, nlon) in
+ * tessera's view -- C: float x[B][C][lat][lon]; Fortran: real(real32) :: x(nlon, lat, C, B)
+ * -- where the local latitudes are the model's box (tessera_model_box), the band of this
  * rank's domain coordinate. ndim 3 means B = 1. Every tp rank passes the same input.
+ *
+ * A decoder (any tp; the mesh's domain must be 1) runs on token ids
+ * (tessera_model_logits). The calls of one type on a model of the other, and
+ * tessera_model_info / _box on a decoder, are TESSERA_ERR_INVALID_ARGUMENT naming the
+ * model type the handle holds.
  * ---------------------------------------------------------------------------------- */
 /* Collective over the mesh: `path` is a checkpoint.h5, a step directory or a root. */
 int tessera_model_load(const tessera_mesh_t* mesh, const char* path, tessera_model_t** model);
 int tessera_model_destroy(tessera_model_t** model);
-/* The grid and channel count the model was trained on. */
+/* The model types of tessera_model_type. */
+#define TESSERA_MODEL_FIELD_EMULATOR 0
+#define TESSERA_MODEL_DECODER 1
+/* *type: TESSERA_MODEL_FIELD_EMULATOR (also a coupled model) or TESSERA_MODEL_DECODER. */
+int tessera_model_type(const tessera_model_t* model, int* type);
+/* A decoder's vocabulary size (the last extent of its logits). */
+int tessera_model_vocab(const tessera_model_t* model, int64_t* vocab);
+/* Collective over the mesh (the forward itself over its tp groups): a decoder's logits
+ * for `batch` sequences of `seq` token ids. ids: int64 ids[batch][seq] (Fortran:
+ * integer(int64) :: ids(seq, batch)), each in [0, vocab); logits: float
+ * logits[batch][seq][vocab] (Fortran: real(real32) :: logits(vocab, seq, batch)), whole
+ * on every rank (a vocabulary-sharded head's logits are gathered over tp). `vocab` is the
+ * logits array's last extent and must equal tessera_model_vocab (TESSERA_ERR_SHAPE
+ * otherwise). Every rank of a tp group passes the same ids (ranks of different dp
+ * replicas their own); tp ranks with different (batch, seq) are TESSERA_ERR_SHAPE, batch
+ * or seq < 1 and ids out of range TESSERA_ERR_INVALID_ARGUMENT, on every rank. The
+ * decoder runs without sequence parallelism, causal over the whole sequence, no cache. */
+int tessera_model_logits(tessera_model_t* model, const int64_t* ids, int64_t batch, int64_t seq, float* logits,
+                         int64_t vocab);
+/* A field emulator's grid and channel count. */
 int tessera_model_info(const tessera_model_t* model, int64_t* channels, int64_t* nlat, int64_t* nlon);
 /* This rank's latitude band (0-based start and count) and longitudes. */
 int tessera_model_box(const tessera_model_t* model, int64_t* lat_start, int64_t* lat_count, int64_t* lon_start,

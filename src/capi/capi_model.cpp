@@ -1,6 +1,10 @@
-// C API: loading a trained field emulator and running it on caller-owned fields, on the
-// caller's mesh or, coupled, on a subset of a decomposition's ranks
-// (models::CoupledModel).
+// C API: loading a trained model (tessera::load_any_model) and running it on the caller's
+// mesh -- a field emulator on caller-owned fields, a decoder on token ids -- or, coupled,
+// a field emulator on a subset of a decomposition's ranks (models::CoupledModel).
+
+#include <mpi.h>
+
+#include <algorithm>
 
 #include "capi/capi_coupling.hpp"
 #include "capi/capi_internal.hpp"
@@ -11,6 +15,8 @@
 struct tessera_model {
   std::shared_ptr<tessera::Mesh> mesh;  // the model refers to it
   std::unique_ptr<tessera::models::FieldEmulator> model;
+  // A decoder instead (tessera_model_load of a decoder checkpoint).
+  std::unique_ptr<tessera::models::LoadedDecoder> decoder;
   // A coupled model instead (tessera_model_load_coupled): its decomposition is kept alive.
   std::shared_ptr<tessera_decomp_state> decomp;
   std::unique_ptr<tessera::models::CoupledModel> coupled;
@@ -22,10 +28,25 @@ using tessera::capi::require;
 
 namespace {
 
+// The calls of one kind of model on the other name what the handle holds.
 models::FieldEmulator& model_of(const tessera_model_t* m) {
   require(m, "the model handle");
+  if (m->decoder) {
+    throw InvalidArgument("the model handle holds a decoder (model type 'decoder'), not a field emulator: run it "
+                          "with tessera_model_logits");
+  }
   if (!m->model) throw InvalidArgument("the model handle is not initialised");
   return *m->model;
+}
+
+models::LoadedDecoder& decoder_of(const tessera_model_t* m) {
+  require(m, "the model handle");
+  if (m->model || m->coupled) {
+    throw InvalidArgument("the model handle holds a field emulator (model type 'field_emulator'), not a decoder: run "
+                          "it with tessera_model_predict / tessera_model_forward");
+  }
+  if (!m->decoder) throw InvalidArgument("the model handle is not initialised");
+  return *m->decoder;
 }
 
 bool is_coupled(const tessera_model_t* m) {
@@ -102,8 +123,71 @@ int tessera_model_load(const tessera_mesh_t* mesh, const char* path, tessera_mod
     require(path, "the checkpoint path");
     auto handle = std::make_unique<tessera_model>();
     handle->mesh = mesh->mesh;
-    handle->model = load_model(path, *mesh->mesh);
+    models::LoadedModel loaded = load_any_model(path, *mesh->mesh);
+    handle->model = std::move(loaded.emulator);
+    handle->decoder = std::move(loaded.decoder);
     *model = handle.release();
+  });
+}
+
+int tessera_model_type(const tessera_model_t* model, int* type) {
+  return guarded("tessera_model_type", [&] {
+    require(type, "type");
+    require(model, "the model handle");
+    if (model->decoder) {
+      *type = TESSERA_MODEL_DECODER;
+    } else {
+      if (!is_coupled(model)) (void)model_of(model);
+      *type = TESSERA_MODEL_FIELD_EMULATOR;
+    }
+  });
+}
+
+int tessera_model_vocab(const tessera_model_t* model, int64_t* vocab) {
+  return guarded("tessera_model_vocab", [&] {
+    require(vocab, "vocab");
+    *vocab = decoder_of(model).config().vocab;
+  });
+}
+
+int tessera_model_logits(tessera_model_t* model, const int64_t* ids, int64_t batch, int64_t seq, float* logits,
+                         int64_t vocab) {
+  return guarded("tessera_model_logits", [&] {
+    models::LoadedDecoder& decoder = decoder_of(model);
+    const Mesh& mesh = decoder.mesh();
+    const std::int64_t V = decoder.config().vocab;
+    Tensor in;
+    // Argument errors are agreed before the collective forward, so no rank is left in it.
+    agree_on_success(mesh.world().mpi_comm(), [&] {
+      if (batch < 1 || seq < 1) {
+        throw InvalidArgument("tessera_model_logits: batch (" + std::to_string(batch) + ") and seq (" +
+                              std::to_string(seq) + ") must be >= 1");
+      }
+      if (vocab != V) {
+        throw ShapeError("tessera_model_logits: the logits array's vocab extent is " + std::to_string(vocab) +
+                         ", the model's vocabulary is " + std::to_string(V) + " (tessera_model_vocab)");
+      }
+      require(ids, "ids");
+      require(logits, "logits");
+      // The tp ranks compute one forward together: they must agree on its shape.
+      std::int64_t mine[2] = {batch, seq}, lo[2], hi[2];
+      MPI_Allreduce(mine, lo, 2, MPI_INT64_T, MPI_MIN, mesh.tp().mpi_comm());
+      MPI_Allreduce(mine, hi, 2, MPI_INT64_T, MPI_MAX, mesh.tp().mpi_comm());
+      if (lo[0] != hi[0] || lo[1] != hi[1]) {
+        throw ShapeError("tessera_model_logits: the tp ranks pass different (batch, seq): every rank of a tp group "
+                         "passes the same ids");
+      }
+      const std::vector<std::int64_t> values(ids, ids + batch * seq);
+      const auto [least, most] = std::minmax_element(values.begin(), values.end());
+      if (*least < 0 || *most >= V) {
+        const std::int64_t bad = *least < 0 ? *least : *most;
+        throw InvalidArgument("tessera_model_logits: token id " + std::to_string(bad) + " is outside [0, " +
+                              std::to_string(V) + ")");
+      }
+      in = Tensor::from_vector(values, {batch, seq});
+    });
+    const Tensor out = decoder.logits(in).to(Device::host()).contiguous();
+    std::copy_n(out.data<float>(), out.numel(), logits);
   });
 }
 
@@ -177,7 +261,7 @@ int tessera_model_coupling(const tessera_model_t* model, int* model_size, int* m
       *model_rank = model->coupled->plan().model_rank();
     } else {
       const Mesh& mesh = *require(model->mesh.get(), "the model's mesh");
-      (void)model_of(model);
+      if (!model->decoder) (void)model_of(model);
       *model_size = mesh.world_size();
       *model_rank = mesh.global_rank();
     }
