@@ -139,8 +139,9 @@ std::vector<std::int64_t> samples_of(int r, int step) {
 // Each Parameter once (an optimizer takes a shared one under its first name).
 NamedParameters unique_parameters(nn::Module& model) {
   NamedParameters out;
-  for (auto& [name, p] : model.named_parameters()) {
-    if (std::none_of(out.begin(), out.end(), [&](const auto& e) { return e.second == p; })) out.emplace_back(name, p);
+  for (const auto& entry : model.named_parameters()) {
+    Parameter* p = entry.second;  // a plain variable: clang 14 cannot capture a structured binding
+    if (std::none_of(out.begin(), out.end(), [&](const auto& e) { return e.second == p; })) out.push_back(entry);
   }
   return out;
 }
