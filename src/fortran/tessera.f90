@@ -45,6 +45,7 @@ module tessera
     TESSERA_ERR_CUBLAS = 9, TESSERA_ERR_IO = 10, TESSERA_ERR_INTERNAL = 11
   integer(c_int), parameter :: TESSERA_F32 = 0, TESSERA_F64 = 1, TESSERA_ORDER_FORTRAN = 1
   integer, parameter, public :: TESSERA_DATA_NONE = 0, TESSERA_DATA_DDP = 1, TESSERA_DATA_FSDP2 = 2
+  integer, parameter, public :: TESSERA_MODEL_FIELD_EMULATOR = 0, TESSERA_MODEL_DECODER = 1
   integer, parameter, public :: TESSERA_MESH_DP = 0, TESSERA_MESH_TP = 1, TESSERA_MESH_DOMAIN = 2, &
     TESSERA_MESH_WORLD = 3
   integer, parameter, public :: TESSERA_POLE_ZERO = 0, TESSERA_POLE_REPLICATE = 1, &
@@ -87,7 +88,7 @@ module tessera
     tessera_checkpoint_add_array, tessera_checkpoint_add_field, tessera_checkpoint_commit, &
     tessera_checkpoint_step, tessera_checkpoint_metadata, tessera_checkpoint_destroy
   public :: tessera_model_load, tessera_model_destroy, tessera_model_info, tessera_model_box, &
-    tessera_model_predict, tessera_model_forward
+    tessera_model_predict, tessera_model_forward, tessera_model_type, tessera_model_vocab, tessera_model_logits
   public :: tessera_redist_create, tessera_redist_destroy, tessera_redist_model_size, tessera_redist_model_rank, &
     tessera_redist_model_box, tessera_redist_model_comm, tessera_redist_add_field, tessera_redist_clear_fields, &
     tessera_redist_num_fields, tessera_redist_to_model, tessera_redist_to_code, tessera_redist_start_to_model, &
@@ -652,6 +653,24 @@ module tessera
       type(c_ptr), value :: model_ranks
       type(c_ptr) :: model
       integer(c_int) :: c_model_load_coupled
+    end function
+    function c_model_type(model, type) bind(c, name="tessera_model_type")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int) :: type
+      integer(c_int) :: c_model_type
+    end function
+    function c_model_vocab(model, vocab) bind(c, name="tessera_model_vocab")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: model
+      integer(c_int64_t) :: vocab
+      integer(c_int) :: c_model_vocab
+    end function
+    function c_model_logits(model, ids, batch, seq, logits, vocab) bind(c, name="tessera_model_logits")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: model, ids, logits
+      integer(c_int64_t), value :: batch, seq, vocab
+      integer(c_int) :: c_model_logits
     end function
     function c_model_coupling(model, model_size, model_rank) bind(c, name="tessera_model_coupling")
       import :: c_int, c_ptr
@@ -1276,6 +1295,57 @@ contains
     call begin_call()
     call finish_call(c_model_forward(model%ptr, c_loc(input), c_loc(output), TESSERA_F32, TESSERA_ORDER_FORTRAN, &
                                      int(rank(input), c_int), s), ierr)
+  end subroutine
+
+  !> TESSERA_MODEL_FIELD_EMULATOR (0) or TESSERA_MODEL_DECODER (1).
+  subroutine tessera_model_type(model, type, ierr)
+    type(tessera_model), intent(in) :: model
+    integer, intent(out) :: type
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: t
+    call begin_call()
+    t = -1
+    call finish_call(c_model_type(model%ptr, t), ierr)
+    type = int(t)
+  end subroutine
+
+  !> A decoder's vocabulary size: the first extent of its logits array.
+  subroutine tessera_model_vocab(model, vocab, ierr)
+    type(tessera_model), intent(in) :: model
+    integer, intent(out) :: vocab
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: v
+    call begin_call()
+    v = 0
+    call finish_call(c_model_vocab(model%ptr, v), ierr)
+    vocab = int(v)
+  end subroutine
+
+  !> Collective over the mesh: a decoder's logits(vocab, seq, batch) for the token ids
+  !> ids(seq, batch) (0-based token ids, as in the data; column-major, so the memory is
+  !> C's ids[batch][seq] and logits[batch][seq][vocab]), whole on every rank. Every rank
+  !> of a tp group passes the same ids.
+  subroutine tessera_model_logits(model, ids, logits, ierr)
+    type(tessera_model), intent(inout) :: model
+    integer(int64), intent(in), target :: ids(:, :)
+    real(real32), intent(inout), target :: logits(:, :, :)
+    integer, intent(out), optional :: ierr
+    if (.not. is_contiguous(ids)) then
+      call fail_local(not_contiguous('tessera_model_logits', 'ids'), ierr)
+      return
+    end if
+    if (.not. is_contiguous(logits)) then
+      call fail_local(not_contiguous('tessera_model_logits', 'logits'), ierr)
+      return
+    end if
+    if (size(logits, 2) /= size(ids, 1) .or. size(logits, 3) /= size(ids, 2)) then
+      call fail_local('tessera_model_logits: logits(vocab, seq, batch) does not match ids(seq, batch)', ierr)
+      return
+    end if
+    call begin_call()
+    call finish_call(c_model_logits(model%ptr, c_loc(ids), int(size(ids, 2), c_int64_t), &
+                                    int(size(ids, 1), c_int64_t), c_loc(logits), &
+                                    int(size(logits, 1), c_int64_t)), ierr)
   end subroutine
 
   ! ---------------------------------------------------------------------------------

@@ -98,6 +98,17 @@ void check_decoder(const tessera::models::DecoderConfig& config, const std::stri
     io::save_checkpoint(root, mesh, trained, nullptr, options);
   }
   CHECK(trained_logits.size() == static_cast<std::size_t>(kBatch * kSeq * config.vocab));
+  // For test_fortran_decoder: the ids and both references, raw (native byte order).
+  if (world_rank == 0) {
+    std::FILE* f = std::fopen((root + ".ref").c_str(), "wb");
+    CHECK(f != nullptr);
+    if (f) {
+      CHECK(std::fwrite(ids.data(), sizeof(std::int64_t), ids.size(), f) == ids.size());
+      CHECK(std::fwrite(serial_logits.data(), sizeof(float), serial_logits.size(), f) == serial_logits.size());
+      CHECK(std::fwrite(trained_logits.data(), sizeof(float), trained_logits.size(), f) == trained_logits.size());
+      std::fclose(f);
+    }
+  }
   CHECK(max_abs_diff(trained_logits, serial_logits) < 1e-5);
 
   // C++: tp N (bit-identical to the model that saved it) and tp 1 (to the serial model).
