@@ -1,7 +1,6 @@
 #include "train_decoder.hpp"
 
 #include <mpi.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +21,7 @@
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/mesh.hpp"
+#include "tessera/models/load_model.hpp"
 #include "tessera/nn/sequential.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/placement.hpp"
@@ -31,77 +31,6 @@
 #include "tessera/tp/parallelize.hpp"
 
 namespace tessera::run {
-
-namespace {
-
-// The attention options, only where they differ from the defaults: the metadata of a
-// plain decoder stays what it always was.
-std::string attention_yaml(const models::DecoderConfig& a) {
-  std::string s;
-  if (a.n_kv_heads != 0 && a.n_kv_heads != a.n_heads) s += "n_kv_heads: " + std::to_string(a.n_kv_heads) + "\n";
-  if (a.rope) {
-    char theta[64];
-    std::snprintf(theta, sizeof theta, "%.17g", a.rope_theta);
-    s += std::string("rope: true\nrope_theta: ") + theta + "\n";
-  }
-  return s;
-}
-
-}  // namespace
-
-std::string decoder_yaml(const models::DecoderConfig& a) {
-  char eps[64];
-  std::snprintf(eps, sizeof eps, "%.17g", a.eps);
-  return "type: decoder\nvocab: " + std::to_string(a.vocab) + "\nd_model: " + std::to_string(a.d_model) +
-         "\nn_heads: " + std::to_string(a.n_heads) + "\nhidden: " + std::to_string(a.hidden) +
-         "\nn_layers: " + std::to_string(a.n_layers) + "\neps: " + eps +
-         "\ntie_embeddings: " + (a.tie_embeddings ? "true" : "false") + "\n" + attention_yaml(a);
-}
-
-models::DecoderConfig decoder_from_metadata(const std::string& metadata, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(metadata);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(source + ": the checkpoint metadata is not YAML: " + e.what());
-  }
-  const YAML::Node model = root.IsMap() ? root["model"] : YAML::Node();
-  if (!model.IsDefined() || !model.IsMap()) {
-    throw ConfigError(source + ": the checkpoint metadata has no `model:` mapping (was it written by tessera-run?)");
-  }
-  const std::string type = model["type"].IsScalar() ? model["type"].Scalar() : "(none)";
-  if (type != "decoder") {
-    throw ConfigError(source + ": the checkpoint holds a model of type '" + type +
-                      "', this config trains model.type decoder");
-  }
-  models::DecoderConfig a;
-  bool seen[6] = {};
-  for (const auto& item : model) {
-    const std::string key = item.first.Scalar();
-    const YAML::Node& v = item.second;
-    try {
-      if (key == "type") continue;
-      if (key == "vocab") { a.vocab = v.as<std::int64_t>(); seen[0] = true; }
-      else if (key == "d_model") { a.d_model = v.as<std::int64_t>(); seen[1] = true; }
-      else if (key == "n_heads") { a.n_heads = v.as<std::int64_t>(); seen[2] = true; }
-      else if (key == "hidden") { a.hidden = v.as<std::int64_t>(); seen[3] = true; }
-      else if (key == "n_layers") { a.n_layers = v.as<std::int64_t>(); seen[4] = true; }
-      else if (key == "eps") a.eps = v.as<double>();
-      else if (key == "tie_embeddings") { a.tie_embeddings = v.as<bool>(); seen[5] = true; }
-      else if (key == "n_kv_heads") a.n_kv_heads = v.as<std::int64_t>();  // absent: n_heads
-      else if (key == "rope") a.rope = v.as<bool>();                      // absent: off
-      else if (key == "rope_theta") a.rope_theta = v.as<double>();
-      else throw ConfigError(source + " metadata: model." + key + ": unknown key '" + key + "'");
-    } catch (const YAML::Exception& e) {
-      throw ConfigError(source + " metadata: model." + key + ": bad value: " + e.what());
-    }
-  }
-  const char* names[6] = {"vocab", "d_model", "n_heads", "hidden", "n_layers", "tie_embeddings"};
-  for (int i = 0; i < 6; ++i) {
-    if (!seen[i]) throw ConfigError(source + " metadata: model." + names[i] + " is missing");
-  }
-  return a;
-}
 
 namespace {
 
@@ -144,21 +73,16 @@ class DecoderTask final : public TrainingTask {
   std::int64_t validation_samples() const override { return split_.validation; }
 
   void check_saved_model(const io::CheckpointMetadata& header) const override {
-    const models::DecoderConfig saved = decoder_from_metadata(header.metadata, header.file);
+    // The metadata format is the library's (models::decoder_yaml), which load_decoder reads.
+    const models::DecoderConfig saved = models::decoder_config_from_metadata(header.metadata, header.file);
     const models::DecoderConfig& arch = cfg_.decoder.arch;
     if (!same_architecture(saved, arch)) {
       throw ConfigError("resume: the model in '" + header.file + "' differs from this config's: " +
-                        first_difference(decoder_yaml(saved), decoder_yaml(arch)));
+                        first_difference(models::decoder_yaml(saved), models::decoder_yaml(arch)));
     }
   }
   std::string checkpoint_metadata(const std::string& run_section) const override {
-    std::string model_text = "model:\n";
-    const std::string yaml = decoder_yaml(cfg_.decoder.arch);
-    for (std::size_t i = 0, j; i < yaml.size(); i = j + 1) {
-      j = yaml.find('\n', i);
-      model_text += "  " + yaml.substr(i, j - i) + "\n";
-    }
-    return model_text + run_section;
+    return models::decoder_metadata(cfg_.decoder.arch, run_section);
   }
   std::string extra_run_keys() const override {
     return "  seq_len: " + std::to_string(cfg_.decoder.seq_len) + "\n  data: \"" + data_->describe() + "\"\n";

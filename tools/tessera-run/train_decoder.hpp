@@ -15,13 +15,6 @@
 
 namespace tessera::run {
 
-// The decoder's architecture as the YAML mapping stored under `model:` in a checkpoint's
-// metadata ("type: decoder\nvocab: 64\n..."; eps with 17 significant digits).
-std::string decoder_yaml(const models::DecoderConfig& config);
-// Reads it back from a checkpoint's metadata text; a model of another type, a missing
-// or unknown key is a ConfigError naming it and `source`.
-models::DecoderConfig decoder_from_metadata(const std::string& metadata, const std::string& source);
-
 // Collective over MPI_COMM_WORLD; returns the exit status (errors are thrown).
 int train_decoder(const RunConfig& cfg, const Options& opts);
 
