@@ -14,21 +14,7 @@ set(tiny "${SOURCE_DIR}/tests/driver/tiny.yaml")
 set(data "--set=data.path=${SOURCE_DIR}/data/rossby_haurwitz.h5")
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
-
-function(run np out_var rc_var)
-  execute_process(COMMAND ${MPIEXEC} ${NUMPROC_FLAG} ${np} ${RUN} ${ARGN} WORKING_DIRECTORY "${SOURCE_DIR}"
-                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  set(${out_var} "${out}${err}" PARENT_SCOPE)
-  set(${rc_var} "${rc}" PARENT_SCOPE)
-endfunction()
-
-function(must_train np out_var)
-  run(${np} out rc ${ARGN})
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "tessera-run ${ARGN} on ${np} ranks failed (${rc}):\n${out}")
-  endif()
-  set(${out_var} "${out}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/driver_support.cmake")
 
 # Every max_abs_diff of `tessera-ckpt diff a b` must be exactly 0.
 function(must_be_identical a b what)
@@ -94,7 +80,7 @@ message(STATUS "--dry-run: the memory plan shows the saving")
 
 # 4. Errors naming the key.
 foreach(bad "every 0" "every" "all" "every 2.5")
-  run(2 out rc ${dtiny} "--set=model.activation_checkpointing=${bad}" "--set=checkpoint.dir=")
+  run_driver(out rc 2 ${dtiny} "--set=model.activation_checkpointing=${bad}" "--set=checkpoint.dir=")
   if(rc EQUAL 0 OR NOT out MATCHES "model.activation_checkpointing: unknown value '${bad}' \\(expected none, blocks, or every N"
      OR out MATCHES "step +1/")
     message(FATAL_ERROR "model.activation_checkpointing=${bad}: expected a ConfigError naming the key (${rc}):\n${out}")

@@ -10,21 +10,7 @@
 set(dtiny "${SOURCE_DIR}/tests/driver/decoder_tiny.yaml")
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
-
-function(run np out_var rc_var)
-  execute_process(COMMAND ${MPIEXEC} ${NUMPROC_FLAG} ${np} ${RUN} ${ARGN} WORKING_DIRECTORY "${SOURCE_DIR}"
-                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  set(${out_var} "${out}${err}" PARENT_SCOPE)
-  set(${rc_var} "${rc}" PARENT_SCOPE)
-endfunction()
-
-function(must_train np out_var)
-  run(${np} out rc ${ARGN})
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "tessera-run ${ARGN} on ${np} ranks failed (${rc}):\n${out}")
-  endif()
-  set(${out_var} "${out}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/driver_support.cmake")
 
 # 1. The worked example.
 set(example "${SOURCE_DIR}/examples/configs/decoder_gqa.yaml")
@@ -83,7 +69,7 @@ foreach(case "--set=model.n_kv_heads=3|model.n_kv_heads \\(3\\) must divide mode
   string(REPLACE "|" ";" case "${case}")
   list(GET case 0 set)
   list(GET case 1 expect)
-  run(2 out rc ${gqa} ${set} "--set=checkpoint.dir=")
+  run_driver(out rc 2 ${gqa} ${set} "--set=checkpoint.dir=")
   if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: [^\n]*${expect}" OR out MATCHES "\nstep ")
     message(FATAL_ERROR "${set}: expected an error before training matching '${expect}'; got ${rc}:\n${out}")
   endif()

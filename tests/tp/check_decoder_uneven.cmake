@@ -9,18 +9,12 @@
 set(dtiny "${SOURCE_DIR}/tests/driver/decoder_tiny.yaml")
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
-
-function(run np out_var rc_var)
-  execute_process(COMMAND ${MPIEXEC} ${NUMPROC_FLAG} ${np} ${RUN} ${ARGN} WORKING_DIRECTORY "${SOURCE_DIR}"
-                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  set(${out_var} "${out}${err}" PARENT_SCOPE)
-  set(${rc_var} "${rc}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/../driver/driver_support.cmake")
 
 set(odd ${dtiny} --set=checkpoint.interval=0 --set=model.vocab=33 --set=model.hidden=33
         --set=model.sequence_parallel=false)
 foreach(tp 1 2)
-  run(${tp} out rc ${odd} --set=parallelism.tensor=${tp} "--set=checkpoint.dir=${WORK_DIR}/tp${tp}")
+  run_driver(out rc ${tp} ${odd} --set=parallelism.tensor=${tp} "--set=checkpoint.dir=${WORK_DIR}/tp${tp}")
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "vocab 33, hidden 33 at tp ${tp} failed (${rc}):\n${out}")
   endif()
@@ -39,7 +33,7 @@ foreach(d IN LISTS diffs)
 endforeach()
 message(STATUS "vocab 33, hidden 33: tp 1 and tp 2 (uneven shards) agree")
 
-run(2 out rc ${odd} --set=model.hidden=1 "--set=checkpoint.dir=")
+run_driver(out rc 2 ${odd} --set=model.hidden=1 "--set=checkpoint.dir=")
 if(rc EQUAL 0 OR NOT out MATCHES "tessera-run: error: [^\n]*model.hidden \\(1\\) must be at least parallelism.tensor")
   message(FATAL_ERROR "hidden 1 at tp 2: expected an error naming model.hidden; got ${rc}:\n${out}")
 endif()
