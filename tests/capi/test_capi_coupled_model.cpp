@@ -25,21 +25,12 @@
 #include "tessera/nn/module.hpp"
 #include "tessera/optim.hpp"
 #include "tessera/tessera.h"
+#include "capi_check.hpp"
 
 namespace {
 
-int failures = 0;
-int world_rank = 0;
-
-void check(bool ok, const char* what, int line) {
-  if (!ok) {
-    ++failures;
-    std::fprintf(stderr, "[rank %d] line %d: %s failed; last error: %s\n", world_rank, line, what,
-                 tessera_last_error());
-  }
-}
-#define CHECK(cond) check((cond), #cond, __LINE__)
-#define EXPECT_STATUS(call, code) check((call) == (code), #call " == " #code, __LINE__)
+using capi_test::failures;
+using capi_test::world_rank;
 
 constexpr std::int64_t kLat = 9, kLon = 8, kC = 2, kB = 2;
 
