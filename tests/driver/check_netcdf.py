@@ -18,6 +18,11 @@ MODE
            the model's step; the CF attributes and the provenance are there (read with h5py).
   readers  ncdump and xarray (netCDF4 engine) open the committed twin and a prediction;
            exits 77 (CTest: skipped) when either is not installed.
+  levels   a variable on a level axis (t(time, level, lat, lon) beside h(time, lat, lon),
+           written with netCDF4-python) becomes one channel per level: the same statistics
+           at 1 and 2 ranks, named t@<level>; training runs on it; predict writes
+           t(time, level, lat, lon) with the level coordinate, which xarray reads back with
+           the input's time index as its initial state. Exits 77 without netCDF4/xarray.
 """
 
 import glob
@@ -220,8 +225,66 @@ def mode_readers():
     print(f"readers: ncdump and xarray open the twin and a prediction ({dict(ds.sizes)})")
 
 
+def mode_levels():
+    try:
+        import netCDF4
+        import xarray as xr
+    except ImportError:
+        print("SKIPPED: python3-netcdf4 or python3-xarray is not installed")
+        sys.exit(77)
+    path = os.path.join(WORK, "levels.nc")
+    nt, nlev, nlat, nlon = 12, 2, 32, 64
+    rng = np.random.default_rng(7)
+    lat = np.linspace(87.1875, -87.1875, nlat)
+    lon = np.arange(nlon) * (360.0 / nlon)
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
+        for name, size in (("time", nt), ("level", nlev), ("lat", nlat), ("lon", nlon)):
+            ds.createDimension(name, size)
+        for name, units, values in (("time", "hours since 2000-01-01 00:00:00", 6.0 * np.arange(nt)),
+                                    ("level", "hPa", np.array([850.0, 500.0])),
+                                    ("lat", "degrees_north", lat), ("lon", "degrees_east", lon)):
+            v = ds.createVariable(name, "f8", (name,))
+            v.units = units
+            v[:] = values
+        ds["time"].calendar = "standard"
+        phase = np.arange(nt)[:, None, None] * 0.3
+        wave = np.sin(np.radians(lon)[None, None, :] * 2 + phase) * np.cos(np.radians(lat))[None, :, None]
+        h = ds.createVariable("h", "f4", ("time", "lat", "lon"))
+        h[:] = 1000.0 + 50.0 * wave + rng.normal(0, 1, (nt, nlat, nlon))
+        t = ds.createVariable("t", "f4", ("time", "level", "lat", "lon"))
+        t[:] = np.stack([280.0 + 5.0 * wave, 250.0 + 3.0 * np.roll(wave, 3, axis=2)], axis=1)
+    cfg = [TINY, f"--set=data.path={path}", "--set=data.variables=[h, t]"]
+    stats = {}
+    for np_ in (1, 2):
+        stats[np_] = os.path.join(WORK, f"stats_{np_}.yaml")
+        run(np_, "stats", *cfg, f"--set=parallelism={LAYOUT[np_]}", f"--set=data.stats={stats[np_]}")
+    if stats_of(stats[1]) != stats_of(stats[2]) or len(stats_of(stats[1])) != 3:
+        fail(f"level statistics: 3 channels expected, the same at 1 and 2 ranks:\n{stats_of(stats[1])}\n"
+             f"{stats_of(stats[2])}")
+    names = open(stats[1]).read()
+    if "t@850" not in names or "t@500" not in names:
+        fail(f"the level channels are not named t@<level>:\n{names}")
+    ck = os.path.join(WORK, "ck")
+    run(2, *cfg, f"--set=parallelism={LAYOUT[2]}", f"--set=data.stats={stats[1]}", f"--set=checkpoint.dir={ck}",
+        "--set=schedule.steps=2")
+    pred = os.path.join(WORK, "pred.nc")
+    run(2, "predict", *cfg, f"--set=parallelism={LAYOUT[2]}", f"--set=data.stats={stats[1]}",
+        f"--set=predict.checkpoint={ck}", "--set=predict.steps=3", "--set=predict.initial_time=4",
+        f"--set=predict.output={pred}")
+    out = xr.open_dataset(pred, engine="netcdf4")
+    if out.t.dims != ("time", "level", "lat", "lon") or out.t.shape != (4, nlev, nlat, nlon):
+        fail(f"predict: t is {out.t.dims} {out.t.shape}, expected (time, level, lat, lon) (4, 2, 32, 64)")
+    if list(out.level.values) != [850.0, 500.0]:
+        fail(f"predict: the level coordinate is {out.level.values}")
+    with netCDF4.Dataset(path) as src:
+        if not np.array_equal(out.t.values[0], np.asarray(src["t"][4])) or \
+                not np.array_equal(out.h.values[0], np.asarray(src["h"][4])):
+            fail("predict: the initial state is not the input's time index 4")
+    print(f"levels: channels h, t@850, t@500; predict wrote t{out.t.dims} and xarray read it back")
+
+
 os.makedirs(WORK, exist_ok=True)
 for old in glob.glob(os.path.join(WORK, "*")):
     shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
-{"input": mode_input, "predict": mode_predict, "readers": mode_readers}[MODE]()
+{"input": mode_input, "predict": mode_predict, "readers": mode_readers, "levels": mode_levels}[MODE]()
 print(f"netcdf {MODE}: passed")
