@@ -371,9 +371,10 @@ std::string emulator_checkpoint() {
 }
 
 // The serial model (every rank its own) on the global field: the reference.
+// (Not static: a Mesh that outlived MPI_Finalize could not free its communicators.)
 Tensor serial_prediction(const Tensor& global, bool physical) {
-  static Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
-  static std::unique_ptr<models::FieldEmulator> model = load_model(emulator_checkpoint(), self);
+  Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
+  std::unique_ptr<models::FieldEmulator> model = load_model(emulator_checkpoint(), self);
   return physical ? model->predict(global) : model->forward(global);
 }
 
