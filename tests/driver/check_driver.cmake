@@ -559,6 +559,29 @@ elseif(MODE STREQUAL "decoder_pipeline")
      last_output MATCHES "\nstep " OR EXISTS "${WORK_DIR}/none")
     message(FATAL_ERROR "unexpected pipeline --dry-run output:\n${last_output}")
   endif()
+  # init_weights from a checkpoint that lacks a parameter only stage 1 holds (head.weight,
+  # left out by an import): every rank fails with stage 1's error; a stage failing alone
+  # used to leave the other waiting in the first step (the run never ended).
+  execute_process(COMMAND ${CKPT} export "${WORK_DIR}/pp1" "${WORK_DIR}/pp1.safetensors" RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE o ERROR_VARIABLE e)
+  file(WRITE "${WORK_DIR}/drop_head.yaml" "tensors: {}\npassthrough: true\nignore: [head.weight]\n")
+  file(WRITE "${WORK_DIR}/meta.yaml" "model:\n  type: decoder\n  vocab: 32\n  d_model: 16\n  n_heads: 2\n  hidden: 32\n"
+             "  n_layers: 2\n  eps: 1.0e-6\n  tie_embeddings: false\n")
+  execute_process(COMMAND ${CKPT} import "${WORK_DIR}/pp1.safetensors" "${WORK_DIR}/headless" --mapping
+                          "${WORK_DIR}/drop_head.yaml" --metadata "${WORK_DIR}/meta.yaml"
+                  RESULT_VARIABLE rc2 OUTPUT_VARIABLE o2 ERROR_VARIABLE e2)
+  if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0)
+    message(FATAL_ERROR "export/import of a headless decoder failed:\n${o}${e}${o2}${e2}")
+  endif()
+  run_driver(out rc 2 ${common} --set=parallelism.pipeline=2 "--set=init_weights=${WORK_DIR}/headless"
+             "--set=checkpoint.dir=${WORK_DIR}/none")
+  string(REGEX MATCHALL "error: init_weights: [^\n]*lacks /model/head.weight \\(on rank 1 of 2\\)" lines "${out}")
+  list(LENGTH lines n)
+  # rank 0 prints the agreed error, which names rank 1 (stage 1) as where it happened
+  if(rc EQUAL 0 OR NOT n EQUAL 1)
+    message(FATAL_ERROR "init_weights without head.weight at pipeline 2: expected stage 1's error on every rank; "
+                        "got ${rc}:\n${out}")
+  endif()
   # Errors naming the key.
   foreach(bad "--set=model.tie_embeddings=true|model.tie_embeddings must be false with parallelism.pipeline 2"
               "--set=pipeline.microbatches=9|pipeline.microbatches \\(9\\) exceeds the rows"

@@ -217,13 +217,17 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
     io::LoadOptions lo;
     lo.strict = false;
     const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, nullptr, lo);
-    for (const std::string& name : loaded.missing) {
-      if (!tp::is_lora_adapter(name)) throw ConfigError("init_weights: '" + loaded.file + "' lacks " + name);
-    }
-    if (!loaded.unexpected.empty()) {
-      throw ConfigError("init_weights: '" + loaded.file + "' holds " + loaded.unexpected.front() +
-                        ", which the model lacks");
-    }
+    // Agreed: with a pipeline each rank checks only its own stage's parameters, and a
+    // stage failing alone would leave the others waiting in the first step.
+    agree_on_success(mesh.world().mpi_comm(), [&] {
+      for (const std::string& name : loaded.missing) {
+        if (!tp::is_lora_adapter(name)) throw ConfigError("init_weights: '" + loaded.file + "' lacks " + name);
+      }
+      if (!loaded.unexpected.empty()) {
+        throw ConfigError("init_weights: '" + loaded.file + "' holds " + loaded.unexpected.front() +
+                          ", which the model lacks");
+      }
+    });
     log.info("init_weights: model weights from " + loaded.file + " (its step " + std::to_string(loaded.step) +
              ", saved at " + loaded.saved_mesh.str() + "); optimizer state fresh, starting at step 0");
   }
