@@ -3,6 +3,7 @@
 
 #include "tessera/domain/decomposition.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <utility>
 
@@ -14,6 +15,15 @@
 #include "tessera/mesh.hpp"
 
 namespace tessera::domain {
+
+std::string_view stagger_name(Stagger stagger) noexcept {
+  switch (stagger) {
+    case Stagger::none: return "none";
+    case Stagger::lon_face: return "lon_face";
+    case Stagger::lat_face: return "lat_face";
+  }
+  return "?";
+}
 
 std::string ProcessGrid::str() const { return std::to_string(lat) + "x" + std::to_string(lon); }
 
@@ -59,6 +69,7 @@ Decomposition::Decomposition(const Mesh& mesh, Shape global_shape, ProcessGrid g
 Decomposition::Decomposition(Communicator& comm, Shape global_shape, ProcessGrid grid)
     : comm_(&comm), rank_(comm.rank()), grid_(grid), global_shape_(std::move(global_shape)) {
   validate();
+  cell_lat_ = global_lat();
   // Everything above is local arithmetic on the arguments, so identical arguments give
   // identical verdicts; this one all-reduce makes sure the arguments were identical.
   require_same_on_all_ranks(comm.mpi_comm(), str_of_args(),
@@ -116,8 +127,59 @@ int Decomposition::rank_of(GridCoords c) const {
   return c.lat * grid_.lon + c.lon;
 }
 
-ShardRange Decomposition::lat_range(int grid_lat) const { return shard_range(global_lat(), grid_.lat, grid_lat); }
+Decomposition Decomposition::staggered(Stagger stagger, LatitudeRows rows) const {
+  Decomposition faces = *this;
+  faces.stagger_ = stagger;
+  faces.rows_ = rows;
+  std::int64_t nlat = cell_lat_;
+  if (stagger == Stagger::lat_face) {
+    if (rows == LatitudeRows::pole_points && cell_lat_ < 2) {
+      throw InvalidArgument("Decomposition of " + shape_str(global_shape_) + ": a pole-point grid of " +
+                            std::to_string(cell_lat_) + " latitude(s) has no latitude face (faces lie between rows)");
+    }
+    nlat = rows == LatitudeRows::cells ? cell_lat_ + 1 : cell_lat_ - 1;
+  }
+  faces.global_shape_[faces.global_shape_.size() - 2] = nlat;
+  return faces;
+}
+
+ShardRange Decomposition::lat_range(int grid_lat) const {
+  ShardRange r = shard_range(cell_lat_, grid_.lat, grid_lat);
+  if (stagger_ != Stagger::lat_face) return r;
+  // A face belongs to the rank of the row south of it (the higher row index).
+  if (rows_ == LatitudeRows::cells) {
+    if (grid_lat == grid_.lat - 1) ++r.length;  // face i is row i's north face; the south pole face nlat too
+  } else if (grid_lat == 0) {
+    --r.length;  // face i lies between rows i and i + 1: none north of the north pole row
+  } else {
+    --r.start;
+  }
+  return r;
+}
+
 ShardRange Decomposition::lon_range(int grid_lon) const { return shard_range(global_lon(), grid_.lon, grid_lon); }
+
+namespace {
+
+// Inverse of shard_range: the first global % parts blocks hold base + 1.
+int block_of(std::int64_t index, std::int64_t global, int parts) {
+  const std::int64_t base = global / parts, extra = global % parts;
+  const std::int64_t big = extra * (base + 1);
+  if (index < big) return static_cast<int>(index / (base + 1));
+  return static_cast<int>(extra + (index - big) / base);
+}
+
+}  // namespace
+
+int Decomposition::lat_block_of(std::int64_t i) const {
+  if (stagger_ == Stagger::lat_face) {
+    // The block of the row south of face i (lat_range's rule), clamped to the grid.
+    i = std::clamp<std::int64_t>(rows_ == LatitudeRows::cells ? i : i + 1, 0, cell_lat_ - 1);
+  }
+  return block_of(i, cell_lat_, grid_.lat);
+}
+
+int Decomposition::lon_block_of(std::int64_t i) const { return block_of(i, global_lon(), grid_.lon); }
 
 LocalBox Decomposition::box_of(int rank) const {
   const GridCoords c = coords_of(rank);
@@ -133,7 +195,10 @@ Shape Decomposition::local_shape(const Shape& leading) const {
 }
 
 std::string Decomposition::str() const {
-  return shape_str(global_shape_) + " over " + grid_.str() + " (rank " + std::to_string(rank_) + ": " +
+  std::string staggering;
+  if (stagger_ != Stagger::none) staggering = " " + std::string(stagger_name(stagger_));
+  if (stagger_ == Stagger::lat_face && rows_ == LatitudeRows::pole_points) staggering += " pole-point rows";
+  return shape_str(global_shape_) + staggering + " over " + grid_.str() + " (rank " + std::to_string(rank_) + ": " +
          box().str() + ")";
 }
 

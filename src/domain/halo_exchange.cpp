@@ -114,7 +114,9 @@ HaloExchange::HaloExchange(const Decomposition& decomposition, HaloSpec spec)
 
   p.wait = d.comm().wait_options();
   require_same_on_all_ranks(d.comm().mpi_comm(),
-                            shape_str(d.global_shape()) + " over " + d.grid().str() + " " + w.str() +
+                            shape_str(d.global_shape()) + " " + std::string(stagger_name(d.stagger())) +
+                                (d.latitude_rows() == LatitudeRows::pole_points ? " pole-point rows" : "") +
+                                " over " + d.grid().str() + " " + w.str() +
                                 (p.spec.periodic_lon ? " periodic" : " bounded") + " " +
                                 std::string(pole_policy_name(p.spec.pole)),
                             "HaloExchange: the ranks of the domain communicator passed different arguments");
@@ -448,6 +450,49 @@ void HaloExchange::exchange_vector_adjoint(const Tensor& u, const Tensor& v) {
   flip_beyond_poles(u);
   flip_beyond_poles(v);
   exchange_adjoint(std::vector<Tensor>{u, v});
+}
+
+namespace {
+
+void require_same_grid(const HaloExchange& u_plan, const HaloExchange& v_plan) {
+  const Decomposition& du = u_plan.decomposition();
+  const Decomposition& dv = v_plan.decomposition();
+  if (&u_plan == &v_plan || &du.comm() != &dv.comm() || du.grid() != dv.grid() ||
+      du.global_lon() != dv.global_lon() || du.leading_shape() != dv.leading_shape() ||
+      u_plan.spec().pole != v_plan.spec().pole || u_plan.spec().periodic_lon != v_plan.spec().periodic_lon) {
+    throw InvalidArgument("exchange_vector: u's plan (" + du.str() + ") and v's plan (" + dv.str() +
+                          ") must be two plans of one grid, communicator and pole policy");
+  }
+}
+
+}  // namespace
+
+// The two plans' messages travel together (both started before either is waited for);
+// both ranks start them in the order u, v, so MPI's non-overtaking rule keeps them apart.
+void exchange_vector(HaloExchange& u_plan, const Tensor& u, HaloExchange& v_plan, const Tensor& v) {
+  agree_on_success(u_plan.decomposition().comm().mpi_comm(), [&] {
+    require_same_grid(u_plan, v_plan);
+    require_vector_components(u, v);
+  });
+  u_plan.start({u});
+  v_plan.start({v});
+  u_plan.finish();
+  v_plan.finish();
+  u_plan.flip_beyond_poles(u);
+  v_plan.flip_beyond_poles(v);
+}
+
+void exchange_vector_adjoint(HaloExchange& u_plan, const Tensor& u, HaloExchange& v_plan, const Tensor& v) {
+  agree_on_success(u_plan.decomposition().comm().mpi_comm(), [&] {
+    require_same_grid(u_plan, v_plan);
+    require_vector_components(u, v);
+  });
+  u_plan.flip_beyond_poles(u);
+  v_plan.flip_beyond_poles(v);
+  u_plan.start_adjoint({u});
+  v_plan.start_adjoint({v});
+  u_plan.finish_adjoint();
+  v_plan.finish_adjoint();
 }
 
 }  // namespace tessera::domain

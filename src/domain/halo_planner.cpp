@@ -9,6 +9,14 @@
 // rectangle copied from one rank's interior into another's halo. Every rank plans the
 // pieces of every rank in the same order, which is how both ends of a message agree on
 // its layout without exchanging any metadata.
+//
+// A staggered decomposition (Decomposition::staggered) plans the same way over its face
+// indices. Only the latitude faces differ from the cells: their blocks are not
+// shard_range's (the decomposition's lat_block_of inverts them), and their mirror
+// across the pole is the other one of the two: faces of rows bounded by the poles
+// have a face on each pole, so they mirror about that face (as pole-point rows mirror
+// about the pole row), while the faces of pole-point rows lie symmetrically around the
+// pole, which falls between faces -1 and 0 (as cell rows mirror between rows -1 and 0).
 
 #include "domain/halo_planner.hpp"
 
@@ -43,14 +51,6 @@ std::int64_t side_end(std::int64_t i, const ShardRange& own, std::int64_t end) {
   return end;
 }
 
-int block_of(std::int64_t index, std::int64_t global, int parts) {
-  // Inverse of shard_range: the first global % parts blocks hold base + 1.
-  const std::int64_t base = global / parts, extra = global % parts;
-  const std::int64_t big = extra * (base + 1);
-  if (index < big) return static_cast<int>(index / (base + 1));
-  return static_cast<int>(extra + (index - big) / base);
-}
-
 std::int64_t wrap(std::int64_t j, std::int64_t n) { return ((j % n) + n) % n; }
 
 void append(std::vector<Run>& runs, const Run& element) {
@@ -81,6 +81,13 @@ class Planner {
  public:
   Planner(const Decomposition& d, const HaloSpec& spec) : d_(d), s_(spec) {}
 
+  // Whether rows beyond a pole mirror about a row of this decomposition (source -i)
+  // rather than about the boundary between rows -1 and 0 (source -1 - i); see the top.
+  bool mirror_about_a_row() const {
+    return (s_.pole == PolePolicy::across_pole_point) != (d_.stagger() == Stagger::lat_face);
+  }
+  const char* lat_noun() const { return d_.stagger() == Stagger::lat_face ? "latitude faces" : "latitudes"; }
+
   void validate_spec() const {
     const HaloWidths& w = s_.width;
     const std::string what = "HaloExchange (" + w.str() + ", pole " + std::string(pole_policy_name(s_.pole)) + ")";
@@ -89,6 +96,13 @@ class Planner {
     }
     if (mirrors_across_pole(s_.pole)) {
       const std::string name(pole_policy_name(s_.pole));
+      if (d_.stagger() == Stagger::lat_face &&
+          (s_.pole == PolePolicy::across_pole_point) != (d_.latitude_rows() == LatitudeRows::pole_points)) {
+        throw InvalidArgument(what + ": the latitude faces of " +
+                              (d_.latitude_rows() == LatitudeRows::pole_points ? "pole-point rows" : "cell rows") +
+                              " cannot be mirrored by " + name + ", which is for " +
+                              (s_.pole == PolePolicy::across_pole_point ? "pole-point rows" : "cell rows"));
+      }
       if (!s_.periodic_lon) {
         throw InvalidArgument(what + ": " + name + " needs periodic longitude (the sphere wraps)");
       }
@@ -115,7 +129,6 @@ class Planner {
     // Segment by segment, never row by row (a width or a grid can be huge: fuzz finding
     // 4): each run ends where the receiving side, the source block or the region (inside
     // the grid, beyond a pole) changes.
-    const int P = d_.grid().lat;
     for (std::int64_t i = first; i < end;) {
       Run e;
       e.dst = i;
@@ -123,7 +136,7 @@ class Planner {
       std::int64_t stop = side_end(i, own, end);
       if (i >= 0 && i < n) {  // inside the grid: the row itself
         e.src = i;
-        e.block = block_of(i, n, P);
+        e.block = d_.lat_block_of(i);
         stop = std::min({stop, n, d_.lat_range(e.block).end()});
       } else {
         const bool low = i < 0;
@@ -137,7 +150,7 @@ class Planner {
             break;
           case PolePolicy::across_pole:  // mirrored about the pole between rows -1 and 0
           case PolePolicy::across_pole_point: {  // mirrored about the pole row 0 (or n - 1)
-            const bool point = s_.pole == PolePolicy::across_pole_point;
+            const bool point = mirror_about_a_row();
             e.src = low ? (point ? -i : -1 - i) : (point ? 2 * (n - 1) - i : 2 * n - 1 - i);
             e.step = -1;
             e.shift = d_.global_lon() / 2;
@@ -151,7 +164,7 @@ class Planner {
             throw InvalidArgument("HaloExchange: a latitude halo of " + std::to_string(width) +
                                   " rows reaches past both poles of a " + std::to_string(n) + "-latitude grid");
           }
-          e.block = block_of(e.src, n, P);
+          e.block = d_.lat_block_of(e.src);
           // Descending sources leave the block at its first row.
           if (e.step == -1) stop = std::min(stop, i + (e.src - d_.lat_range(e.block).start) + 1);
         }
@@ -179,7 +192,6 @@ class Planner {
     }
     // Segment by segment, as lat_runs: a run ends where the receiving side, the source
     // block, the ring's wrap or the grid's edge is.
-    const int P = d_.grid().lon;
     for (std::int64_t j = first; j < end;) {
       Run e;
       e.dst = j;
@@ -191,7 +203,7 @@ class Planner {
         if (jj < 0) stop = std::min(stop, -shift);
       } else {
         e.src = s_.periodic_lon ? wrap(jj, n) : jj;
-        e.block = block_of(e.src, n, P);
+        e.block = d_.lon_block_of(e.src);
         stop = std::min(stop, j + (d_.lon_range(e.block).end() - e.src));  // to the block's end (and the wrap)
       }
       e.length = stop - j;
@@ -215,13 +227,14 @@ class Planner {
         if (!beyond) {
           const std::int64_t edge = side == 0 ? own.start - 1 : own.end();
           if (edge < 0 || edge >= d_.global_lat()) continue;
-          nearest = block_of(edge, d_.global_lat(), P);
+          nearest = d_.lat_block_of(edge);
         } else {
           if (!mirrors_across_pole(s_.pole)) continue;
           // Mirrored about a pole row, the rows skip the pole itself and may come from
           // the polar block and the next one: no single-sender rule (each piece has its
-          // own sender; lat_runs has checked that every mirrored row exists).
-          if (s_.pole == PolePolicy::across_pole_point) continue;
+          // own sender; lat_runs has checked that every mirrored row exists). So may
+          // latitude faces: a polar band of one pole-point row owns none.
+          if (mirror_about_a_row() || d_.stagger() == Stagger::lat_face) continue;
           nearest = side == 0 ? 0 : P - 1;
         }
         for (const Run& run : runs) {
@@ -233,7 +246,7 @@ class Planner {
         if (!one_block || rows > src.length) {
           const int culprit = d_.rank_of({nearest, d_.coords_of(receiver).lon});
           throw InvalidArgument("HaloExchange (" + s_.width.str() + "): domain rank " + std::to_string(culprit) +
-                                " owns latitudes [" + std::to_string(src.start) + ", " +
+                                " owns " + lat_noun() + " [" + std::to_string(src.start) + ", " +
                                 std::to_string(src.end()) + ") (" + std::to_string(src.length) +
                                 " rows), fewer than the " + std::to_string(rows) +
                                 (beyond ? " across-the-pole" : "") + " halo rows it must send to domain rank " +
@@ -245,7 +258,6 @@ class Planner {
 
   void check_lon(int receiver, int r, const std::vector<Run>& runs) const {
     const ShardRange own = d_.lon_range(r);
-    const int P = d_.grid().lon;
     for (int side : {0, 2}) {
       std::int64_t edge = side == 0 ? own.start - 1 : own.end();
       if (s_.periodic_lon) {
@@ -253,7 +265,7 @@ class Planner {
       } else if (edge < 0 || edge >= d_.global_lon()) {
         continue;
       }
-      const int nearest = block_of(edge, d_.global_lon(), P);
+      const int nearest = d_.lon_block_of(edge);
       std::int64_t cols = 0;
       bool one_block = true;
       for (const Run& run : runs) {
@@ -313,11 +325,6 @@ class Planner {
   const Decomposition& d_;
   const HaloSpec& s_;
 };
-
-// The memory of one message. `packed` lives on the fields' device: the pack and unpack
-// kernels of that device's backend read and write it. When MPI cannot address that
-// memory (a CUDA device without CUDA-aware MPI), `staging` is a pinned host copy that
-// MPI reads and writes, and the packed bytes cross to it and back; otherwise the packed
 
 }  // namespace
 

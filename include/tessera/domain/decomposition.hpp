@@ -13,9 +13,25 @@
 // planning halo messages needs no communication. The constructor is collective only to
 // check that every rank passed the same grid (so a mismatch throws the same error
 // everywhere instead of deadlocking a later exchange).
+//
+// Staggered fields (an Arakawa C-grid) are decomposed by the same process grid:
+// staggered() gives the decomposition of the fields on one kind of cell face, whose
+// boxes, shapes, scatter and gather (and HaloExchange plans) follow from the cells':
+//   lon_face  u on the east faces: face j is the east face of cell j, nlon faces, the
+//             rank owning the cell owns its east face (boxes as the cells').
+//   lat_face  v on the faces between latitude rows, each owned by the rank owning the
+//             row just south of it (the higher row index; row 0 is north):
+//             LatitudeRows::cells      rows are cells bounded by the poles: nlat + 1
+//                                      faces, face i the north face of row i, faces 0
+//                                      and nlat on the poles (the southern band owns
+//                                      the south pole face: one row more);
+//             LatitudeRows::pole_points the first and last rows are the pole points:
+//                                      nlat - 1 faces, face i between rows i and i + 1
+//                                      (the northern band has one face fewer than rows).
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/comm.hpp"
@@ -50,6 +66,13 @@ struct LocalBox {
   std::string str() const;  // "lat [0, 181) x lon [0, 1440)"
 };
 
+// Where a field's values sit: cell centres, or one kind of cell face (see above).
+enum class Stagger { none, lon_face, lat_face };
+// "none" "lon_face" "lat_face"
+std::string_view stagger_name(Stagger stagger) noexcept;
+// What the first and last latitude rows are (it decides the latitude faces).
+enum class LatitudeRows { cells, pole_points };
+
 // The process grid for `ranks` ranks over an nlat x nlon plane that gives each rank the
 // shortest box boundary (the halo a rank exchanges: local lat + local lon extents, by the
 // partition rule), like MPI_Dims_create but aware of the grid's aspect; among equals,
@@ -69,11 +92,21 @@ class Decomposition {
   Decomposition(const Mesh& mesh, Shape global_shape);
   Decomposition(const Mesh& mesh, Shape global_shape, ProcessGrid grid);
 
+  // The decomposition of the fields on `stagger` faces of this grid (of its cells for
+  // Stagger::none), by the same process grid; `rows` matters for lat_face only. Pure
+  // arithmetic, not collective. Throws InvalidArgument for a pole-point grid of fewer
+  // than 2 latitudes (no face between rows). A rank may own no lat_face (a polar band of
+  // one pole-point row).
+  Decomposition staggered(Stagger stagger, LatitudeRows rows = LatitudeRows::cells) const;
+  Stagger stagger() const { return stagger_; }
+  LatitudeRows latitude_rows() const { return rows_; }
+
   Communicator& comm() const { return *comm_; }
   int rank() const { return rank_; }
   int size() const { return grid_.lat * grid_.lon; }
   const ProcessGrid& grid() const { return grid_; }
 
+  // The field's global shape: (leading..., faces or cells along lat, along lon).
   const Shape& global_shape() const { return global_shape_; }
   std::int64_t global_lat() const { return global_shape_[global_shape_.size() - 2]; }
   std::int64_t global_lon() const { return global_shape_.back(); }
@@ -84,9 +117,14 @@ class Decomposition {
   GridCoords coords_of(int rank) const;
   int rank_of(GridCoords coords) const;
 
-  // Extents of a process-grid row / column (shard_range of the global extent).
+  // Extents of a process-grid row / column (shard_range of the cells; the faces of a
+  // staggered decomposition follow from them).
   ShardRange lat_range(int grid_lat) const;
   ShardRange lon_range(int grid_lon) const;
+  // The process-grid row / column owning global latitude (longitude) index `i` of the
+  // field, in [0, global_lat()) ([0, global_lon())).
+  int lat_block_of(std::int64_t i) const;
+  int lon_block_of(std::int64_t i) const;
   LocalBox box() const { return box_of(rank_); }
   LocalBox box_of(int rank) const;
   // Leading dims + this rank's (lat, lon) extents.
@@ -107,7 +145,9 @@ class Decomposition {
   // tensor elsewhere.
   Tensor gather(const Tensor& local, int root = 0) const;
 
-  std::string str() const;  // "[2, 721, 1440] over 2x2 (rank 3: lat [361, 721) x lon [720, 1440))"
+  // "[2, 721, 1440] over 2x2 (rank 3: lat [361, 721) x lon [720, 1440))", with
+  // " lat_face" (and " pole-point rows") after the shape when staggered.
+  std::string str() const;
 
  private:
   void validate();
@@ -117,6 +157,9 @@ class Decomposition {
   int rank_ = 0;
   ProcessGrid grid_;
   Shape global_shape_;
+  std::int64_t cell_lat_ = 0;  // latitude rows of the cells (global_lat() counts faces for lat_face)
+  Stagger stagger_ = Stagger::none;
+  LatitudeRows rows_ = LatitudeRows::cells;
 };
 
 }  // namespace tessera::domain

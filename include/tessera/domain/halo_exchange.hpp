@@ -40,6 +40,14 @@
 // communicator in the same order (MPI's non-overtaking rule then keeps them apart).
 //
 // Buffers are sized from the plan and the fields and reused between exchanges.
+//
+// Staggered fields (C-grid): a plan of Decomposition::staggered(...) exchanges the
+// fields on those faces, by the rules above applied to face indices: lon_face fields
+// (u on the east faces) have the cells' plan (the half-turn maps east face j to east
+// face j + nlon/2); lat_face fields (v on the faces between rows) are mirrored about
+// the pole face (faces of cell rows, with across_pole) or about the pole between faces
+// -1 and 0 (faces of pole-point rows, with across_pole_point). A C-grid vector pair
+// (u on lon faces, v on lat faces) is the free exchange_vector(u_plan, u, v_plan, v).
 
 #include <cstdint>
 #include <memory>
@@ -89,7 +97,8 @@ class HaloExchange {
   // Collective over the decomposition's communicator (checks every rank planned the same
   // spec). Throws InvalidArgument when a rank's extent is smaller than the halo it must
   // send, naming the rank, its extent and the receiver; or for a spec across_pole cannot
-  // serve (odd longitude count, non-periodic longitude).
+  // serve (odd longitude count, non-periodic longitude, latitude faces of the other kind
+  // of rows). The fields follow the decomposition's stagger (its faces' boxes).
   HaloExchange(const Decomposition& decomposition, HaloSpec spec);
   ~HaloExchange();  // waits for an exchange still in flight
   HaloExchange(const HaloExchange&) = delete;
@@ -141,5 +150,13 @@ class HaloExchange {
  private:
   std::unique_ptr<Plan> plan_;
 };
+
+// A C-grid vector pair: u on the east faces (u_plan of a lon_face, or cell-centred,
+// decomposition), v on the latitude faces (v_plan of a lat_face one), of one grid,
+// communicator and pole policy. Both exchanged at once, then, under the mirroring
+// policies, negated beyond the poles (as HaloExchange::exchange_vector). Collective.
+void exchange_vector(HaloExchange& u_plan, const Tensor& u, HaloExchange& v_plan, const Tensor& v);
+// Its transpose: negated beyond the poles, then both adjoint exchanges.
+void exchange_vector_adjoint(HaloExchange& u_plan, const Tensor& u, HaloExchange& v_plan, const Tensor& v);
 
 }  // namespace tessera::domain
