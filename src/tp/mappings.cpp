@@ -29,7 +29,7 @@ std::string extents_str(const std::vector<std::int64_t>& extents) {
   return s;
 }
 
-// The blocks of a gather whose caller does not know the global extent (kExchangeExtents):
+// The blocks of a gather whose caller does not know the global extent (GatherExtent::exchanged()):
 // the ranks' extents along `d` are exchanged (one integer each, a collective of its own) and must
 // be the partition rule's blocks of their sum. Every rank sees the same extents, so a
 // layout that breaks the rule is refused on every rank alike.
@@ -78,21 +78,24 @@ Tensor split_along(const Tensor& x, int dim, const Communicator& group) {
   return x.narrow(d, range.start, range.length).contiguous();
 }
 
-Tensor gather_along(const Tensor& x, int dim, Communicator& group, std::optional<std::int64_t> global_extent) {
+Tensor gather_along(const Tensor& x, int dim, Communicator& group, GatherExtent extent) {
   const int d = normalize_dim(x, dim, "gather_along");
   const int p = group.size();
-  if (global_extent && *global_extent != kExchangeExtents &&
-      shard_range(*global_extent, p, group.rank()).length != x.shape()[d]) {
+  if (extent.kind() == GatherExtent::Kind::known &&
+      shard_range(extent.global(), p, group.rank()).length != x.shape()[d]) {
     throw ShapeError("tp::gather_along: " + x.str() + " on rank " + std::to_string(group.rank()) + " of " +
                      std::to_string(p) + " is not its block along dim " + std::to_string(d) + " of extent " +
-                     std::to_string(*global_extent) + " (the partition rule gives it " +
-                     std::to_string(shard_range(*global_extent, p, group.rank()).length) + ")");
+                     std::to_string(extent.global()) + " (the partition rule gives it " +
+                     std::to_string(shard_range(extent.global(), p, group.rank()).length) + ")");
   }
   if (p == 1) return x;
   const Tensor local = x.contiguous();
-  const std::vector<ShardRange> blocks = !global_extent                       ? blocks_of(local.shape()[d] * p, p)
-                                         : *global_extent == kExchangeExtents ? exchanged_blocks(local, d, group)
-                                                                              : blocks_of(*global_extent, p);
+  std::vector<ShardRange> blocks;
+  switch (extent.kind()) {
+    case GatherExtent::Kind::even: blocks = blocks_of(local.shape()[d] * p, p); break;
+    case GatherExtent::Kind::known: blocks = blocks_of(extent.global(), p); break;
+    case GatherExtent::Kind::exchanged: blocks = exchanged_blocks(local, d, group); break;
+  }
   const std::int64_t total = blocks.back().end();
   const std::int64_t widest = blocks.front().length;  // block 0 is never the narrower
   const bool even = widest * p == total;
@@ -165,12 +168,11 @@ Tensor copy_to_parallel_backward(const Tensor& grad, Communicator& group, Reduce
 Tensor reduce_from_parallel(const Tensor& x, Communicator& group, ReduceOp op) { return all_reduce_with(x, op, group); }
 Tensor reduce_from_parallel_backward(const Tensor& grad, Communicator&) { return grad; }
 Tensor scatter_to_parallel(const Tensor& x, int dim, Communicator& group) { return split_along(x, dim, group); }
-Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group,
-                                    std::optional<std::int64_t> global_extent) {
-  return gather_along(grad, dim, group, global_extent);
+Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group, GatherExtent extent) {
+  return gather_along(grad, dim, group, extent);
 }
-Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group, std::optional<std::int64_t> global_extent) {
-  return gather_along(x, dim, group, global_extent);
+Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group, GatherExtent extent) {
+  return gather_along(x, dim, group, extent);
 }
 Tensor gather_from_parallel_backward(const Tensor& grad, int dim, Communicator& group) {
   return split_along(grad, dim, group);
@@ -234,7 +236,7 @@ Tensor Mapping::forward(const Tensor& x) {
       // Remembered for backward: the gather of an uneven split needs the whole extent.
       scattered_extent_ = x.size(normalize_dim(x, dim_, "scatter_to_parallel"));
       return scatter_to_parallel(x, dim_, group_);
-    case Kind::gather: return gather_from_parallel(x, dim_, group_, kExchangeExtents);
+    case Kind::gather: return gather_from_parallel(x, dim_, group_, GatherExtent::exchanged());
     case Kind::sequence_all_gather: return sequence_all_gather(x, dim_, group_);
     case Kind::sequence_reduce_scatter: return sequence_reduce_scatter(x, dim_, group_);
   }

@@ -380,7 +380,7 @@ Tensor redistribute(const Tensor& x, Redistribute how, int dim, Communicator& tp
     case Redistribute::split:
       extent = x.shape()[dim < 0 ? x.dim() + dim : dim];
       return scatter_to_parallel(x, dim, tp);
-    case Redistribute::gather: return gather_from_parallel(x, dim, tp, kExchangeExtents);
+    case Redistribute::gather: return gather_from_parallel(x, dim, tp, GatherExtent::exchanged());
   }
   return x;
 }

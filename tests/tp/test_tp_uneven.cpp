@@ -140,7 +140,7 @@ TEST_F(TpUneven, SplitGatherAndReduceScatterFollowThePartitionRule) {
       const Tensor local = tp::split_along(x, d, tp);
       EXPECT_TRUE(tensors_close(local, block, 0)) << what;
       EXPECT_TRUE(tensors_close(tp::gather_along(local, d, tp, extent), x, 0)) << what;
-      EXPECT_TRUE(tensors_close(tp::gather_along(local, d, tp, tp::kExchangeExtents), x, 0)) << what;
+      EXPECT_TRUE(tensors_close(tp::gather_along(local, d, tp, tp::GatherExtent::exchanged()), x, 0)) << what;
       // Negative dims count from the end.
       EXPECT_TRUE(tensors_close(tp::gather_along(local, d - 3, tp, extent), x, 0)) << what;
 
@@ -163,7 +163,7 @@ TEST_F(TpUneven, GatherOfBlocksThatBreakTheRuleIsRefusedEverywhere) {
   if (tp.size() == 1) GTEST_SKIP() << "one rank's block is the whole";
   // Rank 0 holds 1 row and the others 2: the rule gives the narrow block to the last rank.
   const Tensor local = random_tensor({tp.rank() == 0 ? 1 : 2, 3}, 7);
-  expect_error<ShapeError>([&] { tp::gather_along(local, 0, tp, tp::kExchangeExtents); },
+  expect_error<ShapeError>([&] { tp::gather_along(local, 0, tp, tp::GatherExtent::exchanged()); },
                            {"dim 0", "partition rule"});
   // Given an extent, a block of the wrong size is named with its rank.
   const Tensor wrong = random_tensor({5, 3}, 8);  // never a block of 5 at tp >= 2

@@ -16,10 +16,11 @@
 // one element more, so rank r of p holds [r*q + min(r, m), ...) with q = extent / p and
 // m = extent % p. Uneven blocks travel padded to the widest one, so each gather and
 // reduce-scatter stays a single collective; an even extent takes the unpadded path.
-// A gather needs every rank's block. Pass the global extent where the caller knows it
-// (every layer does). kExchangeExtents instead has the ranks first exchange their
-// extents (one small all_gather; a layout that is not the rule's is then a ShapeError on
-// every rank). Without either, the layout is taken to be even — every block as long as
+// A gather needs every rank's block, and a GatherExtent says how it learns them: the
+// global extent where the caller knows it (every layer does; an integer converts),
+// GatherExtent::exchanged() to have the ranks first exchange their extents (one small
+// all_gather; a layout that is not the rule's is then a ShapeError on every rank), or,
+// by default, nothing: the layout is taken to be even — every block as long as
 // this rank's — which is what every even caller always passed, at no extra cost; uneven
 // blocks gathered that way fail in the collective. A group of size 1 short-circuits: no
 // copy, no communication.
@@ -51,16 +52,33 @@
 
 namespace tessera::tp {
 
-// A global_extent for the gathers meaning "learn it from the ranks" (see above).
-inline constexpr std::int64_t kExchangeExtents = -1;
+// What a gather knows of the extent it gathers (see above).
+class GatherExtent {
+ public:
+  enum class Kind { even, known, exchanged };
+  // Even blocks: every rank's as long as this rank's.
+  GatherExtent() = default;
+  // The gathered extent: this rank's block must be the partition rule's block of it.
+  GatherExtent(std::int64_t global) : kind_(Kind::known), global_(global) {}  // NOLINT: an extent reads as one
+  // Learnt from the ranks, which exchange their extents first.
+  static GatherExtent exchanged() {
+    GatherExtent e;
+    e.kind_ = Kind::exchanged;
+    return e;
+  }
+  Kind kind() const { return kind_; }
+  std::int64_t global() const { return global_; }  // Kind::known only
+
+ private:
+  Kind kind_ = Kind::even;
+  std::int64_t global_ = 0;
+};
 
 // This rank's block of `x` along `dim` (a contiguous copy; `x` itself for one rank).
 Tensor split_along(const Tensor& x, int dim, const Communicator& group);
-// The blocks of all ranks concatenated along `dim` in rank order. `global_extent`: the
-// gathered extent (this rank's block must be the rule's block of it, ShapeError
-// otherwise), kExchangeExtents, or nothing for an even layout (see above).
-Tensor gather_along(const Tensor& x, int dim, Communicator& group,
-                    std::optional<std::int64_t> global_extent = std::nullopt);
+// The blocks of all ranks concatenated along `dim` in rank order (a ShapeError where this
+// rank's block is not the rule's block of a known extent).
+Tensor gather_along(const Tensor& x, int dim, Communicator& group, GatherExtent extent = {});
 // Sums `x` over the group and returns this rank's block along `dim` (its shard_range).
 Tensor reduce_scatter_along(const Tensor& x, int dim, Communicator& group);
 // Sum over the group (a new tensor; `x` is not modified).
@@ -77,9 +95,9 @@ Tensor reduce_from_parallel(const Tensor& x, Communicator& group,
 Tensor reduce_from_parallel_backward(const Tensor& grad, Communicator& group);  // identity, whatever the op
 Tensor scatter_to_parallel(const Tensor& x, int dim, Communicator& group);    // split
 Tensor scatter_to_parallel_backward(const Tensor& grad, int dim, Communicator& group,
-                                    std::optional<std::int64_t> global_extent = std::nullopt);  // gather
+                                    GatherExtent extent = {});                 // gather
 Tensor gather_from_parallel(const Tensor& x, int dim, Communicator& group,
-                            std::optional<std::int64_t> global_extent = std::nullopt);  // gather
+                            GatherExtent extent = {});                         // gather
 Tensor gather_from_parallel_backward(const Tensor& grad, int dim, Communicator& group);  // split
 Tensor sequence_all_gather(const Tensor& x, int dim, Communicator& group,
                            std::optional<std::int64_t> global_extent = std::nullopt);  // gather
@@ -90,7 +108,7 @@ Tensor sequence_reduce_scatter_backward(const Tensor& grad, int dim, Communicato
 
 // The primitives as modules, for composition with serial layers. Uneven blocks work: a
 // scatter remembers the extent it split for its backward gather, and a gather module
-// exchanges the ranks' extents (kExchangeExtents).
+// exchanges the ranks' extents (GatherExtent::exchanged()).
 class Mapping : public nn::Module {
  public:
   enum class Kind { copy, reduce, scatter, gather, sequence_all_gather, sequence_reduce_scatter };
