@@ -3,8 +3,10 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
+#include "tessera/agree.hpp"
 #include "tessera/check.hpp"
 
 namespace tessera {
@@ -20,9 +22,40 @@ int process_usable_cores() noexcept {
   return online > 0 ? static_cast<int>(online) : 1;
 }
 
-NodeInfo query_node(MPI_Comm comm) {
+int emulated_node_size() {
+  const char* env = std::getenv("TESSERA_NODE_SIZE");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long k = std::strtol(env, &end, 10);
+  if (*end != '\0' || k < 1 || k > 1 << 20) {
+    throw ConfigError(std::string("environment variable TESSERA_NODE_SIZE: expected a positive number of ranks "
+                                  "per emulated node, got '") +
+                      env + "'");
+  }
+  return static_cast<int>(k);
+}
+
+MPI_Comm split_by_node(MPI_Comm comm, int key) {
+  int k = 0;
+  // Read on every rank and agreed before the splits, so a bad value on one rank cannot
+  // leave the others waiting in them.
+  agree_on_success(comm, [&] { k = emulated_node_size(); });
   MPI_Comm node = MPI_COMM_NULL;
-  TESSERA_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  TESSERA_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, &node));
+  if (k == 0) return node;
+  // Emulated nodes: the shared-memory node cut by world rank, so that every communicator
+  // (a sub-communicator too) sees a process on the same emulated node.
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm emulated = MPI_COMM_NULL;
+  const int status = MPI_Comm_split(node, world_rank / k, key, &emulated);
+  MPI_Comm_free(&node);
+  TESSERA_CHECK_MPI(status);
+  return emulated;
+}
+
+NodeInfo query_node(MPI_Comm comm) {
+  MPI_Comm node = split_by_node(comm, 0);
   NodeInfo info;
   MPI_Comm_rank(node, &info.local_rank);
   MPI_Comm_size(node, &info.local_size);

@@ -1,5 +1,6 @@
 // Which ranks of the code's communicator run the model (ModelRanks: one per GPU per node,
-// a count, or a list), resolved and agreed on every rank.
+// a count, or a list), resolved and agreed on every rank; and the node of every code
+// rank, which per_node placement and the node-aware route both use.
 
 #include "tessera/domain/redistribution.hpp"
 
@@ -8,6 +9,7 @@
 #include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/check.hpp"
+#include "tessera/node.hpp"
 
 namespace tessera::domain {
 
@@ -20,25 +22,17 @@ std::string ModelRanks::str() const {
   return "?";
 }
 
-namespace {
-
-// per_node: the node's GPU count (the most any of its ranks sees: with --gpus-per-node
-// every rank sees them all), one model rank per GPU spread over the node's ranks, or its
-// first rank on a node without GPUs. Collective; every wait under the policy.
-std::vector<int> per_node_ranks(Communicator& comm) {
+CodeNodes redistribution_detail::code_nodes(Communicator& comm) {
   const MPI_Comm c = comm.mpi_comm();
   const WaitOptions& wait = comm.wait_options();
-  MPI_Comm node = MPI_COMM_NULL;
-  TESSERA_CHECK_MPI(MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &node));
-  int local_rank = 0, local_size = 1, gpus = std::max(0, cuda_device_count());
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_size);
-  int node_gpus = 0;
+  MPI_Comm node = split_by_node(c, comm.rank());
+  // {-lowest rank, GPUs} of the node in one max-reduction.
+  int mine[2] = {-comm.rank(), std::max(0, cuda_device_count())}, node_max[2] = {0, 0};
   MPI_Request request = MPI_REQUEST_NULL;
-  const int status = MPI_Iallreduce(&gpus, &node_gpus, 1, MPI_INT, MPI_MAX, node, &request);
+  const int status = MPI_Iallreduce(mine, node_max, 2, MPI_INT, MPI_MAX, node, &request);
   if (status == MPI_SUCCESS) {
     try {
-      detail::wait_request(request, wait, {"Redistribution: the node's GPU count (MPI_Iallreduce)", node});
+      detail::wait_request(request, wait, {"Redistribution: the node's first rank and GPU count (MPI_Iallreduce)", node});
     } catch (...) {
       MPI_Comm_free(&node);
       throw;
@@ -46,17 +40,42 @@ std::vector<int> per_node_ranks(Communicator& comm) {
   }
   MPI_Comm_free(&node);
   TESSERA_CHECK_MPI(status);
-  const int per_node = std::clamp(node_gpus, 1, local_size);
-  int mine = 0;
-  for (int k = 0; k < per_node; ++k) {
-    if (static_cast<int>(static_cast<std::int64_t>(k) * local_size / per_node) == local_rank) mine = 1;
+  const int facts[2] = {-node_max[0], node_max[1]};
+  std::vector<int> all(2 * static_cast<std::size_t>(comm.size()));
+  TESSERA_CHECK_MPI(MPI_Iallgather(facts, 2, MPI_INT, all.data(), 2, MPI_INT, c, &request));
+  detail::wait_request(request, wait, {"Redistribution: the node of every rank (MPI_Iallgather)", c});
+  CodeNodes nodes;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(comm.size()); ++r) {
+    nodes.node_of.push_back(all[2 * r]);
+    nodes.gpus_of.push_back(all[2 * r + 1]);
   }
-  std::vector<int> flags(static_cast<std::size_t>(comm.size()));
-  TESSERA_CHECK_MPI(MPI_Iallgather(&mine, 1, MPI_INT, flags.data(), 1, MPI_INT, c, &request));
-  detail::wait_request(request, wait, {"Redistribution: the model ranks of each node (MPI_Iallgather)", c});
+  return nodes;
+}
+
+namespace {
+
+// per_node: on each node (its ranks in code-rank order, L of them, seeing G GPUs) one
+// model rank per GPU at node-local ranks floor(k L / G), k < G; its first rank on a node
+// without GPUs.
+std::vector<int> per_node_ranks(Communicator& comm) {
+  const CodeNodes nodes = code_nodes(comm);
+  const int n = comm.size();
   std::vector<int> ranks;
-  for (int r = 0; r < comm.size(); ++r) {
-    if (flags[static_cast<std::size_t>(r)]) ranks.push_back(r);
+  for (int r = 0; r < n; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    int local_rank = 0, local_size = 0;
+    for (int q = 0; q < n; ++q) {
+      if (nodes.node_of[static_cast<std::size_t>(q)] != nodes.node_of[ur]) continue;
+      if (q < r) ++local_rank;
+      ++local_size;
+    }
+    const int per_node = std::clamp(nodes.gpus_of[ur], 1, local_size);
+    for (int k = 0; k < per_node; ++k) {
+      if (static_cast<int>(static_cast<std::int64_t>(k) * local_size / per_node) == local_rank) {
+        ranks.push_back(r);
+        break;
+      }
+    }
   }
   return ranks;
 }

@@ -19,9 +19,14 @@ namespace redistribution_detail {
 
 
 // Tags of the two directions on the code communicator (the halo exchange uses 0x41xx and
-// 0x42xx there). Between two ranks there is at most one message per direction.
+// 0x42xx there). Between two ranks there is at most one message per direction and tag;
+// node_aware adds the on-node stages, whose several messages between one code rank and
+// its relay (one per model rank) are posted in model-rank order on both ends, which MPI's
+// non-overtaking rule matches.
 constexpr int kToModelTag = 0x4301;
 constexpr int kToCodeTag = 0x4302;
+constexpr int kGatherTag = 0x4303;   // node_aware, code -> model: a code rank's piece to its relay
+constexpr int kScatterTag = 0x4304;  // node_aware, model -> code: the relay's piece to a code rank
 
 // A (lat, lon) rectangle in global indices.
 struct Rect {
@@ -58,6 +63,17 @@ struct Transfer {
   bool direct = false;             // the last transfer moved it in place (in_place_part)
 };
 
+// node_aware: one message between a relay and a model rank on another node, carrying the
+// pieces of several code ranks of the relay's node, one after the other in `members`
+// order (each piece in a Transfer's format).
+struct Relayed {
+  int peer = 0;                      // the model rank (on the relay) or the relay (on the model rank)
+  std::vector<int> members;          // the code ranks whose pieces it carries, ascending
+  std::vector<Rect> rects;           // their pieces
+  std::vector<std::size_t> offsets;  // of each piece in buffer (the last: the total), per transfer
+  std::vector<std::byte> buffer;
+};
+
 // What validation of a transfer's fields depends on: a field set with the keys of one
 // already validated needs no new (collective) check.
 struct FieldKey {
@@ -85,6 +101,14 @@ inline FieldKeys keys_of(const std::vector<Tensor>& code_fields, const std::vect
 }
 
 
+// Where the code's ranks run (model_ranks.cpp): each rank's node, named by its lowest
+// code rank, and the GPUs its node's ranks see (the most any of them sees), from
+// split_by_node (emulated nodes too) and one all-gather. Collective over `comm`.
+struct CodeNodes {
+  std::vector<int> node_of, gpus_of;  // by code rank
+};
+CodeNodes code_nodes(Communicator& comm);
+
 }  // namespace redistribution_detail
 
 using namespace redistribution_detail;
@@ -104,6 +128,17 @@ struct Redistribution::Plan {
   // Model -> code (replica 0 sends).
   std::vector<Transfer> to_code_sends, to_code_recvs;
   std::vector<Rect> to_code_self;
+  // node_aware's relayed pieces (the lists above then hold only the direct ones), each
+  // list in model-rank order. Code -> model: a code rank's pieces to its relays
+  // (gather_sends), the relay's combined messages (relay_to_model: first stage received
+  // into its buffer, then sent on), the model rank's receipt of them. Model -> code: the
+  // model rank's combined messages, the relay's receipt (relay_to_code: then handed on
+  // piece by piece), each code rank's pieces from its relays (scatter_recvs).
+  RedistributionRoute route = RedistributionRoute::direct;
+  std::vector<Transfer> gather_sends, scatter_recvs;
+  std::vector<Relayed> relay_to_model, relayed_to_model_recvs;
+  std::vector<Relayed> relayed_to_code_sends, relay_to_code;
+  std::vector<MPI_Request> relay_requests;  // a relay's first stage in flight
 
   enum class Mode { idle, to_model, to_code } mode = Mode::idle;
   std::vector<Tensor> code_fields, model_fields;  // alive while in flight
@@ -118,7 +153,7 @@ struct Redistribution::Plan {
   std::string str() const {
     return shape_str(code->global_shape()) + " over " + code->grid().str() + " -> " +
            std::to_string(model_ranks.size()) + " model ranks " + ranks_str(model_ranks) + " on " + grid.str() +
-           " x " + std::to_string(replicas);
+           " x " + std::to_string(replicas) + (route == RedistributionRoute::node_aware ? ", node_aware" : "");
   }
 };
 

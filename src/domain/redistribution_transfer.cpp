@@ -142,17 +142,13 @@ void copy_part(Tensor to, const Tensor& from) {
   }
 }
 
-// Packs every field's part of `r` (each field's (leading..., box) tensor) into `buffer`,
-// or unpacks it from there.
-void pack(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r, std::vector<std::byte>& buffer,
-          bool unpack) {
-  std::size_t total = 0;
-  for (const Tensor& t : fields) total += part_bytes(t, r.cells());
-  if (!unpack) buffer.resize(total);
+// Packs every field's part of `r` (each field's (leading..., box) tensor) at `data`, or
+// unpacks it from there.
+void pack_at(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r, std::byte* data, bool unpack) {
   std::size_t offset = 0;
   for (const Tensor& t : fields) {
     Tensor part = rect_view(t, box, r);
-    Tensor flat = Tensor::view(buffer.data() + offset, part.shape(), t.dtype());
+    Tensor flat = Tensor::view(data + offset, part.shape(), t.dtype());
     if (unpack) {
       copy_part(part, flat);
     } else {
@@ -160,6 +156,16 @@ void pack(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r,
     }
     offset += part_bytes(t, r.cells());
   }
+}
+
+void pack(const std::vector<Tensor>& fields, const LocalBox& box, const Rect& r, std::vector<std::byte>& buffer,
+          bool unpack) {
+  if (!unpack) {
+    std::size_t total = 0;
+    for (const Tensor& t : fields) total += part_bytes(t, r.cells());
+    buffer.resize(total);
+  }
+  pack_at(fields, box, r, buffer.data(), unpack);
 }
 
 // The part of the one field a message carries when that part is a single contiguous run
@@ -189,11 +195,37 @@ std::size_t message_bytes(const std::vector<Tensor>& fields, const Rect& r) {
   return total;
 }
 
+// Sizes a relayed message's buffer for this transfer's fields: its pieces' offsets.
+void lay_out(Relayed& x, const std::vector<Tensor>& sizing) {
+  x.offsets.assign(1, 0);
+  for (const Rect& r : x.rects) x.offsets.push_back(x.offsets.back() + message_bytes(sizing, r));
+  if (x.offsets.back() > static_cast<std::size_t>(INT_MAX)) {
+    throw UnsupportedError("Redistribution: a relayed message of " + std::to_string(x.offsets.back()) +
+                           " bytes exceeds MPI's int count limit; move the fields in several calls");
+  }
+  x.buffer.resize(x.offsets.back());
+}
+
+// One piece of a relayed message, between its buffer and MPI.
+void post_piece(Relayed& x, std::size_t j, bool sending, int peer, int tag, MPI_Comm comm, MPI_Request& r) {
+  std::byte* data = x.buffer.data() + x.offsets[j];
+  const int bytes = static_cast<int>(x.offsets[j + 1] - x.offsets[j]);
+  TESSERA_CHECK_MPI(sending ? MPI_Isend(data, bytes, MPI_BYTE, peer, tag, comm, &r)
+                            : MPI_Irecv(data, bytes, MPI_BYTE, peer, tag, comm, &r));
+}
+
+void post_whole(Relayed& x, bool sending, int tag, MPI_Comm comm, MPI_Request& r) {
+  const int bytes = static_cast<int>(x.buffer.size());
+  TESSERA_CHECK_MPI(sending ? MPI_Isend(x.buffer.data(), bytes, MPI_BYTE, x.peer, tag, comm, &r)
+                            : MPI_Irecv(x.buffer.data(), bytes, MPI_BYTE, x.peer, tag, comm, &r));
+}
+
 }  // namespace
 
 static void start_transfer(Redistribution::Plan& p, bool to_model) {
   const Decomposition& code = *p.code;
   const MPI_Comm comm = code.comm().mpi_comm();
+  const int me = code.rank();
   const LocalBox code_box = code.box();
   const LocalBox model_box = p.model_rank >= 0 ? p.box_of_model(p.model_rank) : LocalBox{};
   // Sources and destinations of this direction.
@@ -208,38 +240,63 @@ static void start_transfer(Redistribution::Plan& p, bool to_model) {
   // ends size a message alike (a non-model rank sizes its receives from its code fields).
   const std::vector<Tensor>& sizing = p.code_fields;
 
-  // Posts one message, from or into the field in place or through its packed buffer.
-  auto post = [&](Transfer& t, bool sending, MPI_Request& r) {
-    void* data = t.buffer.data();
-    int bytes = static_cast<int>(t.buffer.size());
-    if (t.direct) {
-      const Tensor part = in_place_part(sending ? src : dst, sending ? src_box : dst_box, t.rect);
-      data = part.data();
-      bytes = static_cast<int>(static_cast<std::size_t>(part.numel()) * part.element_size());
-    }
-    TESSERA_CHECK_MPI(sending ? MPI_Isend(data, bytes, MPI_BYTE, t.peer, tag, comm, &r)
-                              : MPI_Irecv(data, bytes, MPI_BYTE, t.peer, tag, comm, &r));
-  };
   p.requests.clear();
+  p.relay_requests.clear();
   p.stats.direct_messages = p.stats.packed_messages = 0;
-  for (Transfer& t : recvs) {  // receives first: an early message lands in place
+  // Posts one message of this rank's own piece, from or into the field in place or
+  // through its packed buffer.
+  auto post = [&](Transfer& t, bool sending, int message_tag) {
+    const std::vector<Tensor>& fields = sending ? src : dst;
+    const LocalBox& box = sending ? src_box : dst_box;
     const std::size_t bytes = message_bytes(sizing, t.rect);
-    t.direct = in_place_part(dst, dst_box, t.rect).defined();
-    if (!t.direct) t.buffer.resize(bytes);
+    const Tensor part = in_place_part(fields, box, t.rect);
+    t.direct = part.defined();
+    if (!t.direct && sending) pack(fields, box, t.rect, t.buffer, false);
+    if (!t.direct && !sending) t.buffer.resize(bytes);
     ++(t.direct ? p.stats.direct_messages : p.stats.packed_messages);
+    void* data = t.direct ? part.data() : t.buffer.data();
+    const int count = static_cast<int>(t.direct ? static_cast<std::size_t>(part.numel()) * part.element_size()
+                                                : t.buffer.size());
     MPI_Request r = MPI_REQUEST_NULL;
-    post(t, false, r);
+    TESSERA_CHECK_MPI(sending ? MPI_Isend(data, count, MPI_BYTE, t.peer, message_tag, comm, &r)
+                              : MPI_Irecv(data, count, MPI_BYTE, t.peer, message_tag, comm, &r));
     p.requests.push_back(r);
+  };
+  // Receives first: an early message lands in place.
+  for (Transfer& t : recvs) post(t, false, tag);
+  if (!to_model) {
+    for (Transfer& t : p.scatter_recvs) post(t, false, kScatterTag);
   }
-  for (Transfer& t : sends) {
-    (void)message_bytes(sizing, t.rect);
-    t.direct = in_place_part(src, src_box, t.rect).defined();
-    if (!t.direct) pack(src, src_box, t.rect, t.buffer, false);
-    ++(t.direct ? p.stats.direct_messages : p.stats.packed_messages);
-    MPI_Request r = MPI_REQUEST_NULL;
-    post(t, true, r);
-    p.requests.push_back(r);
+  for (Relayed& x : to_model ? p.relayed_to_model_recvs : p.relay_to_code) {
+    // The model rank's combined messages (to_model), or the relay's first stage (to_code).
+    lay_out(x, sizing);
+    ++p.stats.packed_messages;
+    post_whole(x, false, tag, comm, (to_model ? p.requests : p.relay_requests).emplace_back(MPI_REQUEST_NULL));
   }
+  if (to_model) {
+    // The relay's first stage: each member's piece straight into its place in the
+    // combined message, the relay's own packed there.
+    for (Relayed& x : p.relay_to_model) {
+      lay_out(x, sizing);
+      for (std::size_t j = 0; j < x.members.size(); ++j) {
+        if (x.members[j] == me) {
+          pack_at(src, src_box, x.rects[j], x.buffer.data() + x.offsets[j], false);
+        } else {
+          ++p.stats.packed_messages;
+          post_piece(x, j, false, x.members[j], kGatherTag, comm, p.relay_requests.emplace_back(MPI_REQUEST_NULL));
+        }
+      }
+    }
+    for (Transfer& t : p.gather_sends) post(t, true, kGatherTag);
+  } else {
+    for (Relayed& x : p.relayed_to_code_sends) {
+      lay_out(x, sizing);
+      for (std::size_t j = 0; j < x.rects.size(); ++j) pack_at(src, src_box, x.rects[j], x.buffer.data() + x.offsets[j], false);
+      ++p.stats.packed_messages;
+      post_whole(x, true, tag, comm, p.requests.emplace_back(MPI_REQUEST_NULL));
+    }
+  }
+  for (Transfer& t : sends) post(t, true, tag);
   // This rank's own part, copied while the messages travel.
   for (const Rect& r : to_model ? p.to_model_self : p.to_code_self) {
     for (std::size_t k = 0; k < src.size(); ++k) copy_part(rect_view(dst[k], dst_box, r), rect_view(src[k], src_box, r));
@@ -276,13 +333,48 @@ void Redistribution::finish() {
   const bool to_model = p.mode == Plan::Mode::to_model;
   // Whatever happens, the plan is idle afterwards: a failed wait leaves nothing to finish.
   p.mode = Plan::Mode::idle;
-  detail::wait_all(p.requests, p.code->comm().wait_options(),
+  const MPI_Comm comm = p.code->comm().mpi_comm();
+  const WaitOptions& wait = p.code->comm().wait_options();
+  const LocalBox code_box = p.code->box();
+  const LocalBox model_box = p.box_of_model(std::max(p.model_rank, 0));
+  if (!p.relay_requests.empty()) {
+    // node_aware: a relay's second stage starts when its first has arrived. A rank that
+    // only relays waits here, under the wait policy like every other wait of the plan.
+    detail::wait_all(p.relay_requests, wait,
+                     {to_model ? "the redistribution's pieces gathered on the node's relay"
+                               : "the redistribution's combined messages to the node's relay",
+                      comm});
+    if (to_model) {
+      for (Relayed& x : p.relay_to_model) post_whole(x, true, kToModelTag, comm, p.requests.emplace_back(MPI_REQUEST_NULL));
+    } else {
+      for (Relayed& x : p.relay_to_code) {
+        for (std::size_t j = 0; j < x.members.size(); ++j) {
+          if (x.members[j] == p.code->rank()) {
+            pack_at(p.code_fields, code_box, x.rects[j], x.buffer.data() + x.offsets[j], true);
+          } else {
+            post_piece(x, j, true, x.members[j], kScatterTag, comm, p.requests.emplace_back(MPI_REQUEST_NULL));
+          }
+        }
+      }
+    }
+  }  // (a relay always has a first stage: two or more pieces, at most one its own)
+  detail::wait_all(p.requests, wait,
                    {to_model ? "the redistribution's code -> model messages" : "the redistribution's model -> code messages",
-                    p.code->comm().mpi_comm()});
-  const LocalBox box = to_model ? p.box_of_model(std::max(p.model_rank, 0)) : p.code->box();
-  for (Transfer& t : to_model ? p.to_model_recvs : p.to_code_recvs) {
-    if (t.direct) continue;  // MPI wrote the fields itself
-    pack(to_model ? p.model_fields : p.code_fields, box, t.rect, t.buffer, true);
+                    comm});
+  const LocalBox& box = to_model ? model_box : code_box;
+  const std::vector<Tensor>& fields = to_model ? p.model_fields : p.code_fields;
+  auto unpack = [&](std::vector<Transfer>& list) {
+    for (Transfer& t : list) {
+      if (!t.direct) pack(fields, box, t.rect, t.buffer, true);  // else MPI wrote the fields itself
+    }
+  };
+  unpack(to_model ? p.to_model_recvs : p.to_code_recvs);
+  if (!to_model) {
+    unpack(p.scatter_recvs);
+  } else {
+    for (Relayed& x : p.relayed_to_model_recvs) {
+      for (std::size_t j = 0; j < x.rects.size(); ++j) pack_at(fields, box, x.rects[j], x.buffer.data() + x.offsets[j], true);
+    }
   }
   p.code_fields.clear();
   p.model_fields.clear();

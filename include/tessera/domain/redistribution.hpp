@@ -48,17 +48,33 @@
 //
 // Fields may live on a device: they are packed and staged through host buffers (the plan moves
 // whole boxes between ranks; a device-aware path would be an optimisation, not a
-// different plan). Node-aware gathering (combining a node's pieces before they cross
-// the network) is not done: every piece already travels exactly once, from the rank
-// that owns it to the rank that needs it, and MPICH moves on-node messages through
-// shared memory, so a two-stage gather would add a copy for fewer, larger inter-node
-// messages, a trade that needs a multi-node measurement this repository has not made
-// (docs/coupling.md).
+// different plan).
+//
+// Routes (RedistributionOptions::route; docs/coupling.md):
+//   direct      every piece travels once, from the code rank that owns it to the model
+//               rank that needs it;
+//   node_aware  the pieces that several code ranks of one node send to one model rank on
+//               another node are first gathered to a relay on their node (one of the
+//               node's model ranks when it has any, model rank i relayed by the node's
+//               (i mod count)-th, else the node's first rank), which sends them on as one
+//               message: one message per (node, model rank) pair crosses between nodes.
+//               to_code is the reverse (one message per pair to the relay, which hands
+//               each code rank its piece). A pair with one sending rank goes direct. The
+//               relay's second stage starts in finish(), after its first stage arrived
+//               (waited under the wait policy, as every wait of the plan);
+//   automatic   node_aware when the code ranks span several nodes and some node holds at
+//               least kNodeAwareSenders code ranks whose pieces go to one model rank on
+//               another node (there the relay saves that many network messages for one
+//               copy through shared memory), direct otherwise.
+// Nodes are split_by_node()'s (tessera/node.hpp), the ones per_node placement uses:
+// TESSERA_NODE_SIZE=k emulates nodes of k ranks on one machine. Both routes deliver the
+// same bytes, so the results are bit-identical.
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/comm.hpp"
@@ -91,6 +107,17 @@ struct ModelLayout {
 // every rank. Collective over `comm` (per_node splits it by node; every kind agrees).
 std::vector<int> resolve_model_ranks(Communicator& comm, const ModelRanks& spec);
 
+enum class RedistributionRoute { direct, node_aware, automatic };
+std::string_view redistribution_route_name(RedistributionRoute route) noexcept;  // "direct", "node_aware", "auto"
+
+struct RedistributionOptions {
+  RedistributionRoute route = RedistributionRoute::automatic;
+};
+
+// automatic picks node_aware when a node holds at least this many code ranks sending to
+// one model rank on another node (docs/coupling.md, "Measured").
+inline constexpr int kNodeAwareSenders = 8;
+
 // Facts about this rank's part of the plan (for benchmarks and tests).
 struct RedistributionStats {
   int to_model_sends = 0;  // MPI messages this rank sends code -> model (self copies excluded)
@@ -98,6 +125,12 @@ struct RedistributionStats {
   int to_code_sends = 0;
   int to_code_recvs = 0;
   std::int64_t self_cells = 0;  // (lat, lon) cells copied locally code -> model
+  int nodes = 1;                // nodes the code's ranks span (split_by_node)
+  // Code -> model messages this rank sends to a rank on another node (direct pieces and,
+  // node_aware, the combined messages it relays), and the (node, model rank) pairs it
+  // relays for.
+  int internode_sends = 0;
+  int relays = 0;
   // Messages of the last transfer (sends and receives) that MPI moved from or into the
   // fields in place, and those packed into a buffer.
   int direct_messages = 0;
@@ -106,8 +139,10 @@ struct RedistributionStats {
 
 class Redistribution {
  public:
-  // Collective over code.comm(). The decomposition must outlive the plan.
-  Redistribution(const Decomposition& code, const ModelRanks& ranks, ModelLayout layout = {});
+  // Collective over code.comm(). The decomposition must outlive the plan. The options
+  // must agree on every rank (InvalidArgument on all otherwise).
+  Redistribution(const Decomposition& code, const ModelRanks& ranks, ModelLayout layout = {},
+                 RedistributionOptions options = {});
   ~Redistribution();  // waits for a transfer still in flight
   Redistribution(const Redistribution&) = delete;
   Redistribution& operator=(const Redistribution&) = delete;
@@ -131,6 +166,7 @@ class Redistribution {
   // (leading..., model box lat, model box lon) on a model rank.
   Shape model_shape(const Shape& leading) const;
   const RedistributionStats& stats() const;
+  RedistributionRoute route() const;  // resolved: direct or node_aware
   std::string str() const;  // "[9, 8] over 2x2 -> 2 model ranks [0, 2] on 2x1 x 1"
 
   // Code -> model: every code field's box into the model fields (model ranks; others
