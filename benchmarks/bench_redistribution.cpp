@@ -7,6 +7,11 @@
 //                           between the same ranks from contiguous buffers (no packing,
 //                           no plan): counters GBps (the whole field twice / time),
 //                           alltoallv_us and vs_alltoallv = Alltoallv time / plan time;
+//                           and the node-aware route on nodes of node_size ranks
+//                           emulated with TESSERA_NODE_SIZE (node_aware_us,
+//                           node_aware_vs_alltoallv, node_aware_vs_direct = direct time /
+//                           node-aware time; internode_direct and internode_node_aware:
+//                           the code -> model messages that cross between nodes);
 //   coupling/inference      one CoupledModel::predict of the field emulator on M model
 //                           ranks fed in the code's layout, beside the same model run on
 //                           all N ranks in latitude bands with its input already in that
@@ -14,15 +19,18 @@
 //                           coupled time (> 1: the coupled call is faster).
 //
 //   mpiexec -n 4 bench_redistribution [--lat=180,720] [--lon=360,1440] [--channels=8]
-//                                     [--models=1,2] [--emulator_lat=64] [--emulator_lon=128]
+//                                     [--models=1,2] [--node_size=1,2]
+//                                     [--emulator_lat=64] [--emulator_lon=128]
 //
 // Every timed iteration of a tessera operation is followed by its reference, timed the
 // same way (bench::timed), so the two alternate through the run's slow and fast phases.
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "bench_support.hpp"
 #include "tessera/agree.hpp"
@@ -104,25 +112,59 @@ class RawAlltoallv {
   std::vector<float> a_, b_;
 };
 
+// TESSERA_NODE_SIZE=k while a plan is built (the benchmark's communicator keeps the wait
+// policy of the real node).
+class EmulatedNodes {
+ public:
+  explicit EmulatedNodes(int k) {
+    if (k > 0) setenv("TESSERA_NODE_SIZE", std::to_string(k).c_str(), 1);
+  }
+  ~EmulatedNodes() { unsetenv("TESSERA_NODE_SIZE"); }
+  EmulatedNodes(const EmulatedNodes&) = delete;
+  EmulatedNodes& operator=(const EmulatedNodes&) = delete;
+};
+
+int sum_over_ranks(int v) {
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_SUM, g.raw);
+  return v;
+}
+
 void BM_redistribute(benchmark::State& state) {
   const std::int64_t lat = state.range(0), lon = state.range(1);
-  const int m = static_cast<int>(state.range(2));
+  const int m = static_cast<int>(state.range(2)), node_size = static_cast<int>(state.range(3));
   domain::Decomposition code(*g.comm, {lat, lon}, code_grid(lat, lon));
-  domain::Redistribution plan(code, domain::ModelRanks::count(m));
+  std::optional<domain::Redistribution> plan, aware;
+  {
+    EmulatedNodes nodes(node_size);
+    plan.emplace(code, domain::ModelRanks::count(m), domain::ModelLayout{},
+                 domain::RedistributionOptions{domain::RedistributionRoute::direct});
+    aware.emplace(code, domain::ModelRanks::count(m), domain::ModelLayout{},
+                  domain::RedistributionOptions{domain::RedistributionRoute::node_aware});
+  }
   const Tensor field = Tensor::zeros(code.local_shape({g.channels}), DType::f32);
   const std::vector<Tensor> model =
-      plan.is_model_rank() ? std::vector<Tensor>{Tensor::zeros(plan.model_shape({g.channels}), DType::f32)}
-                           : std::vector<Tensor>{};
-  RawAlltoallv raw(plan);
-  double total = 0, raw_total = 0;
-  for (auto _ : state) {
-    const double t = bench::timed(*g.comm, [&] {
-      plan.to_model({field}, model);
-      plan.to_code(model, {field});
+      plan->is_model_rank() ? std::vector<Tensor>{Tensor::zeros(plan->model_shape({g.channels}), DType::f32)}
+                            : std::vector<Tensor>{};
+  RawAlltoallv raw(*plan);
+  auto round_trip = [&](domain::Redistribution& p) {
+    return bench::timed(*g.comm, [&] {
+      p.to_model({field}, model);
+      p.to_code(model, {field});
     });
+  };
+  // The three alternate within each iteration, so they share the run's slow and fast
+  // phases; the two routes swap places every other iteration, so neither always runs
+  // first after the Alltoallv.
+  double total = 0, aware_total = 0, raw_total = 0;
+  bool aware_first = false;
+  for (auto _ : state) {
+    if (aware_first) aware_total += round_trip(*aware);
+    const double t = round_trip(*plan);
     state.SetIterationTime(t);
     total += t;
+    if (!aware_first) aware_total += round_trip(*aware);
     raw_total += bench::timed(*g.comm, raw);
+    aware_first = !aware_first;
   }
   const double bytes = 2.0 * static_cast<double>(lat * lon * g.channels) * 4.0;  // the whole field, both ways
   const double iterations = static_cast<double>(state.iterations());
@@ -130,9 +172,17 @@ void BM_redistribute(benchmark::State& state) {
   state.counters["GBps"] = bytes * iterations / total / 1e9;
   state.counters["alltoallv_us"] = 1e6 * raw_total / iterations;
   state.counters["vs_alltoallv"] = raw_total / total;
+  state.counters["node_aware_us"] = 1e6 * aware_total / iterations;
+  state.counters["node_aware_vs_alltoallv"] = raw_total / aware_total;
+  state.counters["node_aware_vs_direct"] = total / aware_total;  // > 1: node_aware is faster
   state.counters["ranks"] = g.comm->size();
   state.counters["model_ranks"] = m;
-  state.counters["messages"] = plan.stats().to_model_sends + plan.stats().to_code_sends;
+  state.counters["node_size"] = node_size;
+  state.counters["nodes"] = plan->stats().nodes;
+  state.counters["messages"] = plan->stats().to_model_sends + plan->stats().to_code_sends;
+  // Code -> model messages that cross between (emulated) nodes, all ranks together.
+  state.counters["internode_direct"] = sum_over_ranks(plan->stats().internode_sends);
+  state.counters["internode_node_aware"] = sum_over_ranks(aware->stats().internode_sends);
 }
 
 models::FieldEmulatorConfig emulator_config() {
@@ -207,10 +257,12 @@ void register_all(const bench::Flags& flags) {
     if (m <= g.comm->size()) models.push_back(m);  // M > N is no coupling
   }
   write_checkpoint();
+  const auto node_sizes = bench::int_list(flags.at("node_size"), "node_size");
   auto* redistribute = benchmark::RegisterBenchmark("coupling/redistribute", BM_redistribute);
-  for (std::size_t i = 0; i < lats.size(); ++i)
-    for (long m : models) redistribute->Args({lats[i], lons[i], m});
-  redistribute->ArgNames({"lat", "lon", "models"});
+  for (long k : node_sizes)
+    for (std::size_t i = 0; i < lats.size(); ++i)
+      for (long m : models) redistribute->Args({lats[i], lons[i], m, k});
+  redistribute->ArgNames({"lat", "lon", "models", "node_size"});
   auto* inference = benchmark::RegisterBenchmark("coupling/inference", BM_inference);
   for (long m : models) inference->Args({m});
   inference->ArgNames({"models"});
@@ -225,6 +277,7 @@ int main(int argc, char** argv) {
                                  {"lon", "360,1440"},
                                  {"channels", "8"},
                                  {"models", "1,2"},
+                                 {"node_size", "1,2"},
                                  {"emulator_lat", "64"},
                                  {"emulator_lon", "128"}},
                                 register_all);
