@@ -94,12 +94,15 @@ typedef enum tessera_data_mode TESSERA_ENUM_INT_ {
   TESSERA_DATA_DDP = 1,
   TESSERA_DATA_FSDP2 = 2
 } tessera_data_mode_t;
-/* A mesh dimension, or the whole mesh (TESSERA_MESH_WORLD). */
+/* A mesh dimension, or the whole mesh (TESSERA_MESH_WORLD). TESSERA_MESH_PIPELINE: the
+ * ranks that differ only in their pipeline stage (docs/pipeline.md); size 1 on a mesh
+ * without a pipeline. */
 typedef enum tessera_mesh_dim TESSERA_ENUM_INT_ {
   TESSERA_MESH_DP = 0,
   TESSERA_MESH_TP = 1,
   TESSERA_MESH_DOMAIN = 2,
-  TESSERA_MESH_WORLD = 3
+  TESSERA_MESH_WORLD = 3,
+  TESSERA_MESH_PIPELINE = 4
 } tessera_mesh_dim_t;
 typedef enum tessera_pole TESSERA_ENUM_INT_ {
   TESSERA_POLE_ZERO = 0,        /* zero beyond the poles */
@@ -123,8 +126,9 @@ typedef struct tessera_checkpoint tessera_checkpoint_t;
 typedef struct tessera_model tessera_model_t;
 
 /* ------------------------------------------------------------------------------------
- * Mesh: dp x tp x domain over a parent communicator (rank g: domain = g % D,
- * tp = (g / D) % T, dp = g / (T D)).
+ * Mesh: pipeline x dp x tp x domain over a parent communicator (rank g: domain = g % D,
+ * tp = (g / D) % T, dp = (g / (T D)) % P, pipeline stage = g / (P T D)); without a
+ * pipeline (pipeline 1) dp = g / (T D), every rank and communicator as before.
  * ---------------------------------------------------------------------------------- */
 /* Collective over parent. TESSERA_ERR_CONFIG when tensor * domain overflows int, when the
  * world size is not divisible by it (or data NONE leaves more than one replica). */
@@ -132,7 +136,15 @@ int tessera_mesh_create(MPI_Comm parent, tessera_data_mode_t data, int tensor, i
                         tessera_mesh_t** mesh);
 int tessera_mesh_create_f(MPI_Fint parent, tessera_data_mode_t data, int tensor, int domain,
                           tessera_mesh_t** mesh);
-/* Collective: reads a YAML parallelism config (trainer.parallelism or parallelism block). */
+/* The same with `pipeline` stages (>= 1), the outermost dimension; pipeline 1 is
+ * tessera_mesh_create. TESSERA_ERR_CONFIG also when pipeline * tensor * domain overflows
+ * int or does not divide the world size. */
+int tessera_mesh_create_pipeline(MPI_Comm parent, tessera_data_mode_t data, int tensor, int domain, int pipeline,
+                                 tessera_mesh_t** mesh);
+int tessera_mesh_create_pipeline_f(MPI_Fint parent, tessera_data_mode_t data, int tensor, int domain,
+                                   int pipeline, tessera_mesh_t** mesh);
+/* Collective: reads a YAML parallelism config (trainer.parallelism or parallelism block,
+ * its `pipeline` key included). */
 int tessera_mesh_create_from_file(MPI_Comm parent, const char* path, tessera_mesh_t** mesh);
 int tessera_mesh_create_from_file_f(MPI_Fint parent, const char* path, tessera_mesh_t** mesh);
 int tessera_mesh_destroy(tessera_mesh_t** mesh);

@@ -53,15 +53,13 @@ void create_mesh(MPI_Comm parent, tessera_mesh_t** out, const std::function<Para
   *out = handle.release();
 }
 
-MeshDim to_dim(int dim) {
-  switch (dim) {
-    case TESSERA_MESH_DP: return MeshDim::dp;
-    case TESSERA_MESH_TP: return MeshDim::tp;
-    case TESSERA_MESH_DOMAIN: return MeshDim::domain;
-    default:
-      throw InvalidArgument("mesh dim " + std::to_string(dim) +
-                            " is not TESSERA_MESH_DP (0), _TP (1), _DOMAIN (2) or _WORLD (3)");
-  }
+ParallelismConfig config_of_arguments(int data, int tensor, int domain, int pipeline) {
+  ParallelismConfig c;
+  c.data = to_mode(data);
+  c.tensor = tensor;
+  c.domain = domain;
+  c.pipeline = pipeline;
+  return c;
 }
 
 const Mesh& mesh_of(const tessera_mesh_t* m) {
@@ -70,9 +68,20 @@ const Mesh& mesh_of(const tessera_mesh_t* m) {
   return *m->mesh;
 }
 
+// The pipeline is no MeshDim (parameters have no placement over it), so the whole mesh
+// and the pipeline group are named here beside the three placement dimensions.
 Communicator& comm_of(const tessera_mesh_t* m, int dim) {
   const Mesh& mesh = mesh_of(m);
-  return dim == TESSERA_MESH_WORLD ? mesh.world() : mesh.comm(to_dim(dim));
+  switch (dim) {
+    case TESSERA_MESH_DP: return mesh.comm(MeshDim::dp);
+    case TESSERA_MESH_TP: return mesh.comm(MeshDim::tp);
+    case TESSERA_MESH_DOMAIN: return mesh.comm(MeshDim::domain);
+    case TESSERA_MESH_WORLD: return mesh.world();
+    case TESSERA_MESH_PIPELINE: return mesh.pp();
+    default:
+      throw InvalidArgument("mesh dim " + std::to_string(dim) +
+                            " is not TESSERA_MESH_DP (0), _TP (1), _DOMAIN (2), _WORLD (3) or _PIPELINE (4)");
+  }
 }
 
 }  // namespace
@@ -81,25 +90,28 @@ extern "C" {
 
 int tessera_mesh_create(MPI_Comm parent, tessera_data_mode_t data, int tensor, int domain, tessera_mesh_t** mesh) {
   return guarded("tessera_mesh_create", [&] {
-    create_mesh(parent, mesh, [&] {
-      ParallelismConfig c;
-      c.data = to_mode(data);
-      c.tensor = tensor;
-      c.domain = domain;
-      return c;
-    });
+    create_mesh(parent, mesh, [&] { return config_of_arguments(data, tensor, domain, 1); });
   });
 }
 
 int tessera_mesh_create_f(MPI_Fint parent, tessera_data_mode_t data, int tensor, int domain, tessera_mesh_t** mesh) {
   return guarded("tessera_mesh_create_f", [&] {
-    create_mesh(capi::comm_from_fortran(parent), mesh, [&] {
-      ParallelismConfig c;
-      c.data = to_mode(data);
-      c.tensor = tensor;
-      c.domain = domain;
-      return c;
-    });
+    create_mesh(capi::comm_from_fortran(parent), mesh, [&] { return config_of_arguments(data, tensor, domain, 1); });
+  });
+}
+
+int tessera_mesh_create_pipeline(MPI_Comm parent, tessera_data_mode_t data, int tensor, int domain, int pipeline,
+                                 tessera_mesh_t** mesh) {
+  return guarded("tessera_mesh_create_pipeline", [&] {
+    create_mesh(parent, mesh, [&] { return config_of_arguments(data, tensor, domain, pipeline); });
+  });
+}
+
+int tessera_mesh_create_pipeline_f(MPI_Fint parent, tessera_data_mode_t data, int tensor, int domain, int pipeline,
+                                   tessera_mesh_t** mesh) {
+  return guarded("tessera_mesh_create_pipeline_f", [&] {
+    create_mesh(capi::comm_from_fortran(parent), mesh,
+                [&] { return config_of_arguments(data, tensor, domain, pipeline); });
   });
 }
 

@@ -165,6 +165,7 @@ module tessera
   character(len=:), allocatable :: local_message
 
 #include "tessera_c_interfaces.inc"
+#include "tessera_pipeline_spec.inc"
 
 contains
 
@@ -269,5 +270,6 @@ contains
 #include "tessera_arrays.inc"
 #include "tessera_coupling.inc"
 #include "tessera_f08.inc"
+#include "tessera_pipeline.inc"
 
 end module tessera
