@@ -451,4 +451,6 @@ int tessera_model_coupling(const tessera_model_t* model, int* model_size, int* m
 }
 #endif
 
+#include "tessera/tessera_trainer.h" /* online training (docs/online-training.md) */
+
 #endif /* TESSERA_TESSERA_H */

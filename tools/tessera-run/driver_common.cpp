@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "tessera/agree.hpp"
-#include "tessera/backend.hpp"
 #include "tessera/check.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/version.hpp"
@@ -22,38 +21,7 @@ std::string fmt(const char* format, double a) {
   return buffer;
 }
 
-dp::OptimizerKind optimizer_kind(const OptimizerConfig& o) {
-  if (o.type == "adamw") return dp::OptimizerKind::adamw;
-  return o.momentum > 0 ? dp::OptimizerKind::sgd_momentum : dp::OptimizerKind::sgd;
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, NamedParameters params) {
-  if (o.type == "adamw") {
-    return std::make_unique<AdamW>(std::move(params), AdamWOptions{.lr = o.lr,
-                                                                   .beta1 = o.beta1,
-                                                                   .beta2 = o.beta2,
-                                                                   .eps = o.eps,
-                                                                   .weight_decay = o.weight_decay});
-  }
-  return std::make_unique<Sgd>(std::move(params),
-                               SgdOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
-}
-
-Device run_device(const RunConfig& cfg) {
-  // Every rank must decide alike: the fewest GPUs any rank sees decides for all.
-  Communicator world(MPI_COMM_WORLD);
-  Tensor visible = Tensor::from_vector<std::int64_t>({cuda_device_count()}, {1});
-  world.all_reduce(visible, ReduceOp::min);
-  const bool every_rank_has_a_gpu = visible.to_vector<std::int64_t>()[0] > 0;
-  if (cfg.device == "host" || (cfg.device == "auto" && !every_rank_has_a_gpu)) return Device::host();
-  if (!every_rank_has_a_gpu) {
-    throw ConfigError(cfg.source + ": device: cuda, but " +
-                      (cuda_device_count() == 0 ? "this rank sees no GPU (" + cuda_unavailable_reason() + ")"
-                                                : std::string("another rank sees no GPU")) +
-                      "; use device: host or auto to train on the CPU cores");
-  }
-  return Device::cuda();
-}
+Device run_device(const RunConfig& cfg) { return train::training_device(cfg, MPI_COMM_WORLD); }
 
 void start_run(const Log& log, const RunConfig& cfg, const Mesh& mesh) {
   // OpenBLAS starts one thread per core in every process; with several ranks on a node
@@ -154,18 +122,6 @@ void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t pa
 std::string evaluation_schedule(const ScheduleConfig& schedule) {
   if (schedule.eval_every <= 0) return "at the last step";
   return "every " + std::to_string(schedule.eval_every) + " steps and at the last step";
-}
-
-std::string first_difference(const std::string& a, const std::string& b) {
-  std::istringstream ia(a), ib(b);
-  std::string la, lb;
-  while (true) {
-    const bool ga = static_cast<bool>(std::getline(ia, la)), gb = static_cast<bool>(std::getline(ib, lb));
-    if (!ga && !gb) return "";
-    if (!ga) la = "(nothing)";
-    if (!gb) lb = "(nothing)";
-    if (la != lb || !ga || !gb) return "checkpoint has '" + la + "', this run has '" + lb + "'";
-  }
 }
 
 }  // namespace tessera::run

@@ -1,7 +1,7 @@
 #pragma once
 // What tessera-run's model setups (train_field_emulator.cpp, train_decoder.cpp) and its
 // training loop (training_loop.cpp) share: the command-line options, rank-0 logging, the
-// optimizer from the config, the device, the mesh line, the per-rank memory plan table and
+// device, the mesh line, the per-rank memory plan table and
 // the naming of a second data file's errors (data.validation).
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "tessera/dp/memory.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/optim.hpp"
+#include "tessera/train/training_step.hpp"
 
 namespace tessera::run {
 
@@ -49,12 +50,10 @@ class Log {
 
 std::string fmt(const char* format, double a);
 
-dp::OptimizerKind optimizer_kind(const OptimizerConfig& o);
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, NamedParameters params);
+using train::make_optimizer;
+using train::optimizer_kind;
 
-// The device the run trains on, from the `device` key: host; cuda (every rank must see a
-// GPU, otherwise every rank throws the same ConfigError naming the key and the reason);
-// auto (cuda when every rank sees a GPU, else host). Collective over MPI_COMM_WORLD.
+// The device the run trains on (train::training_device over MPI_COMM_WORLD).
 Device run_device(const RunConfig& cfg);
 
 // Gives each rank its share of the node's cores for OpenBLAS (unless OPENBLAS_NUM_THREADS
@@ -97,7 +96,6 @@ auto naming_key(const std::string& key, Read&& read) -> decltype(read()) {
 // When data.validation is evaluated: "every 3 steps and at the last step" or "at the last step".
 std::string evaluation_schedule(const ScheduleConfig& schedule);
 
-// The first line where two YAML texts differ, for "the checkpoint's model differs" errors.
-std::string first_difference(const std::string& a, const std::string& b);
+using train::first_difference;
 
 }  // namespace tessera::run

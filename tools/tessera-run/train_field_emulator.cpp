@@ -11,28 +11,25 @@
 #include "tessera/dp/data_parallel.hpp"
 #include "tessera/dp/memory.hpp"
 #include "tessera/error.hpp"
-#include "tessera/init.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/models/load_model.hpp"
 #include "tessera/placement.hpp"
+#include "tessera/train/training_step.hpp"
 
 namespace tessera::run {
 namespace {
 
 // The model as trained: the config's architecture on the data's grid and channels.
 models::FieldEmulatorConfig model_config(const RunConfig& cfg, const FieldDataInfo& info) {
-  models::FieldEmulatorConfig m = cfg.model;
-  m.channels = info.channels;
-  m.nlat = info.nlat;
-  m.nlon = info.nlon;
-  m.latitude_grid = info.latitude_grid;
-  m.variables = info.variables;
-  m.mean = info.mean;
-  m.std = info.std;
-  m.dt_seconds = info.dt_seconds * static_cast<double>(cfg.data.lead);
-  m.validate();
-  return m;
+  return train::field_emulator_config(cfg, {.channels = info.channels,
+                                            .nlat = info.nlat,
+                                            .nlon = info.nlon,
+                                            .latitude_grid = info.latitude_grid,
+                                            .variables = info.variables,
+                                            .mean = info.mean,
+                                            .std = info.std,
+                                            .dt_seconds = info.dt_seconds * static_cast<double>(cfg.data.lead)});
 }
 
 // Bytes of the activations one local sample keeps between forward and backward (the
@@ -69,11 +66,7 @@ class FieldEmulatorTask final : public TrainingTask {
   std::int64_t validation_samples() const override { return split_.validation; }
 
   void check_saved_model(const io::CheckpointMetadata& header) const override {
-    const auto saved = models::model_config_from_metadata(header.metadata, header.file);
-    if (!(saved == arch_)) {
-      throw ConfigError("resume: the model in '" + header.file + "' differs from this config's: " +
-                        first_difference(saved.to_yaml(), arch_.to_yaml()));
-    }
+    train::check_saved_field_emulator(header, arch_, "resume");
   }
   std::string checkpoint_metadata(const std::string& run_section) const override {
     return models::model_metadata(arch_, run_section);
@@ -87,13 +80,7 @@ class FieldEmulatorTask final : public TrainingTask {
     x_ = x_read_.to(mesh_.device());  // no copy on the host
     y_ = y_read_.to(mesh_.device());
   }
-  double forward_backward() override {
-    const Tensor prediction = model_->forward(x_);
-    const domain::LossResult loss =
-        domain::lat_weighted_mse(prediction, y_, model_->decomposition(), info_.latitude_grid);
-    model_->backward(loss.grad);
-    return loss.value;
-  }
+  double forward_backward() override { return train::field_emulator_forward_backward(*model_, x_, y_); }
   // Persistence: predicting "no change" on the same batch.
   double baseline() override {
     return domain::lat_weighted_mse(x_, y_, model_->decomposition(), info_.latitude_grid).value;
@@ -159,11 +146,11 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
 
   // Before anything is allocated: a config whose model cannot fit fails here, on every rank.
   check_model_fits(mesh, cfg.source + ": the model", arch.parameter_count(), optimizer_kind(cfg.optimizer));
-  auto model = std::make_unique<models::FieldEmulator>(arch, mesh);
-  // The constructor applied tensor parallelism; data parallelism comes later, so a
-  // checkpointed block becomes one dp unit (nn/activation_checkpoint.hpp).
+  // Tensor parallelism and activation checkpointing applied; data parallelism comes later.
+  train::BuiltFieldEmulator built = train::build_field_emulator(cfg, arch, mesh);
+  std::unique_ptr<models::FieldEmulator> model = std::move(built.model);
   const nn::CheckpointPolicy& checkpointing = cfg.activation_checkpointing;
-  const std::size_t checkpointed = models::checkpoint_activations(*model, checkpointing).size();
+  const std::size_t checkpointed = built.checkpointed_blocks;
   const domain::Decomposition& decomposition = model->decomposition();
   const auto box = decomposition.box();
   std::int64_t global_parameters = 0;
@@ -216,12 +203,8 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
     });
   }
 
-  // Same master weights at every layout (counter-based init), before dp shards them.
-  nn::initialize_parameters(*model, cfg.schedule.seed);
-  std::unique_ptr<dp::DataParallel> data_parallel;
-  if (cfg.parallelism.data != DataParallelMode::none) {
-    data_parallel = std::make_unique<dp::DataParallel>(*model, mesh);
-  }
+  // Same master weights at every layout, before dp shards them.
+  std::unique_ptr<dp::DataParallel> data_parallel = train::start_training(cfg, *model, mesh);
   FieldEmulatorTask task(cfg, mesh, info, arch, std::move(model), std::move(data), std::move(validation_data), split);
   return run_training(cfg, opts, log, mesh, task, data_parallel.get());
 }

@@ -22,15 +22,12 @@
 #include <unistd.h>
 
 #include "tessera/agree.hpp"
-#include "tessera/clip.hpp"
-#include "tessera/domain/gradient_sync.hpp"
 #include "tessera/dp/sampler.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint.hpp"
-#include "tessera/ops.hpp"
 #include "tessera/optim.hpp"
 #include "tessera/tp/lora.hpp"
-#include "tessera/tp/parallelize.hpp"
+#include "tessera/train/training_step.hpp"
 
 namespace tessera::run {
 namespace {
@@ -59,27 +56,6 @@ std::optional<std::string> resume_path(const RunConfig& cfg, const Log& log) {
   }
   log.info("resume: no checkpoint in '" + dir + "' yet; starting from step 0 (resume: latest_or_start)");
   return std::nullopt;
-}
-
-// The end of every step: the global gradient norm (clipped when
-// optimizer.clip_grad_norm > 0, otherwise measured on log steps), the divergence check
-// (the norm comes from one all-reduce, so every rank stops together), the learning-rate
-// schedule and the optimizer step. Returns the norm (NaN when neither clipped nor logged).
-double clip_and_step(const RunConfig& cfg, const NamedParameters& params, Optimizer& optimizer, const Mesh& mesh,
-                     std::int64_t step, bool log_step) {
-  double grad_norm = NAN;
-  if (cfg.optimizer.clip_grad_norm > 0) {
-    grad_norm = clip_grad_norm(params, cfg.optimizer.clip_grad_norm, mesh);
-  } else if (log_step) {
-    grad_norm = global_grad_norm(params, mesh);
-  }
-  if ((cfg.optimizer.clip_grad_norm > 0 || log_step) && !std::isfinite(grad_norm)) {
-    throw InvalidArgument("training diverged at step " + std::to_string(step) + ": gradient norm " +
-                          fmt("%g", grad_norm) + " (lower optimizer.lr or set optimizer.clip_grad_norm)");
-  }
-  optimizer.set_learning_rate(learning_rate_at(cfg.optimizer, step, cfg.schedule.steps));
-  optimizer.step();
-  return grad_norm;
 }
 
 // checkpoint.dir must be writable from every rank (per_rank checkpoints are written by
@@ -183,8 +159,9 @@ TrainingTask::Evaluation evaluate(const Validation& v, const Mesh& mesh, Trainin
 int run_training(const RunConfig& cfg, const Options& opts, const Log& log, const Mesh& mesh, TrainingTask& task,
                  dp::DataParallel* data_parallel) {
   nn::Module& model = task.model();
-  const NamedParameters params = model.named_parameters();
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, params);
+  // The step itself is the library's, the same as the C/Fortran trainer's.
+  train::TrainingStep training_step(cfg.optimizer, cfg.schedule.steps, mesh, model, data_parallel);
+  Optimizer* const optimizer = &training_step.optimizer();
   const std::int64_t local_batch = cfg.data.batch_size / mesh.dp_size();  // one micro-batch
   const std::int64_t accumulate = cfg.optimizer.accumulate;
   const std::int64_t samples_per_step = cfg.data.batch_size * accumulate;
@@ -197,7 +174,7 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
   if (path) {
     const io::CheckpointMetadata header = io::read_checkpoint_metadata(*path, mesh.world());
     task.check_saved_model(header);
-    const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, optimizer.get());
+    const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, optimizer);
     start_step = loaded.step;
     log.info("resumed from " + loaded.file + " at step " + std::to_string(loaded.step) + " (saved at " +
              loaded.saved_mesh.str() + " on " + std::to_string(loaded.saved_world_size) + " ranks; now " +
@@ -269,7 +246,7 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
       log.info("--kill-during-save " + std::to_string(step) + ": killing every rank during this save");
       arm_kill_during_save(cfg.checkpoint.dir, step);
     }
-    const std::string dir = io::save_checkpoint(cfg.checkpoint.dir, mesh, model, optimizer.get(), so);
+    const std::string dir = io::save_checkpoint(cfg.checkpoint.dir, mesh, model, optimizer, so);
     log.info("checkpoint: " + dir + " (" + std::string(io::checkpoint_layout_name(cfg.checkpoint.layout)) + ")");
     return dir;
   };
@@ -325,30 +302,17 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     mesh.world().barrier();
-    timed([&] { optimizer->zero_grad(); });
+    timed([&] { training_step.begin(); });
     for (std::int64_t micro = 0; micro < accumulate; ++micro) {
       task.load_batch(sampler.batch(first_micro_batch + micro, local_batch));
-      // Only the last backward of the step starts the dp reduction (no_sync before it).
-      if (data_parallel) data_parallel->set_gradient_sync(micro + 1 == accumulate);
+      training_step.before_backward(micro);
       timed([&] { loss += task.forward_backward(); });
       step_baseline += task.baseline();
     }
     double grad_norm = NAN;
     const bool log_step = step % cfg.schedule.log_every == 0 || step == cfg.schedule.steps;
-    const double lr = learning_rate_at(cfg.optimizer, step, cfg.schedule.steps);
-    timed([&] {
-      // The three reductions of the mesh, once per step; each is a no-op where its group
-      // has one rank.
-      if (data_parallel) data_parallel->finish_gradient_sync();
-      if (mesh.tp_size() > 1) tp::sync_replicated_gradients(model, mesh.tp());
-      if (mesh.domain_size() > 1) domain::sync_domain_gradients(model, mesh);
-      // Each micro-batch's loss is its own mean: the step's mean is their average, and so
-      // is its gradient (every parameter once: the optimizer refuses duplicates).
-      if (accumulate > 1) {
-        for (const auto& [name, p] : params) ops::scale(p->grad, 1.0 / static_cast<double>(accumulate));
-      }
-      grad_norm = clip_and_step(cfg, params, *optimizer, mesh, step, log_step);
-    });
+    const double lr = training_step.learning_rate(step);
+    timed([&] { grad_norm = training_step.finish(step, log_step); });
     loss /= static_cast<double>(accumulate);
     step_baseline /= static_cast<double>(accumulate);
 

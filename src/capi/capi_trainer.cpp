@@ -1,0 +1,260 @@
+// C API: online training of a field emulator from a running code (tessera_trainer.h,
+// docs/online-training.md). Everything that trains is the library's, as tessera-run uses
+// it: the config parser (train/run_config.hpp), the model's construction and
+// initialisation, the forward/backward and the optimizer step (train/training_step.hpp),
+// and the checkpoints (io/checkpoint.hpp); this file checks the caller's arrays and holds
+// the handle.
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/capi_internal.hpp"
+#include "tessera/agree.hpp"
+#include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
+#include "tessera/models/load_model.hpp"
+#include "tessera/train/run_config.hpp"
+#include "tessera/train/training_step.hpp"
+
+struct tessera_trainer {
+  tessera::train::RunConfig config;
+  tessera::models::FieldEmulatorConfig arch;
+  std::unique_ptr<tessera::Mesh> mesh;
+  std::unique_ptr<tessera::models::FieldEmulator> model;
+  std::unique_ptr<tessera::dp::DataParallel> data_parallel;
+  std::unique_ptr<tessera::train::TrainingStep> step;
+  std::int64_t steps = 0;
+};
+
+using namespace tessera;
+using tessera::capi::guarded;
+using tessera::capi::require;
+
+namespace {
+
+tessera_trainer& trainer_of(const tessera_trainer_t* t) {
+  require(t, "the trainer handle");
+  if (!t->model) throw InvalidArgument("the trainer handle is not initialised");
+  return const_cast<tessera_trainer&>(*t);
+}
+
+// The config's keys that a trainer cannot honour, refused by name (every rank parses the
+// same file, so every rank refuses alike).
+void check_trainer_config(const train::RunConfig& c) {
+  if (c.model_type != "field_emulator") {
+    throw ConfigError(c.source + ": model.type " + c.model_type +
+                      ": the trainer trains a field emulator (model.type field_emulator)");
+  }
+  if (c.optimizer.accumulate != 1) {
+    throw ConfigError(c.source + ": optimizer.accumulate (" + std::to_string(c.optimizer.accumulate) +
+                      ") must be 1 for the trainer: each tessera_trainer_step is one optimizer step on the arrays "
+                      "it is given (pass a larger batch instead)");
+  }
+}
+
+void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::int64_t nlat, std::int64_t nlon,
+            int latitude_grid, tessera_trainer_t** out) {
+  require(out, "the output handle pointer");
+  *out = nullptr;
+  capi::require_mpi();
+  if (comm == MPI_COMM_NULL) throw InvalidArgument("comm is MPI_COMM_NULL");
+  auto t = std::make_unique<tessera_trainer>();
+  agree_on_success(comm, [&] {
+    train::FieldGrid grid;
+    require(config_path, "config_path");
+    if (latitude_grid != TESSERA_LATITUDES_CELL_CENTRES && latitude_grid != TESSERA_LATITUDES_WITH_POLES) {
+      throw InvalidArgument("latitude_grid must be TESSERA_LATITUDES_CELL_CENTRES (0) or "
+                            "TESSERA_LATITUDES_WITH_POLES (1), got " + std::to_string(latitude_grid));
+    }
+    t->config = train::parse_run_config(config_path, {});
+    check_trainer_config(t->config);
+    grid.channels = channels;
+    grid.nlat = nlat;
+    grid.nlon = nlon;
+    grid.latitude_grid = latitude_grid == TESSERA_LATITUDES_WITH_POLES ? domain::LatitudeGrid::with_poles
+                                                                       : domain::LatitudeGrid::cell_centres;
+    t->arch = train::field_emulator_config(t->config, grid);  // names model.channels, nlat, nlon when < 1
+  });
+  const train::RunConfig& cfg = t->config;
+  t->mesh = std::make_unique<Mesh>(comm, cfg.parallelism, train::training_device(cfg, comm));
+  t->model = train::build_field_emulator(cfg, t->arch, *t->mesh).model;
+  t->data_parallel = train::start_training(cfg, *t->model, *t->mesh);
+  t->step = std::make_unique<train::TrainingStep>(cfg.optimizer, cfg.schedule.steps, *t->mesh, *t->model,
+                                                  t->data_parallel.get());
+  *out = t.release();
+}
+
+// The caller's f32 (B, channels, band lat, nlon) fields as tensors; every argument error is
+// agreed over the mesh before the collectives that follow.
+std::vector<Tensor> fields(tessera_trainer& t, const std::vector<std::pair<const void*, const char*>>& arrays,
+                           int dtype, int order, int ndim, const std::int64_t* shape) {
+  std::vector<Tensor> out;
+  agree_on_success(t.mesh->world().mpi_comm(), [&] {
+    if (dtype != TESSERA_F32) {
+      throw InvalidArgument("trainer fields must be TESSERA_F32 (0), got dtype " + std::to_string(dtype));
+    }
+    for (const auto& [data, what] : arrays) {
+      Tensor v = capi::array_view(const_cast<void*>(data), dtype, order, ndim, shape, what);
+      if (v.dim() == 3) v = v.reshape({1, v.size(0), v.size(1), v.size(2)});
+      const domain::LocalBox box = t.model->decomposition().box();
+      if (v.dim() != 4 || v.size(1) != t.arch.channels || v.size(2) != box.lat.length ||
+          v.size(3) != box.lon.length) {
+        throw ShapeError(std::string(what) + " " + shape_str(v.shape()) + " (tessera view) is not (B, " +
+                         std::to_string(t.arch.channels) + ", " + std::to_string(box.lat.length) + ", " +
+                         std::to_string(box.lon.length) + "): B fields of this rank's band " + box.str());
+      }
+      if (v.size(0) == 0) {
+        throw InvalidArgument(std::string(what) + " " + shape_str(v.shape()) +
+                              " (tessera view) has batch B = 0; pass at least one field");
+      }
+      out.push_back(v.to(t.mesh->device()));
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+int tessera_trainer_create(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat, int64_t nlon,
+                           int latitude_grid, tessera_trainer_t** trainer) {
+  return guarded("tessera_trainer_create",
+                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, trainer); });
+}
+
+int tessera_trainer_create_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat, int64_t nlon,
+                             int latitude_grid, tessera_trainer_t** trainer) {
+  return guarded("tessera_trainer_create_f", [&] {
+    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, trainer);
+  });
+}
+
+int tessera_trainer_destroy(tessera_trainer_t** trainer) {
+  return guarded("tessera_trainer_destroy", [&] {
+    require(trainer, "the handle pointer");
+    delete *trainer;
+    *trainer = nullptr;
+  });
+}
+
+int tessera_trainer_box(const tessera_trainer_t* trainer, int64_t* lat_start, int64_t* lat_count,
+                        int64_t* lon_start, int64_t* lon_count) {
+  return guarded("tessera_trainer_box", [&] {
+    require(lat_start, "lat_start");
+    require(lat_count, "lat_count");
+    require(lon_start, "lon_start");
+    require(lon_count, "lon_count");
+    const domain::LocalBox box = trainer_of(trainer).model->decomposition().box();
+    *lat_start = box.lat.start;
+    *lat_count = box.lat.length;
+    *lon_start = box.lon.start;
+    *lon_count = box.lon.length;
+  });
+}
+
+int tessera_trainer_mesh(const tessera_trainer_t* trainer, int* sizes, int* coords) {
+  return guarded("tessera_trainer_mesh", [&] {
+    require(sizes, "sizes");
+    require(coords, "coords");
+    const Mesh& mesh = *trainer_of(trainer).mesh;
+    sizes[0] = mesh.dp_size();
+    sizes[1] = mesh.tp_size();
+    sizes[2] = mesh.domain_size();
+    coords[0] = mesh.coords().dp;
+    coords[1] = mesh.coords().tp;
+    coords[2] = mesh.coords().domain;
+  });
+}
+
+int tessera_trainer_steps(const tessera_trainer_t* trainer, int64_t* steps) {
+  return guarded("tessera_trainer_steps", [&] {
+    require(steps, "steps");
+    *steps = trainer_of(trainer).steps;
+  });
+}
+
+int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, int dtype, int order,
+                         int ndim, const int64_t* shape, double* loss) {
+  return guarded("tessera_trainer_step", [&] {
+    tessera_trainer& t = trainer_of(trainer);
+    const std::vector<Tensor> xy = fields(t, {{input, "trainer input"}, {target, "trainer target"}}, dtype, order,
+                                          ndim, shape);
+    // The replicas' losses are averaged as equals, and the dp gradient reduction averages
+    // too: that is the mean over all samples only when every replica has as many.
+    Tensor batch = Tensor::from_vector(std::vector<double>{static_cast<double>(xy[0].size(0)),
+                                                           -static_cast<double>(xy[0].size(0))},
+                                       {2});
+    t.mesh->world().all_reduce(batch, ReduceOp::max);
+    const auto b = batch.to_vector<double>();
+    if (b[0] != -b[1]) {
+      throw ShapeError("the ranks pass different batch sizes B (from " + std::to_string(-b[1]) + " to " +
+                       std::to_string(b[0]) + "); every dp replica must train on as many samples");
+    }
+    const std::int64_t step = t.steps + 1;
+    t.step->begin();
+    t.step->before_backward(0);
+    const double value = train::field_emulator_forward_backward(*t.model, xy[0], xy[1]);
+    t.step->finish(step, /*measure_norm=*/false);
+    t.steps = step;
+    Tensor mean = Tensor::from_vector(std::vector<double>{value}, {1});
+    t.mesh->dp().all_reduce(mean, ReduceOp::avg);
+    if (loss != nullptr) *loss = mean.to_vector<double>()[0];
+  });
+}
+
+int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void* output, int dtype, int order,
+                            int ndim, const int64_t* shape) {
+  return guarded("tessera_trainer_predict", [&] {
+    tessera_trainer& t = trainer_of(trainer);
+    Tensor in = fields(t, {{input, "trainer input"}}, dtype, order, ndim, shape)[0];
+    Tensor out;
+    agree_on_success(t.mesh->world().mpi_comm(), [&] {
+      out = capi::array_view(output, dtype, order, ndim, shape, "trainer output").reshape(in.shape());
+    });
+    const Tensor x = in.clone();  // the output may be the input array
+    const Tensor y = t.model->forward(x);
+    if (t.data_parallel) t.data_parallel->finish_evaluation();
+    out.copy_from(y);
+  });
+}
+
+int tessera_trainer_save(tessera_trainer_t* trainer, const char* dir) {
+  return guarded("tessera_trainer_save", [&] {
+    tessera_trainer& t = trainer_of(trainer);
+    const train::RunConfig& cfg = t.config;
+    const std::string root = dir != nullptr && *dir != '\0' ? dir : cfg.checkpoint.dir;
+    if (root.empty()) {
+      throw ConfigError("tessera_trainer_save: no directory given and " + cfg.source + " sets no checkpoint.dir");
+    }
+    io::SaveOptions so;
+    so.layout = cfg.checkpoint.layout;
+    so.step = t.steps;
+    so.keep_last = cfg.checkpoint.keep_last;
+    so.metadata = models::model_metadata(t.arch, "run:\n  config: \"" + cfg.source + "\"\n  seed: " +
+                                                     std::to_string(cfg.schedule.seed) +
+                                                     "\n  trainer: tessera_trainer\n  lead: " +
+                                                     std::to_string(cfg.data.lead) + "\n");
+    io::save_checkpoint(root, *t.mesh, *t.model, &t.step->optimizer(), so);
+  });
+}
+
+int tessera_trainer_restore(tessera_trainer_t* trainer, const char* path) {
+  return guarded("tessera_trainer_restore", [&] {
+    tessera_trainer& t = trainer_of(trainer);
+    const std::string from = path != nullptr && *path != '\0' ? path : t.config.checkpoint.dir;
+    if (from.empty()) {
+      throw ConfigError("tessera_trainer_restore: no path given and " + t.config.source + " sets no checkpoint.dir");
+    }
+    const io::CheckpointMetadata header = io::read_checkpoint_metadata(from, t.mesh->world());
+    agree_on_success(t.mesh->world().mpi_comm(),
+                     [&] { train::check_saved_field_emulator(header, t.arch, "tessera_trainer_restore"); });
+    const io::LoadResult loaded = io::load_checkpoint(header.file, *t.mesh, *t.model, &t.step->optimizer());
+    t.steps = loaded.step;
+  });
+}
+
+}  // extern "C"

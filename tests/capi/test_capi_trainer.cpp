@@ -1,0 +1,284 @@
+// The C API's online training (tessera_trainer_*), against its serial twin: the same
+// trainer on MPI_COMM_SELF, one rank, layout 1 x 1 x 1, trained on the whole grid and the
+// whole global batch (every dp replica's samples). At every dp x tp x domain layout the
+// world size allows, the parallel loss curve and the prediction after training must match
+// the serial ones (float reductions in another order: relative 1e-5). Restart: save after
+// 3 steps, 3 more steps; a new trainer restores the save and its 3 steps give the same
+// losses and prediction bit for bit. The trainer's checkpoint runs in tessera_model_load
+// with the same prediction bit for bit. Error paths: wrong dtype, a shape off the band,
+// B = 0, replicas with different B, a config with optimizer.accumulate 2, a decoder, an
+// unknown key, restoring another architecture, NULL handles.
+// Runs at 1, 2 and 4 ranks (9 latitudes: uneven bands).
+
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tessera/tessera.h"
+#include "capi_check.hpp"
+
+namespace {
+
+using capi_test::failures;
+using capi_test::world_rank;
+
+constexpr std::int64_t kChannels = 2, kNlat = 9, kNlon = 8, kBatch = 2, kSteps = 6;
+
+// The config of every layout: only the parallelism differs (and for the error cases one key).
+std::string write_config(const std::string& dir, const std::string& name, int dp, int tp, int domain,
+                         const std::string& extra = "") {
+  const std::string path = dir + "/" + name + ".yaml";
+  if (world_rank == 0) {
+    std::ofstream out(path);
+    out << "parallelism:\n  data: " << (dp > 1 ? "ddp" : "none") << "\n  tensor: " << tp << "\n  domain: " << domain
+        << "\nmodel:\n  width: 6\n  mlp_hidden: 8\n  blocks: 1\n  kernel: 3\n"
+        << "optimizer:\n  type: adamw\n  lr: 0.01\n  clip_grad_norm: 1.0\n  warmup_steps: 2\n"
+        << "schedule:\n  steps: 6\n  seed: 7\n"
+        << "checkpoint:\n  dir: " << dir << "/" << name << "_ckpt\n"
+        << extra;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
+// Sample s's field at (channel, global lat, lon): a smooth wave that moves with s.
+float value(std::int64_t s, std::int64_t c, std::int64_t lat, std::int64_t lon) {
+  return static_cast<float>(std::sin(0.7 * static_cast<double>(lon + s) + 0.3 * static_cast<double>(c)) *
+                            std::cos(0.4 * static_cast<double>(lat) - 0.2 * static_cast<double>(s)));
+}
+
+// Samples [first, first + count) over latitudes [lat0, lat0 + nlat): float x[B][C][lat][lon].
+std::vector<float> batch(std::int64_t first, std::int64_t count, std::int64_t lat0, std::int64_t nlat) {
+  std::vector<float> x;
+  for (std::int64_t b = 0; b < count; ++b)
+    for (std::int64_t c = 0; c < kChannels; ++c)
+      for (std::int64_t i = 0; i < nlat; ++i)
+        for (std::int64_t j = 0; j < kNlon; ++j) x.push_back(value(first + b, c, lat0 + i, j));
+  return x;
+}
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<float> prediction;  // of sample 100 over this rank's band (the whole grid serially)
+};
+
+// Step `step` (1-based) trains on input samples [(step-1) G, step G) and their
+// successors as targets, G the global batch; this replica's share is its dp coordinate's.
+double train_step(tessera_trainer_t* t, std::int64_t step, int dp, int dp_rank, std::int64_t lat0,
+                  std::int64_t nlat) {
+  const std::int64_t first = (step - 1) * kBatch * dp + dp_rank * kBatch;
+  const std::vector<float> x = batch(first, kBatch, lat0, nlat), y = batch(first + 1, kBatch, lat0, nlat);
+  const std::int64_t shape[4] = {kBatch, kChannels, nlat, kNlon};
+  double loss = NAN;
+  EXPECT_STATUS(tessera_trainer_step(t, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape, &loss),
+                TESSERA_OK);
+  return loss;
+}
+
+std::vector<float> predict(tessera_trainer_t* t, std::int64_t lat0, std::int64_t nlat) {
+  std::vector<float> x = batch(100, 1, lat0, nlat);
+  const std::int64_t shape[3] = {kChannels, nlat, kNlon};
+  EXPECT_STATUS(tessera_trainer_predict(t, x.data(), x.data(), TESSERA_F32, TESSERA_ORDER_C, 3, shape), TESSERA_OK);
+  return x;
+}
+
+// The serial twin: the whole grid, the global batch, on this rank alone.
+Run serial(const std::string& dir, const std::string& name, int dp) {
+  Run r;
+  const std::string config = write_config(dir, name + "_serial", 1, 1, 1);
+  tessera_trainer_t* t = nullptr;
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_SELF, kChannels, kNlat, kNlon,
+                                       TESSERA_LATITUDES_CELL_CENTRES, &t),
+                TESSERA_OK);
+  for (std::int64_t step = 1; step <= kSteps; ++step) {
+    const std::int64_t first = (step - 1) * kBatch * dp;
+    const std::vector<float> x = batch(first, kBatch * dp, 0, kNlat), y = batch(first + 1, kBatch * dp, 0, kNlat);
+    const std::int64_t shape[4] = {kBatch * dp, kChannels, kNlat, kNlon};
+    double loss = NAN;
+    EXPECT_STATUS(tessera_trainer_step(t, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape, &loss),
+                  TESSERA_OK);
+    r.losses.push_back(loss);
+  }
+  r.prediction = predict(t, 0, kNlat);
+  EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
+  return r;
+}
+
+bool close(double a, double b, double rel) { return std::fabs(a - b) <= rel * std::max(std::fabs(b), 1e-3); }
+
+void check_layout(const std::string& dir, int dp, int tp, int domain) {
+  const std::string name = "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_dom" + std::to_string(domain);
+  const std::string config = write_config(dir, name, dp, tp, domain);
+  tessera_trainer_t* t = nullptr;
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                       TESSERA_LATITUDES_CELL_CENTRES, &t),
+                TESSERA_OK);
+  int sizes[3] = {0, 0, 0}, coords[3] = {-1, -1, -1};
+  EXPECT_STATUS(tessera_trainer_mesh(t, sizes, coords), TESSERA_OK);
+  CHECK(sizes[0] == dp && sizes[1] == tp && sizes[2] == domain);
+  std::int64_t lat0 = -1, nlat = -1, lon0 = -1, nlon = -1;
+  EXPECT_STATUS(tessera_trainer_box(t, &lat0, &nlat, &lon0, &nlon), TESSERA_OK);
+  CHECK(lon0 == 0 && nlon == kNlon && nlat >= 1);
+
+  Run parallel;
+  for (std::int64_t step = 1; step <= 3; ++step) parallel.losses.push_back(train_step(t, step, dp, coords[0], lat0, nlat));
+  EXPECT_STATUS(tessera_trainer_save(t, nullptr), TESSERA_OK);
+  for (std::int64_t step = 4; step <= kSteps; ++step) {
+    parallel.losses.push_back(train_step(t, step, dp, coords[0], lat0, nlat));
+  }
+  parallel.prediction = predict(t, lat0, nlat);
+  std::int64_t steps = 0;
+  EXPECT_STATUS(tessera_trainer_steps(t, &steps), TESSERA_OK);
+  CHECK(steps == kSteps);
+
+  // The serial twin: losses and this rank's band of the prediction.
+  const Run reference = serial(dir, name, dp);
+  for (std::size_t i = 0; i < reference.losses.size(); ++i) {
+    if (!close(parallel.losses[i], reference.losses[i], 1e-5)) {
+      std::fprintf(stderr, "[rank %d] %s step %zu: loss %.9e, serial %.9e\n", world_rank, name.c_str(), i + 1,
+                   parallel.losses[i], reference.losses[i]);
+      CHECK(false);
+    }
+  }
+  CHECK(reference.losses.back() < reference.losses.front());  // it learns
+  double worst = 0;
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(parallel.prediction.size()); ++i) {
+    const std::int64_t per_channel = nlat * kNlon, c = i / per_channel, rest = i % per_channel;
+    const float serial_value = reference.prediction[static_cast<std::size_t>(c * kNlat * kNlon + lat0 * kNlon + rest)];
+    worst = std::max(worst, static_cast<double>(std::fabs(parallel.prediction[static_cast<std::size_t>(i)] - serial_value)));
+  }
+  CHECK(worst <= 1e-5);
+
+  // Restart: a fresh trainer restores step 3 and repeats steps 4..6 bit for bit.
+  tessera_trainer_t* again = nullptr;
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                       TESSERA_LATITUDES_CELL_CENTRES, &again),
+                TESSERA_OK);
+  EXPECT_STATUS(tessera_trainer_restore(again, nullptr), TESSERA_OK);
+  EXPECT_STATUS(tessera_trainer_steps(again, &steps), TESSERA_OK);
+  CHECK(steps == 3);
+  for (std::int64_t step = 4; step <= kSteps; ++step) {
+    CHECK(train_step(again, step, dp, coords[0], lat0, nlat) == parallel.losses[static_cast<std::size_t>(step - 1)]);
+  }
+  CHECK(predict(again, lat0, nlat) == parallel.prediction);
+
+  // The trainer's checkpoint is an ordinary model checkpoint (saved at step 6 now).
+  EXPECT_STATUS(tessera_trainer_save(again, nullptr), TESSERA_OK);
+  tessera_mesh_t* mesh = nullptr;
+  EXPECT_STATUS(tessera_mesh_create(MPI_COMM_WORLD, dp > 1 ? TESSERA_DATA_DDP : TESSERA_DATA_NONE, tp, domain, &mesh),
+                TESSERA_OK);
+  tessera_model_t* model = nullptr;
+  EXPECT_STATUS(tessera_model_load(mesh, (dir + "/" + name + "_ckpt").c_str(), &model), TESSERA_OK);
+  std::vector<float> x = batch(100, 1, lat0, nlat);
+  const std::int64_t shape[3] = {kChannels, nlat, kNlon};
+  EXPECT_STATUS(tessera_model_forward(model, x.data(), x.data(), TESSERA_F32, TESSERA_ORDER_C, 3, shape), TESSERA_OK);
+  CHECK(x == parallel.prediction);
+  EXPECT_STATUS(tessera_model_destroy(&model), TESSERA_OK);
+  EXPECT_STATUS(tessera_mesh_destroy(&mesh), TESSERA_OK);
+  EXPECT_STATUS(tessera_trainer_destroy(&again), TESSERA_OK);
+  EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
+  CHECK(t == nullptr);
+  if (world_rank == 0) {
+    std::printf("%s: losses %.6e .. %.6e (serial %.6e .. %.6e), prediction within %.1e; restart bit-identical\n",
+                name.c_str(), parallel.losses.front(), parallel.losses.back(), reference.losses.front(),
+                reference.losses.back(), worst);
+  }
+}
+
+void check_errors(const std::string& dir, int world_size) {
+  const std::string config = write_config(dir, "errors", 1, 1, world_size);
+  tessera_trainer_t* t = nullptr;
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                       TESSERA_LATITUDES_CELL_CENTRES, &t),
+                TESSERA_OK);
+  std::int64_t lat0 = 0, nlat = 0, lon0 = 0, nlon = 0;
+  EXPECT_STATUS(tessera_trainer_box(t, &lat0, &nlat, &lon0, &nlon), TESSERA_OK);
+  std::vector<float> x = batch(0, 2, lat0, nlat);
+  std::int64_t shape[4] = {2, kChannels, nlat, kNlon};
+  EXPECT_STATUS(tessera_trainer_step(t, x.data(), x.data(), TESSERA_F64, TESSERA_ORDER_C, 4, shape, nullptr),
+                TESSERA_ERR_INVALID_ARGUMENT);
+  // Off the band on rank 0 only: every rank returns the error.
+  std::int64_t off[4] = {2, kChannels, world_rank == 0 ? nlat + 1 : nlat, kNlon};
+  std::vector<float> big = batch(0, 2, lat0, nlat + 1);
+  EXPECT_STATUS(tessera_trainer_step(t, big.data(), big.data(), TESSERA_F32, TESSERA_ORDER_C, 4, off, nullptr),
+                TESSERA_ERR_SHAPE);
+  std::int64_t empty[4] = {0, kChannels, nlat, kNlon};
+  EXPECT_STATUS(tessera_trainer_step(t, x.data(), x.data(), TESSERA_F32, TESSERA_ORDER_C, 4, empty, nullptr),
+                TESSERA_ERR_INVALID_ARGUMENT);
+  if (world_size > 1) {
+    std::int64_t uneven[4] = {world_rank == 0 ? 1 : 2, kChannels, nlat, kNlon};
+    EXPECT_STATUS(tessera_trainer_step(t, x.data(), x.data(), TESSERA_F32, TESSERA_ORDER_C, 4, uneven, nullptr),
+                  TESSERA_ERR_SHAPE);
+  }
+  std::int64_t steps = -1;
+  EXPECT_STATUS(tessera_trainer_steps(t, &steps), TESSERA_OK);
+  CHECK(steps == 0);  // no failed call stepped
+  EXPECT_STATUS(tessera_trainer_save(t, nullptr), TESSERA_OK);
+
+  // Restoring another architecture names the difference, before any weight is read.
+  tessera_trainer_t* other = nullptr;
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels + 1, kNlat, kNlon,
+                                       TESSERA_LATITUDES_CELL_CENTRES, &other),
+                TESSERA_OK);
+  EXPECT_STATUS(tessera_trainer_restore(other, (dir + "/errors_ckpt").c_str()), TESSERA_ERR_CONFIG);
+  CHECK(std::string(tessera_last_error()).find("channels") != std::string::npos);
+  EXPECT_STATUS(tessera_trainer_destroy(&other), TESSERA_OK);
+  EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
+
+  // Configs the trainer refuses, on every rank, naming the key.
+  const auto refused = [&](const std::string& name, const std::string& text, const char* key) {
+    const std::string bad = dir + "/" + name + ".yaml";
+    if (world_rank == 0) std::ofstream(bad) << "parallelism:\n  domain: " << world_size << "\n" << text;
+    MPI_Barrier(MPI_COMM_WORLD);
+    tessera_trainer_t* b = nullptr;
+    EXPECT_STATUS(tessera_trainer_create(bad.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                         TESSERA_LATITUDES_CELL_CENTRES, &b),
+                  TESSERA_ERR_CONFIG);
+    CHECK(b == nullptr);
+    CHECK(std::string(tessera_last_error()).find(key) != std::string::npos);
+  };
+  refused("accumulate", "optimizer:\n  accumulate: 2\n", "optimizer.accumulate");
+  refused("unknown", "learning:\n  rate: 1\n", "unknown key 'learning'");
+  refused("width", "model:\n  width: 0\n", "model.width");
+  refused("decoder", "model:\n  type: decoder\n", "model.type decoder");
+  EXPECT_STATUS(tessera_trainer_create(nullptr, MPI_COMM_WORLD, 1, 1, 1, 0, &t), TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon, 7, &t),
+                TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(tessera_trainer_step(nullptr, x.data(), x.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape, nullptr),
+                TESSERA_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(tessera_trainer_destroy(nullptr), TESSERA_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &capi_test::world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const std::string dir = std::string(argc > 1 ? argv[1] : ".") + "/capi_trainer_np" + std::to_string(world_size);
+  if (world_rank == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Every layout of this world size: dp x tp x domain.
+  for (int dp = 1; dp <= world_size; ++dp) {
+    for (int tp = 1; dp * tp <= world_size; ++tp) {
+      if (world_size % (dp * tp) != 0) continue;
+      check_layout(dir, dp, tp, world_size / (dp * tp));
+    }
+  }
+  check_errors(dir, world_size);
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0) std::printf("test_capi_trainer: %d failure(s) at %d rank(s)\n", total, world_size);
+  MPI_Finalize();
+  return total == 0 ? 0 : 1;
+}
