@@ -166,6 +166,7 @@ module tessera
 
 #include "tessera_c_interfaces.inc"
 #include "tessera_pipeline_spec.inc"
+#include "tessera_trainer_spec.inc"
 
 contains
 
@@ -271,5 +272,6 @@ contains
 #include "tessera_coupling.inc"
 #include "tessera_f08.inc"
 #include "tessera_pipeline.inc"
+#include "tessera_trainer.inc"
 
 end module tessera
