@@ -298,6 +298,13 @@ int tessera_checkpoint_add_array(tessera_checkpoint_t* checkpoint, const char* n
 int tessera_checkpoint_add_halo_field(tessera_checkpoint_t* checkpoint, const char* name,
                                       const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
                                       tessera_order_t order, int ndim, const int64_t* shape);
+/* Local. tessera_checkpoint_add_halo_field for a field in any layout: `shape` and
+ * `strides` as for tessera_halo_add_field_strided (tessera's view, leading..., padded
+ * lat, padded lon). The file holds the (leading..., nlat, nlon) global array, so a field
+ * saved from one layout loads into another. */
+int tessera_checkpoint_add_halo_field_strided(tessera_checkpoint_t* checkpoint, const char* name,
+                                              const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
+                                              int ndim, const int64_t* shape, const int64_t* strides);
 /* Collective over the mesh: writes (atomically) or reads and verifies every array. */
 int tessera_checkpoint_commit(tessera_checkpoint_t* checkpoint);
 /* Save: the step given; load: the step read (after commit). */

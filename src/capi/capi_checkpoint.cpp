@@ -126,6 +126,23 @@ void add(tessera_checkpoint_t& c, const std::string& name, Tensor value, Shape g
   c.arrays.push_back(std::move(p));
 }
 
+// The interior of a padded halo field (tessera's view, any strides) as a block of the
+// global field: global shape (leading..., nlat, nlon), offset and placement (domain:
+// Shard(lat)) come from the halo's decomposition.
+void add_halo_field(tessera_checkpoint_t& c, const std::string& name, const domain::HaloExchange& ex, const Tensor& padded) {
+  capi::check_padded(ex, padded, "array '" + name + "'");
+  const domain::Decomposition& d = ex.decomposition();
+  const domain::LocalBox box = d.box();
+  Shape global = padded.shape(), offset(padded.shape().size(), 0);
+  global[global.size() - 2] = d.global_lat();
+  global[global.size() - 1] = d.global_lon();
+  offset[offset.size() - 2] = box.lat.start;
+  offset[offset.size() - 1] = box.lon.start;
+  MeshPlacement placement;
+  placement.domain = Placement::shard(static_cast<int>(global.size()) - 2);
+  add(c, name, ex.interior(padded), std::move(global), std::move(offset), placement);
+}
+
 // guarded() for an add call: a failure is also counted on the checkpoint, so that a
 // commit refusing an empty checkpoint can say why it is empty.
 template <class Body>
@@ -223,20 +240,17 @@ int tessera_checkpoint_add_halo_field(tessera_checkpoint_t* checkpoint, const ch
   return guarded_add("tessera_checkpoint_add_halo_field", checkpoint, name, [&] {
     tessera_checkpoint_t& c = checkpoint_of(checkpoint);
     const std::string n = check_name(c, name);
-    const std::string what = "array '" + n + "'";
-    const domain::HaloExchange& ex = capi::exchange_of(halo);
-    Tensor padded = capi::array_view(field, dtype, order, ndim, shape, what);
-    capi::check_padded(ex, padded, what);
-    const domain::Decomposition& d = ex.decomposition();
-    const domain::LocalBox box = d.box();
-    Shape global = padded.shape(), offset(padded.shape().size(), 0);
-    global[global.size() - 2] = d.global_lat();
-    global[global.size() - 1] = d.global_lon();
-    offset[offset.size() - 2] = box.lat.start;
-    offset[offset.size() - 1] = box.lon.start;
-    MeshPlacement placement;
-    placement.domain = Placement::shard(static_cast<int>(global.size()) - 2);
-    add(c, n, ex.interior(padded), std::move(global), std::move(offset), placement);
+    add_halo_field(c, n, capi::exchange_of(halo), capi::array_view(field, dtype, order, ndim, shape, "array '" + n + "'"));
+  });
+}
+
+int tessera_checkpoint_add_halo_field_strided(tessera_checkpoint_t* checkpoint, const char* name,
+                                              const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
+                                              int ndim, const int64_t* shape, const int64_t* strides) {
+  return guarded_add("tessera_checkpoint_add_halo_field_strided", checkpoint, name, [&] {
+    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    const std::string n = check_name(c, name);
+    add_halo_field(c, n, capi::exchange_of(halo), capi::strided_view(field, dtype, ndim, shape, strides, "array '" + n + "'"));
   });
 }
 

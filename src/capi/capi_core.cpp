@@ -103,6 +103,17 @@ Tensor array_view(void* data, int dtype, int order, int ndim, const std::int64_t
   return logical_view(data, to_dtype(dtype, what), s, what);
 }
 
+Tensor strided_view(void* data, int dtype, int ndim, const std::int64_t* shape, const std::int64_t* strides,
+                    const std::string& what) {
+  const Shape s = declared_shape(data, dtype, TESSERA_ORDER_C, ndim, shape, what);
+  require(strides, "the strides pointer");
+  const Shape st(strides, strides + ndim);
+  for (std::int64_t x : st) {
+    if (x < 1) throw InvalidArgument(what + ": stride " + std::to_string(x) + " is not positive");
+  }
+  return caller_view(data, to_dtype(dtype, what), s, st, what);
+}
+
 const domain::Decomposition& decomposition_of(const tessera_decomp* d) {
   require(d, "the decomposition handle");
   if (!d->state || !d->state->d) throw InvalidArgument("the decomposition handle is not initialised");

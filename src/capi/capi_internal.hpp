@@ -106,6 +106,11 @@ Shape declared_shape(const void* data, int dtype, int order, int ndim, const std
 // tessera's C-order view (leading..., lat, lon) of a caller array: the shape as given for
 // C order, reversed for Fortran order (same memory, no strides needed).
 Tensor array_view(void* data, int dtype, int order, int ndim, const std::int64_t* shape, const std::string& what);
+// tessera's view of a caller array in any layout: `shape` is the view's extents
+// (leading..., lat, lon), `strides` the distance in elements between neighbours along
+// each of them (positive).
+Tensor strided_view(void* data, int dtype, int ndim, const std::int64_t* shape, const std::int64_t* strides,
+                    const std::string& what);
 // Same shape, other memory: the view of `data` with `logical` (C-order) extents.
 Tensor logical_view(void* data, DType dtype, const Shape& logical, const std::string& what);
 

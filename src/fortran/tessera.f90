@@ -238,18 +238,23 @@ contains
   end subroutine
 
   ! A failure found on the Fortran side.
-  subroutine fail_local(message, ierr)
+  subroutine fail_local#TESSERA_ERR_INVALID_ARGUMENT, or `code`.
+  subroutine fail_local(message, ierr, code)
     character(len=*), intent(in) :: message
     integer, intent(out), optional :: ierr
+    integer, intent(in), optional :: code
     integer(c_int) :: ignored
+    integer :: status
+    status = TESSERA_ERR_INVALID_ARGUMENT
+    if (present(code)) status = code
     local_message = message
     if (present(ierr)) then
-      ierr = TESSERA_ERR_INVALID_ARGUMENT
+      ierr = status
       return
     end if
-    write(error_unit, '(a)') 'tessera: error (invalid_argument): ' // message
+    write(error_unit, '(a)') 'tessera: error (' // tessera_error_string(status) // '): ' // message
     flush(error_unit)
-    ignored = c_abort(int(TESSERA_ERR_INVALID_ARGUMENT, c_int))
+    ignored = c_abort(int(status, c_int))
   end subroutine
 
   ! The message for an array argument that is not contiguous (docs/fortran.md quotes it).

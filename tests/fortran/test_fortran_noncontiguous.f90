@@ -174,7 +174,7 @@ contains
       end if
       call tessera_halo_exchange(halo, status)
       call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'exchange after a rank-0-only rejection fails everywhere')
-      call check(index(tessera_last_error(), 'rank 0 registered 3 field(s), rank 1 registered 4') > 0, &
+      call check(index(tessera_last_error(), 'rank 0 registered 3 field(s)') > 0, &
                  'the exchange names the differing field counts')
       ! Registering the same fields everywhere makes the handle usable again.
       call tessera_halo_clear_fields(halo)

@@ -1,0 +1,197 @@
+! Fields in the caller's dimension order (docs/fortran.md, "Bring your own array layout"),
+! at 1, 2 and 4 ranks:
+!  - halo exchange of q(i,j,k) real64, q(k,i,j) real32, a 2-D field and the allocatable
+!    component st%q(i,k,j) of a scalar derived type, with different lon and lat widths,
+!    each cell (interior, halo, corners) against the serial reference computed here from
+!    the global field (periodic in lon, zero beyond the poles);
+!  - a checkpoint saved from q(i,j,k) and q(k,i,j) on latitude bands, loaded into the
+!    other layouts (q(k,i,j), q(i,j,k)) on longitude strips, compared cell by cell;
+!  - the Fortran-worded errors: dims that name no lon/lat pair, extents that are not the
+!    padded ones (1-based dims, lon x lat), on every rank, registering nothing.
+program test_fortran_layouts
+  use mpi
+  use tessera
+  use, intrinsic :: iso_fortran_env, only: real32, real64, error_unit
+  implicit none
+  integer, parameter :: NLAT = 10, NLON = 12, NLEV = 3, HLAT = 1, HLON = 2
+  type :: model_state
+    real(real64), allocatable :: q(:, :, :)   ! (lon, lev, lat)
+  end type
+  type(tessera_mesh) :: mesh
+  type(tessera_decomp) :: bands, strips
+  type(tessera_halo) :: halo, halo_strips
+  type(tessera_checkpoint) :: ckpt
+  type(model_state), target :: st
+  real(real64), allocatable, target :: q_ijk(:, :, :), q2(:, :), load_kij(:, :, :)
+  real(real32), allocatable, target :: q_kij(:, :, :), load_ijk(:, :, :), wrong(:, :, :)
+  integer :: ierr, nranks, rank, failures, count
+  integer :: lat1, nlat_loc, lon1, nlon_loc, i, j, k, nlat_b, nlon_b
+  character(len=256) :: dir
+  character(len=:), allocatable :: root
+
+  call MPI_Init(ierr)
+  call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  failures = 0
+  dir = '.'
+  if (command_argument_count() >= 1) call get_command_argument(1, dir)
+  root = trim(dir) // '/layouts_np' // achar(iachar('0') + nranks)
+
+  call tessera_mesh_create(mesh, MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, nranks)
+  call tessera_decomp_create_from_mesh(bands, mesh, NLAT, NLON, nranks, 1)
+  call tessera_halo_create(halo, bands, HLAT, HLAT, HLON, HLON, .true., TESSERA_POLE_ZERO)
+  call tessera_decomp_box(bands, lat1, nlat_loc, lon1, nlon_loc)
+
+  ! ---- halo exchange in four layouts, real32 and real64 ----
+  allocate(q_ijk(1-HLON:nlon_loc+HLON, 1-HLAT:nlat_loc+HLAT, NLEV), q2(1-HLON:nlon_loc+HLON, 1-HLAT:nlat_loc+HLAT))
+  allocate(q_kij(NLEV, 1-HLON:nlon_loc+HLON, 1-HLAT:nlat_loc+HLAT), st%q(1-HLON:nlon_loc+HLON, NLEV, 1-HLAT:nlat_loc+HLAT))
+  q_ijk = -999; q2 = -999; q_kij = -999; st%q = -999
+  do j = 1, nlat_loc
+    do i = 1, nlon_loc
+      do k = 1, NLEV
+        q_ijk(i, j, k) = f(lon1 + i - 1, lat1 + j - 1, k)
+        q_kij(k, i, j) = real(f(lon1 + i - 1, lat1 + j - 1, k), real32)
+        st%q(i, k, j) = -f(lon1 + i - 1, lat1 + j - 1, k)
+      end do
+      q2(i, j) = f(lon1 + i - 1, lat1 + j - 1, 0)
+    end do
+  end do
+  call tessera_halo_add_field(halo, q_ijk)
+  call tessera_halo_add_field(halo, q_kij, lon_dim=2, lat_dim=3)
+  call tessera_halo_add_field(halo, q2)
+  call tessera_halo_add_field(halo, st%q, lon_dim=1, lat_dim=3)
+  call tessera_halo_exchange(halo)
+  do j = 1 - HLAT, nlat_loc + HLAT
+    do i = 1 - HLON, nlon_loc + HLON
+      call check(q2(i, j), expected(i, j, 0), 'q2(i,j)', i, j, 0)
+      do k = 1, NLEV
+        call check(q_ijk(i, j, k), expected(i, j, k), 'q(i,j,k)', i, j, k)
+        call check(real(q_kij(k, i, j), real64), real(real(expected(i, j, k), real32), real64), 'q(k,i,j)', i, j, k)
+        call check(st%q(i, k, j), -expected(i, j, k), 'st%q(i,k,j)', i, j, k)
+      end do
+    end do
+  end do
+
+  ! ---- checkpoint: saved from two layouts on bands, loaded into the others on strips ----
+  call tessera_checkpoint_begin_save(ckpt, mesh, root, 1, TESSERA_LAYOUT_SHARED)
+  call tessera_checkpoint_add_field(ckpt, 'q64', halo, q_ijk)
+  call tessera_checkpoint_add_field(ckpt, 'q32', halo, q_kij, lon_dim=2, lat_dim=3)
+  call tessera_checkpoint_commit(ckpt)
+  call tessera_checkpoint_destroy(ckpt)
+
+  call tessera_decomp_create_from_mesh(strips, mesh, NLAT, NLON, 1, nranks)
+  call tessera_halo_create(halo_strips, strips, HLAT, HLAT, HLON, HLON, .true., TESSERA_POLE_ZERO)
+  call tessera_decomp_box(strips, lat1, nlat_loc, lon1, nlon_loc)
+  allocate(load_kij(NLEV, 1-HLON:nlon_loc+HLON, 1-HLAT:nlat_loc+HLAT), load_ijk(1-HLON:nlon_loc+HLON, 1-HLAT:nlat_loc+HLAT, NLEV))
+  load_kij = -999; load_ijk = -999
+  call tessera_checkpoint_begin_load(ckpt, mesh, root)
+  call tessera_checkpoint_add_field(ckpt, 'q64', halo_strips, load_kij, lon_dim=2, lat_dim=3)
+  call tessera_checkpoint_add_field(ckpt, 'q32', halo_strips, load_ijk)
+  call tessera_checkpoint_commit(ckpt)
+  call tessera_checkpoint_destroy(ckpt)
+  do j = 1 - HLAT, nlat_loc + HLAT
+    do i = 1 - HLON, nlon_loc + HLON
+      do k = 1, NLEV
+        if (i >= 1 .and. i <= nlon_loc .and. j >= 1 .and. j <= nlat_loc) then
+          call check(load_kij(k, i, j), f(lon1 + i - 1, lat1 + j - 1, k), 'loaded q(k,i,j)', i, j, k)
+          call check(real(load_ijk(i, j, k), real64), real(real(f(lon1 + i - 1, lat1 + j - 1, k), real32), real64), &
+                     'loaded q(i,j,k)', i, j, k)
+        else   ! a load writes the interior only
+          call check(load_kij(k, i, j), -999.0_real64, 'loaded q(k,i,j) halo', i, j, k)
+        end if
+      end do
+    end do
+  end do
+
+  ! ---- errors, in the caller's terms (every rank makes the same mistakes) ----
+  ! (The expected texts use nlon_b, nlat_b: asked for here, as any tessera call forgets
+  ! the last error.)
+  call tessera_decomp_box(bands, i, nlat_b, j, nlon_b)
+  call tessera_halo_clear_fields(halo)
+  call tessera_halo_add_field(halo, q_kij, ierr, lon_dim=2, lat_dim=2)
+  call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, &
+                    "tessera_halo_add_field: 'field': lon_dim = 2 and lat_dim = 2 are not two different dims " // &
+                    "of the rank-3 array (1 to 3)")
+  call tessera_halo_add_field(halo, q_kij, ierr, lon_dim=4)
+  call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "lon_dim = 4 and lat_dim = 2 are not two different dims")
+  ! q(k,i,j) registered as if it were q(i,j,k): dims 1 and 2 are (NLEV, lon) wide.
+  call tessera_halo_add_field(halo, q_kij, ierr)
+  call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_halo_add_field: 'field': dims 1 (lon) and 2 (lat) " // &
+                    "have extents " // itoa(NLEV) // " and " // itoa(nlon_b + 2 * HLON) // "; this rank's box " // &
+                    "plus the halo is " // itoa(nlon_b + 2 * HLON) // " x " // itoa(nlat_b + 2 * HLAT) // &
+                    " (lon x lat, tessera_halo_padded)")
+  allocate(wrong(1-HLON:nlon_b+HLON, 1-HLAT:nlat_b+HLAT+1, 1))
+  call tessera_halo_add_field(halo, wrong, ierr)
+  call expect_error(ierr, TESSERA_ERR_SHAPE, "dims 1 (lon) and 2 (lat) have extents " // &
+                    itoa(nlon_b + 2 * HLON) // " and " // itoa(nlat_b + 2 * HLAT + 1))
+  call tessera_checkpoint_begin_save(ckpt, mesh, root, 2, TESSERA_LAYOUT_SHARED)
+  call tessera_checkpoint_add_field(ckpt, 'w', halo, wrong, ierr, lon_dim=3, lat_dim=1)
+  call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_checkpoint_add_field: field 'w': dims 3 (lon) and " // &
+                    "1 (lat) have extents 1 and " // itoa(nlon_b + 2 * HLON))
+  call tessera_checkpoint_destroy(ckpt)
+  call tessera_halo_num_fields(halo, count)
+  if (count /= 0) call fail('a rejected field was registered')
+
+  call tessera_halo_destroy(halo_strips)
+  call tessera_halo_destroy(halo)
+  call tessera_decomp_destroy(strips)
+  call tessera_decomp_destroy(bands)
+  call tessera_mesh_destroy(mesh)
+  call MPI_Allreduce(MPI_IN_PLACE, failures, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  if (rank == 0) print '(a,i0,a,i0)', 'test_fortran_layouts: ranks ', nranks, ', failures ', failures
+  call MPI_Finalize(ierr)
+  if (failures /= 0) error stop 1
+
+contains
+
+  ! The global field: distinct in every cell and level (1-based global i, j).
+  pure real(real64) function f(i, j, k)
+    integer, intent(in) :: i, j, k
+    f = 1000.0_real64 * k + 20.0_real64 * j + i + 0.25_real64
+  end function
+
+  ! The serial reference of local cell (i, j) of the bands layout after an exchange:
+  ! periodic in longitude, zero beyond the poles.
+  real(real64) function expected(i, j, k)
+    integer, intent(in) :: i, j, k
+    integer :: gi, gj
+    gi = modulo(lon1 + i - 2, NLON) + 1
+    gj = lat1 + j - 1
+    expected = 0
+    if (gj >= 1 .and. gj <= NLAT) expected = f(gi, gj, k)
+  end function
+
+  subroutine check(got, want, what, i, j, k)
+    real(real64), intent(in) :: got, want
+    character(len=*), intent(in) :: what
+    integer, intent(in) :: i, j, k
+    if (got /= want) then
+      if (failures < 10) write(error_unit, '(a,i0,3a,3(i0,a),2(g0,a))') 'rank ', rank, ': ', what, ' at (', i, ',', &
+                                 j, ',', k, '): ', got, ' (expected ', want, ')'
+      failures = failures + 1
+    end if
+  end subroutine
+
+  subroutine expect_error(status, code, text)
+    integer, intent(in) :: status, code
+    character(len=*), intent(in) :: text
+    if (status /= code .or. index(tessera_last_error(), text) == 0) then
+      call fail('expected status ' // itoa(code) // ' and a message containing "' // text // '"; got ' // &
+                itoa(status) // ': "' // tessera_last_error() // '"')
+    end if
+  end subroutine
+
+  subroutine fail(message)
+    character(len=*), intent(in) :: message
+    write(error_unit, '(a,i0,2a)') 'rank ', rank, ': ', message
+    failures = failures + 1
+  end subroutine
+
+  function itoa(n) result(s)
+    integer, intent(in) :: n
+    character(len=:), allocatable :: s
+    character(len=16) :: b
+    write(b, '(i0)') n
+    s = trim(b)
+  end function
+end program
