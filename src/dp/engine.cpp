@@ -1,35 +1,26 @@
 #include "dp/engine.hpp"
 
 #include "tessera/ops.hpp"
+#include "tp/block_gather.hpp"
 
 namespace tessera::dp::detail {
 
 // ---- fsdp2 gather / release / reduce-scatter
+// A unit group's shards travel in one padded all-gather of uneven blocks, tp's
+// (src/tp/block_gather.hpp): each parameter's rows padded to pad_rows at group_offset of
+// the per-rank block, the layout scatter_grads reduce-scatters the gradients in.
 void Engine::gather(Unit& unit) {
   if (unit.gathered) return;
   const int size = dp->size();
   for (Group& g : unit.groups) {
-    Tensor send = Tensor::zeros({g.block}, g.dtype, g.device);
+    std::vector<tp::detail::BlockGather> parts;
     for (int i : g.params) {
       ParamState& s = params[i];
       s.shard_value = s.p->value;  // the resident shard, whatever the caller did to it
-      send.narrow(0, s.group_offset, s.rows.length * s.row_numel)
-          .copy_from(s.shard_value.contiguous().reshape({s.rows.length * s.row_numel}));
+      parts.push_back({s.shard_value, 0, tp::detail::partition_blocks(s.full_shape[0], size)});
     }
-    Tensor recv = Tensor::empty({g.block * size}, g.dtype, g.device);
-    dp->all_gather(send, recv);
-    for (int i : g.params) {
-      ParamState& s = params[i];
-      Tensor full = Tensor::empty(s.full_shape, g.dtype, g.device);
-      for (int r = 0; r < size; ++r) {
-        const ShardRange rr = shard_range(s.full_shape[0], size, r);
-        Shape rows_shape = s.full_shape;
-        rows_shape[0] = rr.length;
-        full.narrow(0, rr.start, rr.length)
-            .copy_from(recv.narrow(0, r * g.block + s.group_offset, rr.length * s.row_numel).reshape(rows_shape));
-      }
-      s.p->value = full;
-    }
+    std::vector<Tensor> full = tp::detail::all_gather_blocks(parts, *dp);
+    for (std::size_t k = 0; k < g.params.size(); ++k) params[g.params[k]].p->value = std::move(full[k]);
   }
   unit.gathered = true;
 }

@@ -3,8 +3,85 @@
 #include <vector>
 
 #include "tessera/placement.hpp"
+#include "tp/block_gather.hpp"
 
 namespace tessera::tp {
+
+// ---- The padded all-gather of uneven blocks (block_gather.hpp), one for tp and fsdp2.
+namespace detail {
+
+std::vector<ShardRange> partition_blocks(std::int64_t extent, int parts) {
+  std::vector<ShardRange> blocks(parts);
+  for (int r = 0; r < parts; ++r) blocks[r] = shard_range(extent, parts, r);
+  return blocks;
+}
+
+namespace {
+// A part's block as it travels: its own extent along dim widened to the widest block.
+Shape padded_shape(const BlockGather& part) {
+  Shape shape = part.local.shape();
+  shape[part.dim] = part.blocks.front().length;
+  return shape;
+}
+}  // namespace
+
+std::vector<Tensor> all_gather_blocks(const std::vector<BlockGather>& parts, Communicator& group) {
+  const int p = group.size();
+  std::vector<Tensor> whole;
+  if (p == 1) {
+    for (const BlockGather& part : parts) whole.push_back(part.local);
+    return whole;
+  }
+  if (parts.empty()) return whole;
+  // Each rank's slot: the parts' padded blocks one after another.
+  std::vector<std::int64_t> offsets;
+  std::int64_t slot = 0;
+  for (const BlockGather& part : parts) {
+    offsets.push_back(slot);
+    slot += shape_numel(padded_shape(part));
+  }
+  const Tensor& first = parts.front().local;
+  const bool single_widest =
+      parts.size() == 1 && first.shape()[parts[0].dim] == parts[0].blocks.front().length;
+  Tensor send;
+  if (single_widest) {
+    send = first.contiguous().reshape({slot});  // nothing to pad or pack
+  } else {
+    send = Tensor::zeros({slot}, first.dtype(), first.device());
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const BlockGather& part = parts[i];
+      const Shape padded = padded_shape(part);
+      send.narrow(0, offsets[i], shape_numel(padded))
+          .reshape(padded)
+          .narrow(part.dim, 0, part.local.shape()[part.dim])
+          .copy_from(part.local);
+    }
+  }
+  Tensor recv = Tensor::empty({slot * p}, first.dtype(), first.device());
+  group.all_gather(send, recv);  // rank-major slots
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const BlockGather& part = parts[i];
+    const Shape padded = padded_shape(part);
+    Shape shape = part.local.shape();
+    shape[part.dim] = part.blocks.back().end();
+    const bool even = part.blocks.front().length * p == shape[part.dim];
+    if (parts.size() == 1 && even && part.dim == 0) {
+      whole.push_back(recv.reshape(shape));  // rank-major blocks of dim 0 are already in place
+      continue;
+    }
+    Tensor out = Tensor::empty(shape, first.dtype(), first.device());
+    for (int r = 0; r < p; ++r) {
+      out.narrow(part.dim, part.blocks[r].start, part.blocks[r].length)
+          .copy_from(recv.narrow(0, r * slot + offsets[i], shape_numel(padded))
+                         .reshape(padded)
+                         .narrow(part.dim, 0, part.blocks[r].length));
+    }
+    whole.push_back(std::move(out));
+  }
+  return whole;
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -14,13 +91,6 @@ int normalize_dim(const Tensor& x, int dim, const char* op) {
     throw InvalidArgument(std::string("tp::") + op + ": dim " + std::to_string(dim) + " out of range for " + x.str());
   }
   return d;
-}
-
-// Every rank's block of `global` elements under the partition rule (shard_range).
-std::vector<ShardRange> blocks_of(std::int64_t global, int parts) {
-  std::vector<ShardRange> blocks(parts);
-  for (int r = 0; r < parts; ++r) blocks[r] = shard_range(global, parts, r);
-  return blocks;
 }
 
 std::string extents_str(const std::vector<std::int64_t>& extents) {
@@ -41,7 +111,7 @@ std::vector<ShardRange> exchanged_blocks(const Tensor& local, int d, Communicato
   const std::vector<std::int64_t> extents = all.to_vector<std::int64_t>();
   std::int64_t total = 0;
   for (const std::int64_t e : extents) total += e;
-  std::vector<ShardRange> blocks = blocks_of(total, p);
+  std::vector<ShardRange> blocks = detail::partition_blocks(total, p);
   for (int r = 0; r < p; ++r) {
     if (blocks[r].length != extents[r]) {
       throw ShapeError("tp::gather_along: the blocks along dim " + std::to_string(d) + " (extents " +
@@ -52,17 +122,6 @@ std::vector<ShardRange> exchanged_blocks(const Tensor& local, int d, Communicato
     }
   }
   return blocks;
-}
-
-// `x` widened to `extent` along `d` with zeros after its own elements (the fixed block
-// size of one all_gather / reduce_scatter over uneven blocks).
-Tensor padded_to(const Tensor& x, int d, std::int64_t extent) {
-  if (x.shape()[d] == extent) return x;
-  Shape shape = x.shape();
-  shape[d] = extent;
-  Tensor out = Tensor::zeros(shape, x.dtype(), x.device());
-  out.narrow(d, 0, x.shape()[d]).copy_from(x);
-  return out;
 }
 
 }  // namespace
@@ -92,35 +151,18 @@ Tensor gather_along(const Tensor& x, int dim, Communicator& group, GatherExtent 
   const Tensor local = x.contiguous();
   std::vector<ShardRange> blocks;
   switch (extent.kind()) {
-    case GatherExtent::Kind::even: blocks = blocks_of(local.shape()[d] * p, p); break;
-    case GatherExtent::Kind::known: blocks = blocks_of(extent.global(), p); break;
+    case GatherExtent::Kind::even: blocks = detail::partition_blocks(local.shape()[d] * p, p); break;
+    case GatherExtent::Kind::known: blocks = detail::partition_blocks(extent.global(), p); break;
     case GatherExtent::Kind::exchanged: blocks = exchanged_blocks(local, d, group); break;
   }
-  const std::int64_t total = blocks.back().end();
-  const std::int64_t widest = blocks.front().length;  // block 0 is never the narrower
-  const bool even = widest * p == total;
-  const Tensor sent = padded_to(local, d, widest);
-  // all_gather yields rank-major blocks; place block r at its range of dim d.
-  Shape stacked_shape = sent.shape();
-  stacked_shape.insert(stacked_shape.begin(), p);
-  Tensor stacked = Tensor::empty(stacked_shape, local.dtype(), local.device());
-  group.all_gather(sent, stacked);
-  Shape out_shape = local.shape();
-  out_shape[d] = total;
-  if (even && d == 0) return stacked.reshape(out_shape);  // rank-major blocks are already in place
-  Tensor out = Tensor::empty(out_shape, local.dtype(), local.device());
-  for (int r = 0; r < p; ++r) {
-    out.narrow(d, blocks[r].start, blocks[r].length)
-        .copy_from(stacked.narrow(0, r, 1).reshape(sent.shape()).narrow(d, 0, blocks[r].length));
-  }
-  return out;
+  return detail::all_gather_blocks({{local, d, std::move(blocks)}}, group).front();
 }
 
 Tensor reduce_scatter_along(const Tensor& x, int dim, Communicator& group) {
   const int d = normalize_dim(x, dim, "reduce_scatter_along");
   const int p = group.size();
   if (p == 1) return x;
-  const std::vector<ShardRange> blocks = blocks_of(x.shape()[d], p);
+  const std::vector<ShardRange> blocks = detail::partition_blocks(x.shape()[d], p);
   const std::int64_t widest = blocks.front().length;
   const bool even = widest * p == x.shape()[d];
   Shape block_shape = x.shape();
