@@ -238,7 +238,7 @@ contains
   end subroutine
 
   ! A failure found on the Fortran side.
-  subroutine fail_local#TESSERA_ERR_INVALID_ARGUMENT, or `code`.
+  ! (TESSERA_ERR_INVALID_ARGUMENT, or `code`.)
   subroutine fail_local(message, ierr, code)
     character(len=*), intent(in) :: message
     integer, intent(out), optional :: ierr
