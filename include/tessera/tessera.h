@@ -110,6 +110,13 @@ typedef enum tessera_pole TESSERA_ENUM_INT_ {
   TESSERA_POLE_ACROSS_POLE = 2, /* the mirrored row, half the circle round */
   TESSERA_POLE_ACROSS_POLE_POINT = 3 /* the same on a grid whose edge rows are the poles */
 } tessera_pole_t;
+/* Where a halo field's values sit on an Arakawa C-grid (docs/domain.md, "Staggered
+ * fields"): cell centres, the cells' east faces, or the faces between latitude rows. */
+typedef enum tessera_stagger TESSERA_ENUM_INT_ {
+  TESSERA_STAGGER_NONE = 0,     /* cell centres: (nlat, nlon) */
+  TESSERA_STAGGER_LON_FACE = 1, /* u on the east faces: (nlat, nlon), boxes as the cells' */
+  TESSERA_STAGGER_LAT_FACE = 2  /* v between rows: (nlat + 1, nlon), (nlat - 1, nlon) for pole points */
+} tessera_stagger_t;
 typedef enum tessera_layout TESSERA_ENUM_INT_ {
   TESSERA_LAYOUT_SHARED = 0,   /* one file, parallel HDF5 */
   TESSERA_LAYOUT_PER_RANK = 1  /* one file per writing rank plus an index */
@@ -236,6 +243,33 @@ int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dty
  * every adjoint (_exchange_adjoint, _start_adjoint) negates them first: a vector mirrored
  * across the pole points the other way. Cleared with the fields. Not collective. */
 int tessera_halo_set_vector_pair(tessera_halo_t* halo, int u_index, int v_index);
+/* C-grid staggering. A field on faces is registered with its stagger (shape as for
+ * tessera_halo_add_field, with the padded extents of tessera_halo_padded_staggered) and
+ * exchanged with the others by every exchange and adjoint. TESSERA_STAGGER_LON_FACE: u
+ * on the cells' east faces (face j east of cell j, owned with it). TESSERA_STAGGER_LAT_FACE:
+ * v on the faces between latitude rows, each owned by the rank of the row south of it
+ * (row 0 is north): nlat + 1 faces, the first and last on the poles, or, under
+ * TESSERA_POLE_ACROSS_POLE_POINT (pole-point rows), the nlat - 1 faces between rows;
+ * beyond a pole they mirror about the pole. TESSERA_ERR_INVALID_ARGUMENT for a lat_face
+ * field on a grid whose face halo cannot be planned (the message says why). Local. */
+int tessera_halo_add_field_staggered(tessera_halo_t* halo, void* data, tessera_dtype_t dtype,
+                                     tessera_order_t order, int ndim, const int64_t* shape,
+                                     tessera_stagger_t stagger, int* index);
+/* Padded local extents of a field on `stagger`, and the global and owned (0-based start,
+ * count) extents of its faces. Local. */
+int tessera_halo_padded_staggered(const tessera_halo_t* halo, tessera_stagger_t stagger, int64_t* lat,
+                                  int64_t* lon);
+int tessera_halo_box_staggered(const tessera_halo_t* halo, tessera_stagger_t stagger, int64_t* global_lat,
+                               int64_t* global_lon, int64_t* lat_start, int64_t* lat_count, int64_t* lon_start,
+                               int64_t* lon_count);
+/* tessera_halo_gather / _scatter for a field on `stagger`: root's `global` has the
+ * faces' global extents. Collective. */
+int tessera_halo_gather_staggered(const tessera_halo_t* halo, const void* field, void* global,
+                                  tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* shape,
+                                  tessera_stagger_t stagger, int root);
+int tessera_halo_scatter_staggered(const tessera_halo_t* halo, const void* global, void* field,
+                                   tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* shape,
+                                   tessera_stagger_t stagger, int root);
 int tessera_halo_clear_fields(tessera_halo_t* halo);
 int tessera_halo_num_fields(const tessera_halo_t* halo, int* count);
 

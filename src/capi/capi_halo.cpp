@@ -1,6 +1,10 @@
-// C API: halo exchange on caller-owned arrays.
+// C API: halo exchange on caller-owned arrays, cell-centred or on the faces of a C-grid.
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "capi/capi_internal.hpp"
 #include "tessera/agree.hpp"
@@ -10,9 +14,55 @@ using tessera::capi::guarded;
 using tessera::capi::require;
 using tessera::domain::HaloExchange;
 using tessera::domain::HaloSpec;
+using tessera::domain::LatitudeRows;
 using tessera::domain::PolePolicy;
+using tessera::domain::Stagger;
 
 namespace {
+
+// A halo handle with its C-grid state. Every tessera_halo is made by tessera_halo_create
+// below as one of these (and freed as one by tessera_halo_destroy), so the functions of
+// this file may see a handle as its HaloState. Cell-centred and east-face fields share
+// the cells' plan (`exchange`: the half-turn across a pole maps east face j to east face
+// j + nlon/2, as it maps cells); latitude-face fields have their own plan.
+struct HaloState : tessera_halo {
+  std::vector<Stagger> staggers;                // per registered field
+  std::optional<HaloExchange> lat_faces;        // the plan of the lat_face fields
+  std::string lat_faces_error;                  // why there is none
+  std::vector<Tensor> cell_fields, face_fields;  // the registered fields by plan
+};
+
+HaloState& state_of(tessera_halo* halo) {
+  capi::exchange_of(halo);  // checks the handle
+  return static_cast<HaloState&>(*halo);
+}
+const HaloState& state_of(const tessera_halo* halo) {
+  capi::exchange_of(halo);
+  return static_cast<const HaloState&>(*halo);
+}
+
+bool in_flight(const HaloState& h) { return h.exchange->in_flight() || (h.lat_faces && h.lat_faces->in_flight()); }
+
+Stagger to_stagger(int stagger) {
+  switch (stagger) {
+    case TESSERA_STAGGER_NONE: return Stagger::none;
+    case TESSERA_STAGGER_LON_FACE: return Stagger::lon_face;
+    case TESSERA_STAGGER_LAT_FACE: return Stagger::lat_face;
+    default:
+      throw InvalidArgument("stagger " + std::to_string(stagger) +
+                            " is not TESSERA_STAGGER_NONE (0), _LON_FACE (1) or _LAT_FACE (2)");
+  }
+}
+
+// The plan exchanging fields on `stagger`.
+const HaloExchange& plan_of(const HaloState& h, Stagger stagger) {
+  if (stagger != Stagger::lat_face) return *h.exchange;
+  if (!h.lat_faces) throw InvalidArgument("no field on latitude faces: " + h.lat_faces_error);
+  return *h.lat_faces;
+}
+HaloExchange& plan_of(HaloState& h, Stagger stagger) {
+  return const_cast<HaloExchange&>(plan_of(std::as_const(h), stagger));
+}
 
 PolePolicy to_pole(int pole) {
   switch (pole) {
@@ -43,30 +93,40 @@ std::string field_label(const tessera_halo_t* halo) {
 // one small all-reduce per change of the field set, none per exchange.
 void forget_agreed_count(tessera_halo_t* halo) { halo->field_count_agreed = false; }
 
-HaloExchange& agreed_exchange(tessera_halo_t* halo) {
-  HaloExchange& ex = capi::exchange_of(halo);
-  if (halo->field_count_agreed) return ex;
-  Communicator& comm = ex.decomposition().comm();
-  const auto mine = static_cast<std::int64_t>(halo->fields.size());
-  if (!same_on_all_ranks(comm.mpi_comm(), std::to_string(mine))) {
+// The counts agreed are those of each plan (cells and east faces; latitude faces): a
+// rank that put a field on other faces than the others would run another plan.
+HaloState& agreed_exchange(tessera_halo* halo) {
+  HaloState& h = state_of(halo);
+  if (halo->field_count_agreed) return h;
+  Communicator& comm = h.exchange->decomposition().comm();
+  const auto cells = static_cast<std::int64_t>(h.cell_fields.size());
+  const auto faces = static_cast<std::int64_t>(h.face_fields.size());
+  if (!same_on_all_ranks(comm.mpi_comm(), std::to_string(cells) + "+" + std::to_string(faces))) {
     // Every rank is here: learn the counts to name the first rank that differs from rank 0.
-    Tensor counts = Tensor::empty({comm.size()}, DType::i64);
-    comm.all_gather(Tensor::from_vector<std::int64_t>({mine}, {1}), counts);
+    Tensor counts = Tensor::empty({2 * comm.size()}, DType::i64);
+    comm.all_gather(Tensor::from_vector<std::int64_t>({cells, faces}, {2}), counts);
     const std::vector<std::int64_t> all = counts.to_vector<std::int64_t>();
     std::size_t r = 1;
-    while (r + 1 < all.size() && all[r] == all[0]) ++r;
+    while (r + 1 < all.size() / 2 && all[2 * r] == all[0] && all[2 * r + 1] == all[1]) ++r;
+    auto registered = [&](std::size_t rank) {
+      const std::int64_t faces = all[2 * rank + 1];
+      return std::to_string(all[2 * rank] + faces) + " field(s)" +
+             (faces > 0 ? " (" + std::to_string(faces) + " on latitude faces)" : std::string());
+    };
     throw InvalidArgument("the ranks of the halo's communicator registered different fields: rank 0 registered " +
-                          std::to_string(all[0]) + " field(s), rank " + std::to_string(r) + " registered " +
-                          std::to_string(all[r]) + "; every rank registers the same fields before an exchange");
+                          registered(0) + ", rank " + std::to_string(r) + " registered " + registered(r) +
+                          "; every rank registers the same fields before an exchange");
   }
   halo->field_count_agreed = true;
-  return ex;
+  return h;
 }
 
-void register_field(tessera_halo_t* halo, Tensor view, int* index) {
-  HaloExchange& ex = capi::exchange_of(halo);
-  if (ex.in_flight()) throw InvalidArgument("cannot register a field while an exchange is in flight");
-  capi::check_padded(ex, view, field_label(halo));
+void register_field(tessera_halo* halo, Tensor view, Stagger stagger, int* index) {
+  HaloState& h = state_of(halo);
+  if (in_flight(h)) throw InvalidArgument("cannot register a field while an exchange is in flight");
+  capi::check_padded(plan_of(h, stagger), view, field_label(halo));
+  (stagger == Stagger::lat_face ? h.face_fields : h.cell_fields).push_back(view);
+  h.staggers.push_back(stagger);
   halo->fields.push_back(std::move(view));
   if (index != nullptr) *index = static_cast<int>(halo->fields.size()) - 1;
 }
@@ -88,9 +148,21 @@ int tessera_halo_create(const tessera_decomp_t* decomp, int lat_before, int lat_
     spec.width = {lat_before, lat_after, lon_before, lon_after};
     spec.periodic_lon = periodic_lon != 0;
     spec.pole = to_pole(pole);
-    auto handle = std::make_unique<tessera_halo>();
+    auto handle = std::make_unique<HaloState>();
     handle->decomp = decomp->state;
     handle->exchange.emplace(d, spec);
+    // The latitude faces' plan. A grid whose faces cannot be planned (a halo wider than
+    // a band's faces, one pole-point row) still serves cell-centred fields: its error is
+    // kept for a lat_face registration. Planning fails alike on every rank (arithmetic
+    // on arguments the cells' plan has just agreed on), so no rank is left in the
+    // plan's collective check.
+    try {
+      const LatitudeRows rows = spec.pole == PolePolicy::across_pole_point ? LatitudeRows::pole_points
+                                                                            : LatitudeRows::cells;
+      handle->lat_faces.emplace(d.staggered(Stagger::lat_face, rows), spec);
+    } catch (const InvalidArgument& e) {
+      handle->lat_faces_error = e.what();
+    }
     *halo = handle.release();
   });
 }
@@ -98,7 +170,7 @@ int tessera_halo_create(const tessera_decomp_t* decomp, int lat_before, int lat_
 int tessera_halo_destroy(tessera_halo_t** halo) {
   return guarded("tessera_halo_destroy", [&] {
     require(halo, "the pointer to the halo handle");
-    std::unique_ptr<tessera_halo> owned(*halo);
+    std::unique_ptr<HaloState> owned(static_cast<HaloState*>(*halo));
     *halo = nullptr;
   });
 }
@@ -118,7 +190,43 @@ int tessera_halo_add_field(tessera_halo_t* halo, void* data, tessera_dtype_t dty
     forget_agreed_count(halo);  // even if the registration fails below
     Tensor view = capi::array_view(data, dtype, order, ndim, shape, field_label(halo));
     if (view.dim() < 2) throw InvalidArgument(field_label(halo) + ": a field needs the two dims lat and lon");
-    register_field(halo, std::move(view), index);
+    register_field(halo, std::move(view), Stagger::none, index);
+  });
+}
+
+int tessera_halo_add_field_staggered(tessera_halo_t* halo, void* data, tessera_dtype_t dtype, tessera_order_t order,
+                                     int ndim, const int64_t* shape, tessera_stagger_t stagger, int* index) {
+  return guarded("tessera_halo_add_field_staggered", [&] {
+    capi::exchange_of(halo);
+    forget_agreed_count(halo);  // even if the registration fails below
+    const Stagger s = to_stagger(stagger);
+    Tensor view = capi::array_view(data, dtype, order, ndim, shape, field_label(halo));
+    if (view.dim() < 2) throw InvalidArgument(field_label(halo) + ": a field needs the two dims lat and lon");
+    register_field(halo, std::move(view), s, index);
+  });
+}
+
+int tessera_halo_padded_staggered(const tessera_halo_t* halo, tessera_stagger_t stagger, int64_t* lat,
+                                  int64_t* lon) {
+  return guarded("tessera_halo_padded_staggered", [&] {
+    const Shape padded = plan_of(state_of(halo), to_stagger(stagger)).padded_shape(Shape{});
+    *require(lat, "lat") = padded[0];
+    *require(lon, "lon") = padded[1];
+  });
+}
+
+int tessera_halo_box_staggered(const tessera_halo_t* halo, tessera_stagger_t stagger, int64_t* global_lat,
+                               int64_t* global_lon, int64_t* lat_start, int64_t* lat_count, int64_t* lon_start,
+                               int64_t* lon_count) {
+  return guarded("tessera_halo_box_staggered", [&] {
+    const domain::Decomposition& d = plan_of(state_of(halo), to_stagger(stagger)).decomposition();
+    const domain::LocalBox box = d.box();
+    *require(global_lat, "global_lat") = d.global_lat();
+    *require(global_lon, "global_lon") = d.global_lon();
+    *require(lat_start, "lat_start") = box.lat.start;
+    *require(lat_count, "lat_count") = box.lat.length;
+    *require(lon_start, "lon_start") = box.lon.start;
+    *require(lon_count, "lon_count") = box.lon.length;
   });
 }
 
@@ -135,19 +243,20 @@ int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dty
     for (std::int64_t x : st) {
       if (x < 1) throw InvalidArgument(what + ": stride " + std::to_string(x) + " is not positive");
     }
-    register_field(halo, capi::caller_view(data, capi::to_dtype(dtype, what), s, st, what), index);
+    register_field(halo, capi::caller_view(data, capi::to_dtype(dtype, what), s, st, what), Stagger::none, index);
   });
 }
 
 int tessera_halo_clear_fields(tessera_halo_t* halo) {
   return guarded("tessera_halo_clear_fields", [&] {
-    capi::exchange_of(halo);
+    HaloState& h = state_of(halo);
     forget_agreed_count(halo);
-    if (capi::exchange_of(halo).in_flight()) {
-      throw InvalidArgument("cannot clear the fields while an exchange is in flight");
-    }
+    if (in_flight(h)) throw InvalidArgument("cannot clear the fields while an exchange is in flight");
     halo->fields.clear();
     halo->vector_components.clear();
+    h.staggers.clear();
+    h.cell_fields.clear();
+    h.face_fields.clear();
   });
 }
 
@@ -160,11 +269,34 @@ int tessera_halo_num_fields(const tessera_halo_t* halo, int* count) {
 
 namespace {
 
-// The vector components' sign flip across the poles (tessera_halo_set_vector_pair).
+// The vector components' sign flip across the poles (tessera_halo_set_vector_pair), by
+// the plan of each component's faces.
 void flip_vector_components(tessera_halo_t* halo) {
+  HaloState& h = state_of(halo);
   for (int index : halo->vector_components) {
-    capi::exchange_of(halo).flip_beyond_poles(halo->fields[static_cast<std::size_t>(index)]);
+    const auto k = static_cast<std::size_t>(index);
+    plan_of(h, h.staggers[k]).flip_beyond_poles(halo->fields[k]);
   }
+}
+
+// Every exchange runs the plans that have fields, starting all before finishing any
+// (their messages overlap; every rank starts them in the same order, cells first, so
+// MPI's non-overtaking rule keeps the plans' equal tags apart). Without latitude-face
+// fields that is the cells' plan on all fields, as before staggering.
+void start_plans(HaloState& h, bool adjoint) {
+  if (h.face_fields.empty()) {
+    adjoint ? h.exchange->start_adjoint(h.fields) : h.exchange->start(h.fields);
+    return;
+  }
+  if (!h.cell_fields.empty()) adjoint ? h.exchange->start_adjoint(h.cell_fields) : h.exchange->start(h.cell_fields);
+  adjoint ? h.lat_faces->start_adjoint(h.face_fields) : h.lat_faces->start(h.face_fields);
+}
+
+void finish_plans(HaloState& h, bool adjoint) {
+  const bool cells = h.exchange->in_flight(), faces = h.lat_faces && h.lat_faces->in_flight();
+  // Neither in flight: the cells' plan says what is wrong.
+  if (cells || !faces) adjoint ? h.exchange->finish_adjoint() : h.exchange->finish();
+  if (faces) adjoint ? h.lat_faces->finish_adjoint() : h.lat_faces->finish();
 }
 
 }  // namespace
@@ -191,70 +323,97 @@ int tessera_halo_set_vector_pair(tessera_halo_t* halo, int u_index, int v_index)
 
 int tessera_halo_exchange(tessera_halo_t* halo) {
   return guarded("tessera_halo_exchange", [&] {
-    agreed_exchange(halo).exchange(halo->fields);
+    HaloState& h = agreed_exchange(halo);
+    start_plans(h, false);
+    finish_plans(h, false);
     flip_vector_components(halo);
   });
 }
 
 int tessera_halo_start(tessera_halo_t* halo) {
-  return guarded("tessera_halo_start", [&] { agreed_exchange(halo).start(halo->fields); });
+  return guarded("tessera_halo_start", [&] { start_plans(agreed_exchange(halo), false); });
 }
 
 int tessera_halo_finish(tessera_halo_t* halo) {
   return guarded("tessera_halo_finish", [&] {
-    capi::exchange_of(halo).finish();
+    finish_plans(state_of(halo), false);
     flip_vector_components(halo);
   });
 }
 
 int tessera_halo_exchange_adjoint(tessera_halo_t* halo) {
   return guarded("tessera_halo_exchange_adjoint", [&] {
-    HaloExchange& ex = agreed_exchange(halo);
+    HaloState& h = agreed_exchange(halo);
     flip_vector_components(halo);
-    ex.exchange_adjoint(halo->fields);
+    start_plans(h, true);
+    finish_plans(h, true);
   });
 }
 
 int tessera_halo_start_adjoint(tessera_halo_t* halo) {
   return guarded("tessera_halo_start_adjoint", [&] {
-    HaloExchange& ex = agreed_exchange(halo);
+    HaloState& h = agreed_exchange(halo);
     flip_vector_components(halo);
-    ex.start_adjoint(halo->fields);
+    start_plans(h, true);
   });
 }
 
 int tessera_halo_finish_adjoint(tessera_halo_t* halo) {
-  return guarded("tessera_halo_finish_adjoint", [&] { capi::exchange_of(halo).finish_adjoint(); });
+  return guarded("tessera_halo_finish_adjoint", [&] { finish_plans(state_of(halo), true); });
 }
 
 int tessera_halo_in_flight(const tessera_halo_t* halo, int* in_flight) {
-  return guarded("tessera_halo_in_flight",
-                 [&] { *require(in_flight, "in_flight") = capi::exchange_of(halo).in_flight() ? 1 : 0; });
+  return guarded("tessera_halo_in_flight", [&] {
+    *require(in_flight, "in_flight") = ::in_flight(state_of(halo)) ? 1 : 0;
+  });
 }
+
+namespace {
+
+// Scatter (gather = false) or gather between root's global field and the interiors of
+// the ranks' padded fields on `stagger`.
+void scatter_gather_padded(const tessera_halo_t* halo, bool gather, const void* global, void* field, int dtype,
+                           int order, int ndim, const int64_t* shape, int stagger, int root) {
+  const std::string what = gather ? "gather" : "scatter";
+  const HaloExchange& ex = plan_of(state_of(halo), to_stagger(stagger));
+  capi::scatter_gather(ex.decomposition(), gather, global, field, dtype, order, ndim, shape, root,
+                       [&](Tensor t) {
+                         capi::check_padded(ex, t, what + ": the field");
+                         return ex.interior(t);
+                       },
+                       what);
+}
+
+}  // namespace
 
 int tessera_halo_gather(const tessera_halo_t* halo, const void* field, void* global, tessera_dtype_t dtype,
                         tessera_order_t order, int ndim, const int64_t* shape, int root) {
   return guarded("tessera_halo_gather", [&] {
-    const HaloExchange& ex = capi::exchange_of(halo);
-    capi::scatter_gather(ex.decomposition(), true, global, const_cast<void*>(field), dtype, order, ndim, shape, root,
-                         [&](Tensor t) {
-                           capi::check_padded(ex, t, "gather: the field");
-                           return ex.interior(t);
-                         },
-                         "gather");
+    scatter_gather_padded(halo, true, global, const_cast<void*>(field), dtype, order, ndim, shape,
+                          TESSERA_STAGGER_NONE, root);
   });
 }
 
 int tessera_halo_scatter(const tessera_halo_t* halo, const void* global, void* field, tessera_dtype_t dtype,
                          tessera_order_t order, int ndim, const int64_t* shape, int root) {
   return guarded("tessera_halo_scatter", [&] {
-    const HaloExchange& ex = capi::exchange_of(halo);
-    capi::scatter_gather(ex.decomposition(), false, global, field, dtype, order, ndim, shape, root,
-                         [&](Tensor t) {
-                           capi::check_padded(ex, t, "scatter: the field");
-                           return ex.interior(t);
-                         },
-                         "scatter");
+    scatter_gather_padded(halo, false, global, field, dtype, order, ndim, shape, TESSERA_STAGGER_NONE, root);
+  });
+}
+
+int tessera_halo_gather_staggered(const tessera_halo_t* halo, const void* field, void* global, tessera_dtype_t dtype,
+                                  tessera_order_t order, int ndim, const int64_t* shape, tessera_stagger_t stagger,
+                                  int root) {
+  return guarded("tessera_halo_gather_staggered", [&] {
+    scatter_gather_padded(halo, true, global, const_cast<void*>(field), dtype, order, ndim, shape, stagger, root);
+  });
+}
+
+int tessera_halo_scatter_staggered(const tessera_halo_t* halo, const void* global, void* field,
+                                   tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* shape,
+                                   tessera_stagger_t stagger, int root) {
+  return guarded("tessera_halo_scatter_staggered", [&] {
+    scatter_gather_padded(halo, false, global, field, dtype, order, ndim, shape, stagger, root);
   });
 }
 
