@@ -165,6 +165,7 @@ module tessera
   character(len=:), allocatable :: local_message
 
 #include "tessera_c_interfaces.inc"
+#include "tessera_stagger_spec.inc"
 #include "tessera_pipeline_spec.inc"
 #include "tessera_trainer_spec.inc"
 
@@ -276,6 +277,7 @@ contains
 #include "tessera_arrays.inc"
 #include "tessera_coupling.inc"
 #include "tessera_f08.inc"
+#include "tessera_stagger.inc"
 #include "tessera_pipeline.inc"
 #include "tessera_trainer.inc"
 

@@ -1,0 +1,258 @@
+! C-grid staggering from Fortran: a scalar s at the cell centres, u on the east faces and
+! v on the latitude faces, q(lon, lat, lev), in one halo, u and v a vector pair. Each is
+! scattered from a serial field on rank 0, exchanged, every halo cell compared with a
+! serial reference from the faces' positions on the sphere, and gathered back; the
+! adjoint is the exchange's transpose (dot-product identity). Every pole policy, real64
+! and real32, latitude and longitude bands, at 1, 2, 3 and 4 ranks.
+program test_fortran_stagger
+  use mpi
+  use tessera
+  use, intrinsic :: iso_fortran_env, only: real32, real64, error_unit
+  implicit none
+  integer, parameter :: NLAT = 11, NLON = 8, NLEV = 2
+  integer, parameter :: LAT_BEFORE = 2, LAT_AFTER = 1, LON_BEFORE = 1, LON_AFTER = 2
+  integer :: ierr, rank, nranks, failures, total, layout, pole, kind32
+  ! A registered field (real64 or real32) and the test's vectors for the adjoint.
+  type :: field_t
+    real(real64), pointer :: q8(:, :, :) => null()
+    real(real32), pointer :: q4(:, :, :) => null()
+    real(real64), allocatable :: x(:, :, :), y(:, :, :)
+    integer :: pn, pl, nlon, nlat, lon_first, lon_count, lat_first, lat_count, index
+  end type
+  type(tessera_decomp) :: decomp
+
+  call MPI_Init(ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
+  failures = 0
+  do layout = 1, 2
+    if (layout == 1) then
+      call tessera_decomp_create(decomp, MPI_COMM_WORLD, NLAT, NLON, nranks, 1)
+    else
+      call tessera_decomp_create(decomp, MPI_COMM_WORLD, NLAT, NLON, 1, nranks)
+    end if
+    do pole = TESSERA_POLE_ZERO, TESSERA_POLE_ACROSS_POLE_POINT
+      do kind32 = 0, 1
+        call run(pole, kind32 == 1, layout)
+      end do
+    end do
+    call tessera_decomp_destroy(decomp)
+  end do
+  call MPI_Allreduce(failures, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  if (rank == 0) write(*, '(a)') 'test_fortran_stagger: ' // merge('passed', 'FAILED', total == 0)
+  call MPI_Finalize(ierr)
+  if (total /= 0) stop 1
+
+contains
+
+  real(real64) function encode(l, i, j)
+    integer, intent(in) :: l, i, j  ! 0-based level, latitude and longitude indices
+    encode = 1.0_real64 + 10000.0_real64 * l + 100.0_real64 * i + j
+  end function
+
+  ! Positions in half-cell units: latitude from the north pole (0) to the south pole, cell
+  ! rows at 2i + 1 and their faces at 2f, or pole-point rows at 2i and their faces at
+  ! 2f + 1; longitude: centres at 2j + 1, east faces at 2j + 2.
+  real(real64) function reference(stagger, points, pole, nfaces, l, i, j, beyond)
+    integer, intent(in) :: stagger, pole, nfaces, l, i, j
+    logical, intent(in) :: points
+    logical, intent(out) :: beyond
+    integer :: p, q, s, si, sj
+    logical :: odd
+    odd = (stagger == TESSERA_STAGGER_LAT_FACE) .eqv. points
+    s = merge(2 * (NLAT - 1), 2 * NLAT, points)
+    p = 2 * i + merge(1, 0, odd)
+    q = 2 * j + merge(2, 1, stagger == TESSERA_STAGGER_LON_FACE)
+    si = i
+    beyond = p < 0 .or. p > s
+    reference = 0
+    if (beyond) then
+      if (pole == TESSERA_POLE_ZERO) return
+      if (pole == TESSERA_POLE_REPLICATE) then
+        si = merge(0, nfaces - 1, p < 0)
+      else
+        p = merge(-p, 2 * s - p, p < 0)
+        q = q + NLON
+        si = merge((p - 1) / 2, p / 2, odd)
+      end if
+    end if
+    q = modulo(q, 2 * NLON)
+    if (stagger == TESSERA_STAGGER_LON_FACE) then
+      sj = modulo(q - 2, 2 * NLON) / 2
+    else
+      sj = (q - 1) / 2
+    end if
+    reference = encode(l, si, sj)
+  end function
+
+  subroutine run(pole, use32, layout)
+    integer, intent(in) :: pole, layout
+    logical, intent(in) :: use32
+    integer, parameter :: staggers(3) = [TESSERA_STAGGER_NONE, TESSERA_STAGGER_LON_FACE, TESSERA_STAGGER_LAT_FACE]
+    type(tessera_halo) :: halo
+    type(field_t), target :: f(3)
+    real(real64), allocatable :: g8(:, :, :), got(:, :, :)
+    real(real32), allocatable :: g4(:, :, :)
+    real(real64) :: want, sums(2)
+    logical :: beyond, points, mirrors
+    integer :: k, a, b, l, i, j, errors, wrong, status
+    integer :: seed
+
+    points = pole == TESSERA_POLE_ACROSS_POLE_POINT
+    mirrors = pole == TESSERA_POLE_ACROSS_POLE .or. points
+    call tessera_halo_create(halo, decomp, LAT_BEFORE, LAT_AFTER, LON_BEFORE, LON_AFTER, .true., pole)
+    do k = 1, 3
+      associate (c => f(k))
+        call tessera_halo_padded_staggered(halo, staggers(k), c%pn, c%pl)
+        call tessera_halo_box_staggered(halo, staggers(k), c%nlon, c%nlat, c%lon_first, c%lon_count, &
+                                        c%lat_first, c%lat_count)
+        if (c%nlat /= merge(NLAT, merge(NLAT - 1, NLAT + 1, points), k < 3) .or. c%nlon /= NLON) then
+          call fail('global extents', k, layout, pole)
+        end if
+        allocate(g8(c%nlon, c%nlat, NLEV), g4(c%nlon, c%nlat, NLEV))
+        do l = 0, NLEV - 1
+          do i = 0, c%nlat - 1
+            do j = 0, c%nlon - 1
+              g8(j + 1, i + 1, l + 1) = encode(l, i, j)
+            end do
+          end do
+        end do
+        g4 = real(g8, real32)
+        if (use32) then
+          allocate(c%q4(c%pn, c%pl, NLEV))
+          c%q4 = -7
+          call tessera_halo_add_field_staggered(halo, c%q4, staggers(k), index=c%index)
+          call tessera_halo_scatter_staggered(halo, g4, c%q4, staggers(k), 0)
+        else
+          allocate(c%q8(c%pn, c%pl, NLEV))
+          c%q8 = -7
+          call tessera_halo_add_field_staggered(halo, c%q8, staggers(k), index=c%index)
+          call tessera_halo_scatter_staggered(halo, g8, c%q8, staggers(k), 0)
+        end if
+        deallocate(g8, g4)
+      end associate
+    end do
+    if (f(2)%index /= 2 .or. f(3)%index /= 3) call fail('field indices', 0, layout, pole)
+    call tessera_halo_set_vector_pair(halo, f(2)%index, f(3)%index)
+    call tessera_halo_set_vector_pair(halo, f(2)%index, 9, status)
+    if (status /= TESSERA_ERR_INVALID_ARGUMENT) call fail('vector pair index 9 accepted', 0, layout, pole)
+    call tessera_halo_exchange(halo)
+
+    do k = 1, 3
+      associate (c => f(k))
+        allocate(got(c%pn, c%pl, NLEV))
+        if (use32) then
+          got = real(c%q4, real64)
+        else
+          got = c%q8
+        end if
+        errors = 0
+        do l = 1, NLEV
+          do b = 1, c%pl
+            do a = 1, c%pn
+              i = c%lat_first - 1 - LAT_BEFORE + (b - 1)
+              j = c%lon_first - 1 - LON_BEFORE + (a - 1)
+              want = reference(staggers(k), points, pole, c%nlat, l - 1, i, j, beyond)
+              if (beyond .and. mirrors .and. k > 1) want = -want
+              if (got(a, b, l) /= want) then
+                if (errors < 3) write(error_unit, '(a, 3i4, 2(a, i0), 2(a, g0))') 'stagger mismatch (lev, lat, lon) ', &
+                  l - 1, i, j, ' field ', k, ' rank ', rank, ': ', got(a, b, l), ' /= ', want
+                errors = errors + 1
+              end if
+            end do
+          end do
+        end do
+        if (errors > 0) call fail('halo cells', k, layout, pole)
+        deallocate(got)
+        ! Gathered back, the serial field.
+        allocate(g8(c%nlon, c%nlat, NLEV), g4(c%nlon, c%nlat, NLEV))
+        g8 = 0; g4 = 0
+        if (use32) then
+          call tessera_halo_gather_staggered(halo, c%q4, g4, staggers(k), 0)
+          g8 = real(g4, real64)
+        else
+          call tessera_halo_gather_staggered(halo, c%q8, g8, staggers(k), 0)
+        end if
+        if (rank == 0) then
+          wrong = 0
+          do l = 0, NLEV - 1
+            do i = 0, c%nlat - 1
+              do j = 0, c%nlon - 1
+                if (g8(j + 1, i + 1, l + 1) /= encode(l, i, j)) wrong = wrong + 1
+              end do
+            end do
+          end do
+          if (wrong > 0) call fail('gather', k, layout, pole)
+        end if
+        deallocate(g8, g4)
+      end associate
+    end do
+
+    ! <A x, y> = <x, A^T y> over the three fields (values exact in real32).
+    seed = 31 + rank
+    sums = 0
+    do k = 1, 3
+      associate (c => f(k))
+        allocate(c%x(c%pn, c%pl, NLEV), c%y(c%pn, c%pl, NLEV))
+        do l = 1, NLEV
+          do b = 1, c%pl
+            do a = 1, c%pn
+              seed = modulo(seed * 1103 + 12345, 65536)
+              c%x(a, b, l) = seed / 65536.0_real64 - 0.5_real64
+              seed = modulo(seed * 1103 + 12345, 65536)
+              c%y(a, b, l) = seed / 65536.0_real64 - 0.5_real64
+            end do
+          end do
+        end do
+        call put(c, c%x)
+      end associate
+    end do
+    call tessera_halo_exchange(halo)
+    do k = 1, 3
+      sums(1) = sums(1) + sum(value_of(f(k)) * f(k)%y)
+      call put(f(k), f(k)%y)
+    end do
+    call tessera_halo_exchange_adjoint(halo)
+    do k = 1, 3
+      sums(2) = sums(2) + sum(f(k)%x * value_of(f(k)))
+    end do
+    call MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+    if (abs(sums(1) - sums(2)) > merge(1e-5_real64, 1e-12_real64, use32) * max(1.0_real64, abs(sums(1)))) then
+      call fail('dot-product identity', 0, layout, pole)
+    end if
+
+    call tessera_halo_destroy(halo)
+    do k = 1, 3
+      if (associated(f(k)%q8)) deallocate(f(k)%q8)
+      if (associated(f(k)%q4)) deallocate(f(k)%q4)
+    end do
+  end subroutine
+
+  subroutine put(c, values)
+    type(field_t), intent(inout) :: c
+    real(real64), intent(in) :: values(:, :, :)
+    if (associated(c%q4)) then
+      c%q4 = real(values, real32)
+    else
+      c%q8 = values
+    end if
+  end subroutine
+
+  function value_of(c) result(v)
+    type(field_t), intent(in) :: c
+    real(real64), allocatable :: v(:, :, :)
+    if (associated(c%q4)) then
+      v = real(c%q4, real64)
+    else
+      v = c%q8
+    end if
+  end function
+
+  subroutine fail(what, k, layout, pole)
+    character(len=*), intent(in) :: what
+    integer, intent(in) :: k, layout, pole
+    write(error_unit, '(4(a, i0))') 'FAILED ' // what // ': field ', k, ' layout ', layout, ' pole ', pole, &
+      ' rank ', rank
+    failures = failures + 1
+  end subroutine
+end program
