@@ -71,9 +71,18 @@ Redistribution::Redistribution(const Decomposition& code, const ModelRanks& rank
   if (split != MPI_COMM_NULL) p.model_comm.emplace(Communicator::adopt(split, comm.wait_options()));
 
   // Where every code rank runs, and the route.
-  require_same_on_all_ranks(comm.mpi_comm(), redistribution_route_name(options.route),
+  agree_on_success(comm.mpi_comm(), [&] {
+    if (options.node_aware_senders < 2) {
+      throw InvalidArgument("Redistribution: RedistributionOptions::node_aware_senders = " +
+                            std::to_string(options.node_aware_senders) +
+                            " must be >= 2 (a pair with one sender has nothing to gather)");
+    }
+  });
+  require_same_on_all_ranks(comm.mpi_comm(),
+                            std::string(redistribution_route_name(options.route)) + " from " +
+                                std::to_string(options.node_aware_senders),
                             "Redistribution: the ranks of the code's communicator chose different routes "
-                            "(RedistributionOptions::route)");
+                            "(RedistributionOptions::route, node_aware_senders)");
   const int n = code.size();
   const CodeNodes nodes = code_nodes(comm);
   auto node_of = [&](int r) { return nodes.node_of[static_cast<std::size_t>(r)]; };
@@ -102,7 +111,7 @@ Redistribution::Redistribution(const Decomposition& code, const ModelRanks& rank
       remote_senders(i);
       for (const auto& list : senders) widest = std::max(widest, list.size());
     }
-    if (widest >= static_cast<std::size_t>(kNodeAwareSenders)) p.route = RedistributionRoute::node_aware;
+    if (widest >= static_cast<std::size_t>(options.node_aware_senders)) p.route = RedistributionRoute::node_aware;
   }
   const bool node_aware = p.route == RedistributionRoute::node_aware;
   for (auto& list : senders) list.clear();

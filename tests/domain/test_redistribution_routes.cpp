@@ -201,6 +201,9 @@ TEST(RedistributionRoutes, PerNodePlacementSeesTheEmulatedNodes) {
 }
 
 TEST(RedistributionRoutes, AutoFollowsItsRule) {
+  // node_aware when the ranks span several nodes and a node holds at least the threshold
+  // of senders to one model rank on another node: the default (8, out of reach below 9
+  // ranks) and 2, 3.
   const int p = world_size();
   for (int k : {0, 1, 2, 4}) {  // 0: the real node, one here
     EmulatedNodes emulated(k);
@@ -208,12 +211,14 @@ TEST(RedistributionRoutes, AutoFollowsItsRule) {
       Decomposition code(world(), {kLat, kLon}, g);
       for (int m : {1, 2}) {
         if (m > p) continue;
-        Redistribution plan(code, ModelRanks::count(m));
-        const Crossings c = crossings(plan, k == 0 ? p : k);
-        const bool several_nodes = k > 0 && k < p;
-        const Route want = several_nodes && c.widest >= kNodeAwareSenders ? Route::node_aware : Route::direct;
-        EXPECT_EQ(plan.route(), want) << plan.str() << ", nodes of " << k << ", widest " << c.widest;
-        check_round_trip(plan, false);
+        for (int threshold : {kNodeAwareSenders, 2, 3}) {
+          Redistribution plan(code, ModelRanks::count(m), {}, {Route::automatic, threshold});
+          const Crossings c = crossings(plan, k == 0 ? p : k);
+          const bool several_nodes = k > 0 && k < p;
+          const Route want = several_nodes && c.widest >= threshold ? Route::node_aware : Route::direct;
+          EXPECT_EQ(plan.route(), want) << plan.str() << ", nodes of " << k << ", widest " << c.widest;
+          if (threshold == 2) check_round_trip(plan, false);
+        }
       }
     }
   }
@@ -254,7 +259,12 @@ TEST(RedistributionRoutes, ErrorsAreTheSameOnEveryRank) {
           Redistribution plan(code, ModelRanks::count(1), {}, {world_rank() == p - 1 ? Route::node_aware : Route::direct});
         },
         "different routes");
+    expect_error<InvalidArgument>(
+        [&] { Redistribution plan(code, ModelRanks::count(1), {}, {Route::automatic, world_rank() == 0 ? 4 : 8}); },
+        "different routes");
   }
+  expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::count(1), {}, {Route::automatic, 1}); },
+                                "node_aware_senders = 1");
   {
     // A bad emulated node size on the last rank only.
     EmulatedNodes bad(world_rank() == p - 1 ? "two" : "2");

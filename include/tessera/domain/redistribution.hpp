@@ -63,8 +63,8 @@
 //               relay's second stage starts in finish(), after its first stage arrived
 //               (waited under the wait policy, as every wait of the plan);
 //   automatic   node_aware when the code ranks span several nodes and some node holds at
-//               least kNodeAwareSenders code ranks whose pieces go to one model rank on
-//               another node (there the relay saves that many network messages for one
+//               least node_aware_senders (8) code ranks whose pieces go to one model rank
+//               on another node (there the relay saves that many network messages for one
 //               copy through shared memory), direct otherwise.
 // Nodes are split_by_node()'s (tessera/node.hpp), the ones per_node placement uses:
 // TESSERA_NODE_SIZE=k emulates nodes of k ranks on one machine. Both routes deliver the
@@ -110,13 +110,14 @@ std::vector<int> resolve_model_ranks(Communicator& comm, const ModelRanks& spec)
 enum class RedistributionRoute { direct, node_aware, automatic };
 std::string_view redistribution_route_name(RedistributionRoute route) noexcept;  // "direct", "node_aware", "auto"
 
+// automatic's default threshold: node_aware when a node holds at least this many code
+// ranks sending to one model rank on another node (docs/coupling.md, "Measured").
+inline constexpr int kNodeAwareSenders = 8;
+
 struct RedistributionOptions {
   RedistributionRoute route = RedistributionRoute::automatic;
+  int node_aware_senders = kNodeAwareSenders;  // automatic's threshold (>= 2)
 };
-
-// automatic picks node_aware when a node holds at least this many code ranks sending to
-// one model rank on another node (docs/coupling.md, "Measured").
-inline constexpr int kNodeAwareSenders = 8;
 
 // Facts about this rank's part of the plan (for benchmarks and tests).
 struct RedistributionStats {
