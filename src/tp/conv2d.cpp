@@ -104,13 +104,11 @@ ColumnParallelConv2d::ColumnParallelConv2d(std::int64_t in_channels, std::int64_
 
 std::unique_ptr<ColumnParallelConv2d> ColumnParallelConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp,
                                                                         bool gather_output, const std::string& name) {
-  const std::string label = detail::layer_label("ColumnParallelConv2d", name);
-  auto layer = std::make_unique<ColumnParallelConv2d>(serial.in_channels(), serial.out_channels(), serial.kernel_h(),
-                                                      serial.kernel_w(), tp, serial.options(), gather_output,
-                                                      detail::options_like(serial, name));
-  load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
-  if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
-  return layer;
+  return detail::with_serial_weights(
+      std::make_unique<ColumnParallelConv2d>(serial.in_channels(), serial.out_channels(), serial.kernel_h(),
+                                             serial.kernel_w(), tp, serial.options(), gather_output,
+                                             detail::options_like(serial, name)),
+      serial, name);
 }
 
 std::unique_ptr<nn::Conv2d> ColumnParallelConv2d::to_serial() {
@@ -159,13 +157,11 @@ RowParallelConv2d::RowParallelConv2d(std::int64_t in_channels, std::int64_t out_
 
 std::unique_ptr<RowParallelConv2d> RowParallelConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp,
                                                                   bool input_is_parallel, const std::string& name) {
-  const std::string label = detail::layer_label("RowParallelConv2d", name);
-  auto layer = std::make_unique<RowParallelConv2d>(serial.in_channels(), serial.out_channels(), serial.kernel_h(),
-                                                   serial.kernel_w(), tp, serial.options(), input_is_parallel,
-                                                   detail::options_like(serial, name));
-  load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
-  if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
-  return layer;
+  return detail::with_serial_weights(
+      std::make_unique<RowParallelConv2d>(serial.in_channels(), serial.out_channels(), serial.kernel_h(),
+                                          serial.kernel_w(), tp, serial.options(), input_is_parallel,
+                                          detail::options_like(serial, name)),
+      serial, name);
 }
 
 std::unique_ptr<nn::Conv2d> RowParallelConv2d::to_serial() {

@@ -81,10 +81,9 @@ ParallelEmbedding::ParallelEmbedding(std::int64_t num_embeddings, std::int64_t e
 
 std::unique_ptr<ParallelEmbedding> ParallelEmbedding::from_serial(const nn::Embedding& serial, Communicator& tp,
                                                                   const std::string& name) {
-  auto layer = std::make_unique<ParallelEmbedding>(serial.num_embeddings(), serial.embedding_dim(), tp,
-                                                   options_of(serial, name));
-  load_shard_from_master(layer->weight, serial.weight.value, detail::layer_label("ParallelEmbedding", name) + " weight");
-  return layer;
+  return detail::with_serial_weights(
+      std::make_unique<ParallelEmbedding>(serial.num_embeddings(), serial.embedding_dim(), tp, options_of(serial, name)),
+      serial, name);
 }
 
 std::unique_ptr<nn::Embedding> ParallelEmbedding::to_serial() {
@@ -133,11 +132,10 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num_embeddings, std:
 
 std::unique_ptr<VocabParallelEmbedding> VocabParallelEmbedding::from_serial(const nn::Embedding& serial,
                                                                             Communicator& tp, const std::string& name) {
-  auto layer = std::make_unique<VocabParallelEmbedding>(serial.num_embeddings(), serial.embedding_dim(), tp,
-                                                        options_of(serial, name));
-  load_shard_from_master(layer->weight, serial.weight.value,
-                         detail::layer_label("VocabParallelEmbedding", name) + " weight");
-  return layer;
+  return detail::with_serial_weights(std::make_unique<VocabParallelEmbedding>(serial.num_embeddings(),
+                                                                            serial.embedding_dim(), tp,
+                                                                            options_of(serial, name)),
+                                     serial, name);
 }
 
 std::unique_ptr<nn::Embedding> VocabParallelEmbedding::to_serial() {

@@ -138,12 +138,10 @@ ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_
 std::unique_ptr<ColumnParallelLinear> ColumnParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
                                                                         bool gather_output, const std::string& name,
                                                                         std::optional<int> sequence_dim) {
-  auto layer = std::make_unique<ColumnParallelLinear>(serial.in_features(), serial.out_features(), tp,
-                                                      gather_output, detail::options_like(serial, name, sequence_dim));
-  const std::string label = detail::layer_label("ColumnParallelLinear", name);
-  load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
-  if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
-  return layer;
+  return detail::with_serial_weights(std::make_unique<ColumnParallelLinear>(serial.in_features(), serial.out_features(),
+                                                                         tp, gather_output,
+                                                                         detail::options_like(serial, name, sequence_dim)),
+                                     serial, name);
 }
 
 std::unique_ptr<nn::Linear> ColumnParallelLinear::to_serial() {
@@ -214,12 +212,10 @@ RowParallelLinear::RowParallelLinear(std::int64_t in_features, std::int64_t out_
 std::unique_ptr<RowParallelLinear> RowParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
                                                                   bool input_is_parallel, const std::string& name,
                                                                   std::optional<int> sequence_dim) {
-  auto layer = std::make_unique<RowParallelLinear>(serial.in_features(), serial.out_features(), tp,
-                                                   input_is_parallel, detail::options_like(serial, name, sequence_dim));
-  const std::string label = detail::layer_label("RowParallelLinear", name);
-  load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
-  if (layer->has_bias_) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
-  return layer;
+  return detail::with_serial_weights(std::make_unique<RowParallelLinear>(serial.in_features(), serial.out_features(),
+                                                                      tp, input_is_parallel,
+                                                                      detail::options_like(serial, name, sequence_dim)),
+                                     serial, name);
 }
 
 std::unique_ptr<nn::Linear> RowParallelLinear::to_serial() {

@@ -3,11 +3,13 @@
 // naming itself in errors, taking over a serial layer's options, and handing its
 // reassembled masters back to a fresh serial layer.
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "tessera/parameter.hpp"
 #include "tessera/tp/linear.hpp"
+#include "tessera/tp/sharding.hpp"
 
 namespace tessera::tp::detail {
 
@@ -30,6 +32,19 @@ ParallelLinearOptions options_like(const Serial& serial, const std::string& name
   o.weight_init = serial.weight.init;
   if (serial.has_bias()) o.bias_init = serial.bias.init;
   return o;
+}
+
+// `layer`, freshly built in `serial`'s shape, with this rank's block of `serial`'s weight
+// (and bias, where the layer has one): every from_serial.
+template <class Layer, class Serial>
+std::unique_ptr<Layer> with_serial_weights(std::unique_ptr<Layer> layer, const Serial& serial,
+                                           const std::string& name) {
+  const std::string label = layer_label(layer->type_name(), name);
+  load_shard_from_master(layer->weight, serial.weight.value, label + " weight");
+  if constexpr (requires { layer->has_bias(); }) {
+    if (layer->has_bias()) load_shard_from_master(layer->bias, serial.bias.value, label + " bias");
+  }
+  return layer;
 }
 
 // Copies master values and init specs into a freshly built serial layer.
