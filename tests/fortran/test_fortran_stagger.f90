@@ -3,7 +3,7 @@
 ! scattered from a serial field on rank 0, exchanged, every halo cell compared with a
 ! serial reference from the faces' positions on the sphere, and gathered back; the
 ! adjoint is the exchange's transpose (dot-product identity). Every pole policy, real64
-! and real32, latitude and longitude bands, at 1, 2, 3 and 4 ranks.
+! and real32, latitude and longitude bands (and 2 x 2 at 4 ranks), at 1, 2, 3 and 4 ranks.
 program test_fortran_stagger
   use mpi
   use tessera
@@ -25,11 +25,15 @@ program test_fortran_stagger
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
   failures = 0
-  do layout = 1, 2
+  do layout = 1, 3
     if (layout == 1) then
       call tessera_decomp_create(decomp, MPI_COMM_WORLD, NLAT, NLON, nranks, 1)
-    else
+    else if (layout == 2) then
       call tessera_decomp_create(decomp, MPI_COMM_WORLD, NLAT, NLON, 1, nranks)
+    else if (nranks == 4) then
+      call tessera_decomp_create(decomp, MPI_COMM_WORLD, NLAT, NLON, 2, 2)
+    else
+      cycle
     end if
     do pole = TESSERA_POLE_ZERO, TESSERA_POLE_ACROSS_POLE_POINT
       do kind32 = 0, 1
