@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../tp/tp_test_util.hpp"
+#include "decoder_tp_step.hpp"
 #include "tessera/models/decoder.hpp"
 #include "tessera/optim.hpp"
 #include "tessera/tp/cross_entropy.hpp"
@@ -17,11 +17,16 @@
 
 using namespace tessera;
 using tessera::testing::tensors_close;
+using tessera::testing::counted_tp_step;
+using tessera::testing::decoder_step;
+using tessera::testing::DecoderBatch;
+using tessera::testing::DecoderStep;
+using tessera::testing::expect_same_parameters;
 
 namespace {
 
 constexpr std::uint64_t kSeed = 2207;
-constexpr std::int64_t kBatch = 2, kSeq = 4, kVocab = 16;
+constexpr std::int64_t kVocab = 16;
 
 struct Case {
   const char* name;
@@ -49,46 +54,7 @@ models::DecoderConfig config_of(const Case& c) {
   return a;
 }
 
-Tensor token_ids() {
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) ids.push_back((7 * i + 3) % kVocab);
-  return Tensor::from_vector(ids, {kBatch, kSeq});
-}
-
-Tensor targets() {
-  std::vector<std::int64_t> t;
-  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) t.push_back(i == 5 ? -100 : (5 * i + 1) % kVocab);
-  return Tensor::from_vector(t, {kBatch * kSeq});
-}
-
-struct StepResult {
-  double loss = 0;
-  Tensor logits;
-};
-
-StepResult forward_backward(models::Decoder& model, Communicator& loss_group) {
-  StepResult r;
-  r.logits = model.forward(token_ids());
-  const std::int64_t v_local = r.logits.size(2);
-  const auto ce = tp::vocab_parallel_cross_entropy(r.logits.reshape({kBatch * kSeq, v_local}), targets(), loss_group);
-  r.loss = ce.loss;
-  model.backward(ce.grad_logits.reshape({kBatch, kSeq, v_local}));
-  return r;
-}
-
-void expect_same(nn::Module& serial, nn::Module& parallel, Communicator& tp, bool grads, const std::string& what) {
-  const auto want = serial.named_parameters();
-  const auto got = parallel.named_parameters();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].first, want[i].first);
-    ASSERT_EQ(got[i].second->global_shape, want[i].second->value.shape()) << got[i].first;
-    const Tensor& local = grads ? got[i].second->grad : got[i].second->value;
-    const Tensor& serial_t = grads ? want[i].second->grad : want[i].second->value;
-    EXPECT_TRUE(tensors_close(tp::assemble_master(*got[i].second, local, tp), serial_t))
-        << what << ": " << (grads ? "grad" : "value") << " of " << got[i].first;
-  }
-}
+const DecoderBatch kBatch{2, 4, kVocab};
 
 }  // namespace
 
@@ -131,36 +97,28 @@ TEST(DecoderGqaTp, MatchesSerialTwinForwardBackwardAndSteps) {
       for (int step = 0; step < 3; ++step) {
         serial_opt.zero_grad();
         parallel_opt.zero_grad();
-        const StepResult s = forward_backward(serial, self);
+        const DecoderStep s = decoder_step(serial, self, kBatch);
+        const DecoderStep p = counted_tp_step(parallel, tp, kBatch);
 
-        const std::int64_t c0 = tp.stats().mpi_calls;
-        const Tensor logits = parallel.forward(token_ids());
-        const std::int64_t c1 = tp.stats().mpi_calls;
-        const auto ce =
-            tp::vocab_parallel_cross_entropy(logits.reshape({kBatch * kSeq, logits.size(2)}), targets(), tp);
-        parallel.backward(ce.grad_logits.reshape(logits.shape()));
-        const std::int64_t c2 = tp.stats().mpi_calls;
-        tp::sync_replicated_gradients(parallel, tp);
-        const std::int64_t c3 = tp.stats().mpi_calls;
-
-        EXPECT_NEAR(ce.loss, s.loss, 1e-5 * std::abs(s.loss)) << what << " step " << step;
-        EXPECT_TRUE(tensors_close(logits, tp::split_along(s.logits, -1, tp))) << what << " step " << step;
+        EXPECT_NEAR(p.loss, s.loss, 1e-5 * std::abs(s.loss)) << what << " step " << step;
+        EXPECT_TRUE(tensors_close(p.logits, tp::split_along(s.logits, -1, tp))) << what << " step " << step;
         if (step == 0) {
-          expect_same(serial, parallel, tp, /*grads=*/true, what + " step 0");
+          expect_same_parameters(serial, parallel, tp, /*grads=*/true, what + " step 0");
           // Repeated key/value projections communicate exactly as the column-parallel
           // ones they replace (an all-gather of the sequence each way with sp; an
           // input-gradient all-reduce without): the counts of the plain decoder's plan
-          // (tests/parallelize/test_models_tp.cpp), plus 2 for the cross-entropy.
+          // (tests/parallelize/test_models_tp.cpp), and the cross-entropy's 2.
           const std::int64_t fwd = want_sp ? 7 * L + 1 : 2 * L;
-          const std::int64_t bwd = (want_sp ? 7 * L + 2 : 5 * L + 1) + 2;
-          EXPECT_EQ(c1 - c0, multi ? fwd : 0) << what;
-          EXPECT_EQ(c2 - c1, multi ? bwd : 0) << what;
+          const std::int64_t bwd = want_sp ? 7 * L + 2 : 5 * L + 1;
+          EXPECT_EQ(p.forward_calls, multi ? fwd : 0) << what;
+          EXPECT_EQ(p.loss_calls, multi ? 2 : 0) << what;
+          EXPECT_EQ(p.backward_calls, multi ? bwd : 0) << what;
           // sync: the averaged bucket, plus the summed one (sp's norms, repeated k/v).
-          EXPECT_EQ(c3 - c2, multi ? ((want_sp || !split) ? 2 : 1) : 0) << what;
+          EXPECT_EQ(p.sync_calls, multi ? ((want_sp || !split) ? 2 : 1) : 0) << what;
         }
         serial_opt.step();
         parallel_opt.step();
-        expect_same(serial, parallel, tp, /*grads=*/false, what + " after step " + std::to_string(step));
+        expect_same_parameters(serial, parallel, tp, /*grads=*/false, what + " after step " + std::to_string(step));
       }
     }
   }
@@ -182,7 +140,7 @@ TEST(DecoderGqaTp, RepeatedHeadsNeedParallelizeDecoder) {
   EXPECT_FALSE(plan.kv_heads_split);
   tp::parallelize(parallel, tp, plan.plan);
   try {
-    (void)parallel.forward(token_ids());
+    (void)parallel.forward(kBatch.ids());
     ADD_FAILURE() << "expected a ShapeError";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("parallelize_decoder"), std::string::npos) << e.what();

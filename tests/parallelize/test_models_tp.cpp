@@ -13,16 +13,20 @@
 #include "tessera/tp/mappings.hpp"
 #include "tessera/tp/parallelize.hpp"
 #include "tessera/tp/sharding.hpp"
-#include "../tp/tp_test_util.hpp"
+#include "decoder_tp_step.hpp"
 
 using namespace tessera;
 using tessera::testing::random_tensor;
 using tessera::testing::tensors_close;
+using tessera::testing::counted_tp_step;
+using tessera::testing::decoder_step;
+using tessera::testing::DecoderBatch;
+using tessera::testing::DecoderStep;
+using tessera::testing::expect_same_parameters;
 
 namespace {
 
 constexpr std::uint64_t kSeed = 4242;
-constexpr std::int64_t kBatch = 2, kSeq = 4;
 
 models::DecoderConfig small_config(bool tied = false) {
   models::DecoderConfig c;
@@ -35,53 +39,7 @@ models::DecoderConfig small_config(bool tied = false) {
   return c;
 }
 
-Tensor token_ids() {
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) ids.push_back((7 * i + 3) % 16);
-  return Tensor::from_vector(ids, {kBatch, kSeq});
-}
-
-Tensor targets() {
-  std::vector<std::int64_t> t;
-  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) t.push_back(i == 5 ? -100 : (5 * i + 1) % 16);
-  return Tensor::from_vector(t, {kBatch * kSeq});
-}
-
-struct StepResult {
-  double loss = 0;
-  Tensor logits;
-};
-
-// Forward, vocab-parallel (or serial) cross-entropy, backward.
-StepResult forward_backward(models::Decoder& model, Communicator& loss_group) {
-  StepResult r;
-  r.logits = model.forward(token_ids());
-  const std::int64_t v_local = r.logits.size(2);
-  const auto ce = tp::vocab_parallel_cross_entropy(r.logits.reshape({kBatch * kSeq, v_local}), targets(), loss_group);
-  r.loss = ce.loss;
-  model.backward(ce.grad_logits.reshape({kBatch, kSeq, v_local}));
-  return r;
-}
-
-void expect_same_grads(nn::Module& serial, nn::Module& parallel, Communicator& tp, const std::string& what) {
-  const auto want = serial.named_parameters();
-  const auto got = parallel.named_parameters();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].first, want[i].first);
-    EXPECT_TRUE(tensors_close(tp::assemble_master(*got[i].second, got[i].second->grad, tp), want[i].second->grad))
-        << what << ": grad of " << got[i].first;
-  }
-}
-
-void expect_same_values(nn::Module& serial, nn::Module& parallel, Communicator& tp, const std::string& what) {
-  const auto want = serial.named_parameters();
-  const auto got = parallel.named_parameters();
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(tensors_close(tp::assemble_master(*got[i].second, got[i].second->value, tp), want[i].second->value))
-        << what << ": value of " << got[i].first;
-  }
-}
+const DecoderBatch kBatch{2, 4, 16};
 
 class ModelsTp : public ::testing::TestWithParam<bool> {
  protected:
@@ -115,22 +73,13 @@ TEST_P(ModelsTp, DecoderMatchesSerialAndTrainsInStep) {
   for (int step = 0; step < 5; ++step) {
     serial_opt.zero_grad();
     parallel_opt.zero_grad();
-    const StepResult s = forward_backward(serial, self);
+    const DecoderStep s = decoder_step(serial, self, kBatch);
+    const DecoderStep p = counted_tp_step(parallel, tp, kBatch);
 
-    const std::int64_t c0 = tp.stats().mpi_calls;
-    const Tensor logits = parallel.forward(token_ids());
-    const std::int64_t c1 = tp.stats().mpi_calls;
-    const auto ce = tp::vocab_parallel_cross_entropy(logits.reshape({kBatch * kSeq, logits.size(2)}), targets(), tp);
-    const std::int64_t c2 = tp.stats().mpi_calls;
-    parallel.backward(ce.grad_logits.reshape(logits.shape()));
-    const std::int64_t c3 = tp.stats().mpi_calls;
-    tp::sync_replicated_gradients(parallel, tp);
-    const std::int64_t c4 = tp.stats().mpi_calls;
-
-    EXPECT_NEAR(ce.loss, s.loss, 1e-5 * std::abs(s.loss)) << "step " << step;
-    EXPECT_TRUE(tensors_close(logits, tp::split_along(s.logits, -1, tp))) << "step " << step;
+    EXPECT_NEAR(p.loss, s.loss, 1e-5 * std::abs(s.loss)) << "step " << step;
+    EXPECT_TRUE(tensors_close(p.logits, tp::split_along(s.logits, -1, tp))) << "step " << step;
     if (step == 0) {
-      expect_same_grads(serial, parallel, tp, "step 0");
+      expect_same_parameters(serial, parallel, tp, /*grads=*/true, "step 0");
       // Collectives, counted through the tp communicator (none at tp = 1).
       // Without SP, per block: forward o + down all-reduce (2); backward q, k, v, gate,
       // up input-gradient all-reduces (5); the head adds one backward all-reduce.
@@ -139,15 +88,15 @@ TEST_P(ModelsTp, DecoderMatchesSerialAndTrainsInStep) {
       // way and the Replicate -> Shard split after the embedding one backward all-gather.
       const std::int64_t fwd = want_sp ? 7 * layers + 1 : 2 * layers;
       const std::int64_t bwd = want_sp ? 7 * layers + 2 : 5 * layers + 1;
-      EXPECT_EQ(c1 - c0, multi ? fwd : 0);
-      EXPECT_EQ(c2 - c1, multi ? 2 : 0);  // cross-entropy: MAX, then SUM
-      EXPECT_EQ(c3 - c2, multi ? bwd : 0);
+      EXPECT_EQ(p.forward_calls, multi ? fwd : 0);
+      EXPECT_EQ(p.loss_calls, multi ? 2 : 0);  // cross-entropy: MAX, then SUM
+      EXPECT_EQ(p.backward_calls, multi ? bwd : 0);
       // sync: one bucket of averaged replicated grads, and with SP one of summed partials.
-      EXPECT_EQ(c4 - c3, multi ? (want_sp ? 2 : 1) : 0);
+      EXPECT_EQ(p.sync_calls, multi ? (want_sp ? 2 : 1) : 0);
     }
     serial_opt.step();
     parallel_opt.step();
-    expect_same_values(serial, parallel, tp, "after step " + std::to_string(step));
+    expect_same_parameters(serial, parallel, tp, /*grads=*/false, "after step " + std::to_string(step));
   }
 }
 
@@ -167,13 +116,13 @@ TEST(ModelsTpPlan, TiedEmbeddingsSwitchSequenceParallelismOffWithAReason) {
   nn::initialize_parameters(parallel, kSeed);
   tp::parallelize(parallel, tp, plan.plan);
   EXPECT_EQ(parallel.find("head"), nullptr);
-  const StepResult s = forward_backward(serial, self);
+  const DecoderStep s = decoder_step(serial, self, kBatch);
   // Replicated logits: the loss is computed serially on every rank.
-  const StepResult p = forward_backward(parallel, self);
+  const DecoderStep p = decoder_step(parallel, self, kBatch);
   tp::sync_replicated_gradients(parallel, tp);
   EXPECT_NEAR(p.loss, s.loss, 1e-5 * std::abs(s.loss));
   EXPECT_TRUE(tensors_close(p.logits, s.logits));
-  expect_same_grads(serial, parallel, tp, "tied");
+  expect_same_parameters(serial, parallel, tp, /*grads=*/true, "tied");
   EXPECT_TRUE(models::decoder_tp_plan(small_config(), true).reason.empty());
 }
 
@@ -216,9 +165,9 @@ TEST(ModelsTpPlan, ChannelMlpThroughOptInPathsMatchesSerialAndTrains) {
       EXPECT_EQ(c2 - c1, tp.size() > 1 ? 2 : 0);  // one column input-gradient all-reduce per block
     }
     tp::sync_replicated_gradients(parallel, tp);
-    if (step == 0) expect_same_grads(serial, parallel, tp, "channel-mlp step 0");
+    if (step == 0) expect_same_parameters(serial, parallel, tp, /*grads=*/true, "channel-mlp step 0");
     serial_opt.step();
     parallel_opt.step();
-    expect_same_values(serial, parallel, tp, "channel-mlp after step " + std::to_string(step));
+    expect_same_parameters(serial, parallel, tp, /*grads=*/false, "channel-mlp after step " + std::to_string(step));
   }
 }
