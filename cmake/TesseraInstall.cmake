@@ -7,7 +7,9 @@
 #
 # Layout under the prefix:
 #   include/tessera/*.hpp, detail/   public headers (version.hpp is the generated one)
-#   lib/libtessera.so*               the library
+#   lib/libtessera.so*               the library (links no CUDA library)
+#   lib/libtessera_cuda.so           the CUDA backend plugin, loaded on the first device
+#                                    request (src/backend/cuda_plugin.hpp; CUDA builds)
 #   lib/cmake/tessera/               tesseraConfig.cmake, version file, targets, FindNCCL
 #   bin/                             tessera-run, tessera-ckpt, examples, benchmarks
 #   share/tessera/configs/           the example parallelism configs

@@ -50,7 +50,9 @@ class Backend {
   virtual void require_usable(const Tensor& t, const std::string& who) = 0;
 };
 
-// The backend serving `type`. Throws UnsupportedError when tessera was built without it.
+// The backend serving `type`. Throws UnsupportedError when tessera was built without it,
+// or when the CUDA backend's plugin (libtessera_cuda.so, loaded on this first request for
+// a CUDA device; docs/building.md) cannot be loaded: the message names the file and why.
 Backend& backend_for(DeviceType type);
 inline Backend& backend_for(Device device) { return backend_for(device.type); }
 
@@ -60,11 +62,14 @@ inline Backend& backend_for(Device device) { return backend_for(device.type); }
 void require_usable(const Tensor& t, const std::string& who);
 
 // Whether this build has a CUDA backend, and how many devices it sees (0 when none is
-// visible or the build has no CUDA: never throws).
+// visible, the build has no CUDA or its plugin cannot be loaded: never throws). The
+// device count, the reason and the library versions load the CUDA plugin; a program that
+// never asks maps no CUDA library.
 bool cuda_backend_built() noexcept;
 int cuda_device_count() noexcept;
 // Human-readable reason for cuda_device_count() == 0 ("built without CUDA",
-// "cudaGetDeviceCount: no CUDA-capable device is detected"); empty when devices exist.
+// "cudaGetDeviceCount: no CUDA-capable device is detected", or why the plugin could not
+// be loaded); empty when devices exist.
 std::string cuda_unavailable_reason();
 // "CUDA runtime 13.0, driver 12.4, cuBLAS 13.0.0, NCCL 2.27.7" or "built without CUDA":
 // context for benchmark reports and error messages. Never throws.

@@ -1,4 +1,5 @@
 #include "backend/registry.hpp"
+#include "backend/cuda_plugin.hpp"
 #include "tessera/error.hpp"
 #include "tessera/tensor.hpp"
 
@@ -9,11 +10,14 @@ Backend& backend_for(DeviceType type) {
 }
 
 void require_usable(const Tensor& t, const std::string& who) {
-  if (t.device().is_cuda() && !cuda_backend_built()) {
-    // backend_for's own message cannot say which operation asked.
-    throw UnsupportedError(who + ": tensor " + t.str() +
-                           " needs the CUDA compute backend, and tessera was built without it (reconfigure with "
-                           "nvcc on PATH or -DTESSERA_ENABLE_CUDA=ON)");
+  if (t.device().is_cuda()) {
+    // backend_for's own message (no CUDA in this build, or the plugin failed to load)
+    // cannot say which operation asked.
+    try {
+      detail::cuda_plugin();
+    } catch (const UnsupportedError& error) {
+      throw UnsupportedError(who + ": tensor " + t.str() + " needs the CUDA compute backend: " + error.what());
+    }
   }
   backend_for(t.device()).require_usable(t, who);
 }

@@ -6,7 +6,8 @@
 namespace tessera::detail {
 
 Backend& host_backend();
-// The CUDA backend; in a build without CUDA, throws UnsupportedError.
+// The CUDA backend, from the CUDA plugin (cuda_plugin.hpp), loaded on this first request;
+// throws UnsupportedError when the build has no CUDA or the plugin cannot be loaded.
 Backend& cuda_backend();
 
 }  // namespace tessera::detail

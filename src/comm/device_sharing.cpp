@@ -1,19 +1,11 @@
-// Shared-GPU detection (device_sharing.hpp). The UUID query is the one CUDA call here;
-// the comparison is plain C++ that the host tests exercise.
+// Shared-GPU detection (device_sharing.hpp). The UUID query is the one CUDA call here
+// (made by the CUDA plugin); the comparison is plain C++ that the host tests exercise.
 
 #include "comm/device_sharing.hpp"
 
 #include <map>
 
-#include "tessera/error.hpp"
-
-#if defined(TESSERA_WITH_CUDA)
-#include <cuda_runtime.h>
-
-#include <cstdio>
-
-#include "backend/cuda/cuda_check.hpp"
-#endif
+#include "backend/cuda_plugin.hpp"
 
 namespace tessera::detail {
 
@@ -26,22 +18,7 @@ SharedDevice first_shared_device(const std::vector<std::string>& uuids) {
   return {};
 }
 
-#if defined(TESSERA_WITH_CUDA)
-std::string cuda_device_uuid(int device) {
-  cudaDeviceProp properties{};
-  TESSERA_CHECK_CUDA(cudaGetDeviceProperties(&properties, device));
-  std::string hex;
-  for (unsigned char byte : properties.uuid.bytes) {
-    char digits[3];
-    std::snprintf(digits, sizeof(digits), "%02x", byte);
-    hex += digits;
-  }
-  return hex;
-}
-#else
-std::string cuda_device_uuid(int) {
-  throw UnsupportedError("cuda_device_uuid: tessera was built without the CUDA backend");
-}
-#endif
+// The query runs in the CUDA plugin, which alone links the CUDA runtime.
+std::string cuda_device_uuid(int device) { return cuda_plugin().device_uuid(device); }
 
 }  // namespace tessera::detail

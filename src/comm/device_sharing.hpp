@@ -20,7 +20,8 @@ struct SharedDevice {
 SharedDevice first_shared_device(const std::vector<std::string>& uuids);
 
 // The UUID of CUDA device `device` as 32 hex digits (throws CudaError when the runtime
-// cannot say; UnsupportedError in a build without CUDA).
+// cannot say; UnsupportedError in a build without CUDA or when the CUDA plugin
+// cannot be loaded).
 std::string cuda_device_uuid(int device);
 
 }  // namespace tessera::detail

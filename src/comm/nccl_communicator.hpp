@@ -1,8 +1,9 @@
 #pragma once
 // Private to src/comm: the NCCL communicator a Communicator uses for CUDA tensors. No
-// NCCL or CUDA header here (communicator.cpp includes this in every build); the
-// implementation (nccl_communicator.cpp) is compiled with NCCL in a CUDA build and as
-// stubs that throw UnsupportedError otherwise.
+// NCCL or CUDA header here (communicator.cpp includes this in every build). The NCCL
+// implementation (nccl_communicator_impl.cpp) lives in the CUDA plugin
+// (backend/cuda_plugin.hpp), the only library that links NCCL; create() reaches it
+// through the plugin's table.
 //
 // One NcclCommunicator per process group, created on the group's first CUDA collective
 // (every rank reaches that call in the same order, which is what makes the creation
@@ -30,6 +31,7 @@ namespace tessera::detail {
 class NcclCommunicator {
  public:
   // Collective over `comm`. `device` is the CUDA ordinal this rank's tensors live on.
+  // Throws UnsupportedError when the plugin has no NCCL (or cannot be loaded).
   static std::shared_ptr<NcclCommunicator> create(MPI_Comm comm, int rank, int size, int device);
 
   virtual ~NcclCommunicator() = default;
@@ -48,5 +50,8 @@ class NcclCommunicator {
 // variable TESSERA_NCCL is not "0" (then CUDA tensors are staged through host MPI, the
 // escape hatch for a broken NCCL install; set it alike on every rank).
 bool nccl_enabled();
+
+// The plugin's implementation behind create() (nccl_communicator_impl.cpp).
+std::shared_ptr<NcclCommunicator> create_nccl_communicator(MPI_Comm comm, int rank, int size, int device);
 
 }  // namespace tessera::detail

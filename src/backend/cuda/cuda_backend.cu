@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -26,7 +27,7 @@
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_runtime.hpp"
 #include "backend/kernel_math.hpp"
-#include "backend/registry.hpp"
+#include "backend/cuda_plugin.hpp"
 #include "tessera/detail/strided_index.hpp"
 #include "tessera/device.hpp"
 #include "tessera/error.hpp"
@@ -372,9 +373,9 @@ class CudaBackend final : public Backend {
   Compute& compute() override { return cuda_compute(); }
 
   void require_usable(const Tensor& t, const std::string& who) override {
-    if (cuda_device_count() == 0) {
+    if (cuda_runtime_device_count() == 0) {
       throw UnsupportedError(who + " " + t.str() + " is a CUDA tensor, but the CUDA compute backend cannot run it: " +
-                             cuda_unavailable_reason());
+                             cuda_runtime_unavailable_reason());
     }
     if (!t.owns_storage() && t.numel() > 0 && !cuda_compute().is_device_memory(t.data(), t.device().index)) {
       throw UnsupportedError(who + " " + t.str() +
@@ -394,10 +395,10 @@ class CudaBackend final : public Backend {
   // Turns "no GPU here" into an error that says which tensor device was asked for and
   // why the runtime sees none, instead of cudaSetDevice's bare "invalid device ordinal".
   static void check_device_visible(int device_index) {
-    const int count = cuda_device_count();
+    const int count = cuda_runtime_device_count();
     if (count == 0) {
       throw CudaError("a tensor was requested on " + device_name(device_index) +
-                      " but no CUDA device is visible to this process: " + cuda_unavailable_reason());
+                      " but no CUDA device is visible to this process: " + cuda_runtime_unavailable_reason());
     }
     if (device_index >= count) {
       throw CudaError("a tensor was requested on " + device_name(device_index) + " but only " +
@@ -433,16 +434,12 @@ void caching_release_cached(int device) {
   allocator().release_cached(guard.device());
 }
 
-Backend& cuda_backend() {
+Backend& cuda_backend_instance() {
   static CudaBackend backend;
   return backend;
 }
 
-}  // namespace detail
-
-bool cuda_backend_built() noexcept { return true; }
-
-int cuda_device_count() noexcept {
+int cuda_runtime_device_count() noexcept {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     // Without a GPU (or driver) this fails; the failure is the answer "none", and it
@@ -453,7 +450,7 @@ int cuda_device_count() noexcept {
   return count;
 }
 
-std::string cuda_unavailable_reason() {
+std::string cuda_runtime_unavailable_reason() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   std::string reason;
@@ -474,4 +471,17 @@ std::string cuda_unavailable_reason() {
   return reason;
 }
 
+std::string cuda_runtime_device_uuid(int device) {
+  cudaDeviceProp properties{};
+  TESSERA_CHECK_CUDA(cudaGetDeviceProperties(&properties, device));
+  std::string hex;
+  for (unsigned char byte : properties.uuid.bytes) {
+    char digits[3];
+    std::snprintf(digits, sizeof(digits), "%02x", byte);
+    hex += digits;
+  }
+  return hex;
+}
+
+}  // namespace detail
 }  // namespace tessera

@@ -16,7 +16,7 @@
 #if defined(TESSERA_WITH_NCCL)
 #include "comm/nccl_check.hpp"
 #endif
-#include "tessera/backend.hpp"
+#include "backend/cuda_plugin.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {
@@ -136,7 +136,7 @@ std::string nccl_version() {
 
 }  // namespace
 
-std::string cuda_library_versions() {
+std::string detail::cuda_runtime_library_versions() {
   try {
     return "CUDA runtime " + runtime_version() + ", " + driver_version() + ", cuBLAS " +
            cublas_version() + ", NCCL " + nccl_version();
