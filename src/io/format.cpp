@@ -24,6 +24,7 @@ void write_header(hid_t file, const CheckpointHeader& h) {
   write_int_attribute(file, "mesh_dp", h.dp);
   write_int_attribute(file, "mesh_tp", h.mesh.tensor);
   write_int_attribute(file, "mesh_domain", h.mesh.domain);
+  write_int_attribute(file, "mesh_pipeline", h.mesh.pipeline);
   write_int_attribute(file, "world_size", h.world_size);
   write_int_attribute(file, "step", h.step);
   write_string_attribute(file, "metadata", h.metadata);
@@ -54,6 +55,9 @@ CheckpointHeader read_header(hid_t file, const std::string& file_name) {
     h.dp = read_int_attribute(file, "mesh_dp");
     h.mesh.tensor = static_cast<int>(read_int_attribute(file, "mesh_tp"));
     h.mesh.domain = static_cast<int>(read_int_attribute(file, "mesh_domain"));
+    // Written since the pipeline dimension; a checkpoint from before it had no pipeline.
+    h.mesh.pipeline =
+        attribute_exists(file, "mesh_pipeline") ? static_cast<int>(read_int_attribute(file, "mesh_pipeline")) : 1;
     h.world_size = read_int_attribute(file, "world_size");
     h.step = read_int_attribute(file, "step");
     h.metadata = read_string_attribute(file, "metadata");

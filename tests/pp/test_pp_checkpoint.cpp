@@ -19,6 +19,7 @@
 #include "pp_test_util.hpp"
 #include "tessera/dp/data_parallel.hpp"
 #include "tessera/io/checkpoint.hpp"
+#include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/optim.hpp"
 
@@ -153,6 +154,10 @@ void round_trip(const Layout& trained_at, const std::vector<Layout>& load_at, co
     Replica master(MPI_COMM_SELF, serial_layout(), kSeed + 7);
     const io::LoadResult loaded = io::load_checkpoint(root, master.mesh, *master.model, master.optimizer.get());
     EXPECT_EQ(loaded.loaded.size(), 3 * master.model->named_parameters().size());  // value, m, v
+    // The header records the layout it was written at, the pipeline included.
+    EXPECT_EQ(loaded.saved_mesh.pipeline, trained_at.config.pipeline);
+    EXPECT_EQ(loaded.saved_mesh.tensor, trained_at.config.tensor);
+    EXPECT_EQ(io::CheckpointReader(root).header().mesh.pipeline, trained_at.config.pipeline);
     expect_blocks_of(master, trained, "saved at " + trained_at.name + " against its serial load");
 
     for (const Layout& layout : load_at) load_and_check(root, layout, master, trained_at.name);
@@ -162,6 +167,7 @@ void round_trip(const Layout& trained_at, const std::vector<Layout>& load_at, co
     if (world_rank() == 0) io::save_checkpoint(serial_root, master.mesh, *master.model, master.optimizer.get(), save);
     Communicator(MPI_COMM_WORLD).barrier();
     load_and_check(serial_root, back_at, master, "serial");
+    EXPECT_EQ(io::CheckpointReader(serial_root).header().mesh.pipeline, 1);
   }
 }
 
@@ -182,6 +188,16 @@ TEST(PipelineCheckpoint, ReshardsAcrossPipelineSizes) {
   } else {
     FAIL() << "registered at 2 and 4 ranks";
   }
+}
+
+// A checkpoint written before the header recorded the pipeline (the format-1 fixture
+// of tests/checkpoint, which has no mesh_pipeline attribute) reads as pipeline 1.
+TEST(PipelineCheckpoint, OlderCheckpointsReadAsPipelineOne) {
+  const std::string fixture = std::string(TESSERA_CHECKPOINT_FIXTURES) + "/format_v1/shared";
+  const io::CheckpointReader reader(fixture);
+  EXPECT_EQ(reader.header().format_version, 1);
+  EXPECT_EQ(reader.header().mesh.pipeline, 1);
+  EXPECT_EQ(reader.header().mesh.tensor, 2);
 }
 
 // A tensor held by two stages would be written twice: an error naming it, on every rank.

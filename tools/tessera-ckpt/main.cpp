@@ -70,7 +70,8 @@ int info(const std::string& path) {
   }
   std::cout << "\n"
             << "mesh: data " << data_parallel_mode_name(h.mesh.data) << ", dp " << h.dp << ", tp " << h.mesh.tensor
-            << ", domain " << h.mesh.domain << " (world size " << h.world_size << ")\n"
+            << ", domain " << h.mesh.domain << " (world size " << h.world_size << "), pipeline " << h.mesh.pipeline
+            << "\n"
             << "step: " << h.step << "\n"
             << "checksum: " << h.checksum_algorithm << "\n";
   if (h.optimizer_type.empty()) {
