@@ -91,3 +91,5 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/models/load_model.hpp"
+#include "tessera/train/run_config.hpp"
+#include "tessera/train/training_step.hpp"

@@ -31,6 +31,8 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "tessera/tessera.h" /* the status codes, enums and conventions (it includes this header last) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -66,12 +68,13 @@ int tessera_trainer_steps(const tessera_trainer_t* trainer, int64_t* steps);
  * the dp replicas, the same on every rank. Argument errors (dtype not TESSERA_F32, a
  * shape that is not this rank's band, B = 0, replicas with different B) are returned on
  * every rank before any collective starts. */
-int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, int dtype, int order,
-                         int ndim, const int64_t* shape, double* loss);
-/* Collective over the mesh's tp and domain groups: the model's prediction for `input`
- * into `output` (the input's shape; may be the input array itself). No gradient changes. */
-int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void* output, int dtype, int order,
-                            int ndim, const int64_t* shape);
+int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, tessera_dtype_t dtype,
+                         tessera_order_t order, int ndim, const int64_t* shape, double* loss);
+/* Collective over the mesh (fsdp2 gathers its parameters over dp): the model's prediction
+ * for `input` into `output` (the input's shape; may be the input array itself). No
+ * gradient changes. */
+int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void* output, tessera_dtype_t dtype,
+                            tessera_order_t order, int ndim, const int64_t* shape);
 
 /* Collective over the mesh: saves the weights and the optimizer state as the checkpoint
  * of the current step under `dir` (NULL or "": the config's checkpoint.dir) --

@@ -35,10 +35,11 @@ using tessera::capi::require;
 
 namespace {
 
-tessera_trainer& trainer_of(const tessera_trainer_t* t) {
+template <class Handle>
+Handle& trainer_of(Handle* t) {
   require(t, "the trainer handle");
   if (!t->model) throw InvalidArgument("the trainer handle is not initialised");
-  return const_cast<tessera_trainer&>(*t);
+  return *t;
 }
 
 // The config's keys that a trainer cannot honour, refused by name (every rank parses the
@@ -90,7 +91,7 @@ void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::
 // The caller's f32 (B, channels, band lat, nlon) fields as tensors; every argument error is
 // agreed over the mesh before the collectives that follow.
 std::vector<Tensor> fields(tessera_trainer& t, const std::vector<std::pair<const void*, const char*>>& arrays,
-                           int dtype, int order, int ndim, const std::int64_t* shape) {
+                           tessera_dtype_t dtype, tessera_order_t order, int ndim, const std::int64_t* shape) {
   std::vector<Tensor> out;
   agree_on_success(t.mesh->world().mpi_comm(), [&] {
     if (dtype != TESSERA_F32) {
@@ -177,19 +178,17 @@ int tessera_trainer_steps(const tessera_trainer_t* trainer, int64_t* steps) {
   });
 }
 
-int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, int dtype, int order,
-                         int ndim, const int64_t* shape, double* loss) {
+int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, tessera_dtype_t dtype,
+                         tessera_order_t order, int ndim, const int64_t* shape, double* loss) {
   return guarded("tessera_trainer_step", [&] {
     tessera_trainer& t = trainer_of(trainer);
     const std::vector<Tensor> xy = fields(t, {{input, "trainer input"}, {target, "trainer target"}}, dtype, order,
                                           ndim, shape);
     // The replicas' losses are averaged as equals, and the dp gradient reduction averages
     // too: that is the mean over all samples only when every replica has as many.
-    Tensor batch = Tensor::from_vector(std::vector<double>{static_cast<double>(xy[0].size(0)),
-                                                           -static_cast<double>(xy[0].size(0))},
-                                       {2});
+    Tensor batch = Tensor::from_vector(std::vector<std::int64_t>{xy[0].size(0), -xy[0].size(0)}, {2});
     t.mesh->world().all_reduce(batch, ReduceOp::max);
-    const auto b = batch.to_vector<double>();
+    const auto b = batch.to_vector<std::int64_t>();
     if (b[0] != -b[1]) {
       throw ShapeError("the ranks pass different batch sizes B (from " + std::to_string(-b[1]) + " to " +
                        std::to_string(b[0]) + "); every dp replica must train on as many samples");
@@ -206,8 +205,8 @@ int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const vo
   });
 }
 
-int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void* output, int dtype, int order,
-                            int ndim, const int64_t* shape) {
+int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void* output, tessera_dtype_t dtype,
+                            tessera_order_t order, int ndim, const int64_t* shape) {
   return guarded("tessera_trainer_predict", [&] {
     tessera_trainer& t = trainer_of(trainer);
     Tensor in = fields(t, {{input, "trainer input"}}, dtype, order, ndim, shape)[0];
