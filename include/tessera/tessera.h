@@ -83,6 +83,10 @@ const char* tessera_version(void);
 /* MPI_Abort(MPI_COMM_WORLD, code) (or abort() when MPI is not running). For the Fortran
  * module's "no ierr given" path; returns only if MPI_Abort does. */
 int tessera_abort(int code);
+/* For the Fortran module: on (1) while a call made through it runs on this thread, so
+ * that messages describe arrays in Fortran order with 1-based index ranges, lon first,
+ * and name the procedure without the `_f` suffix; off (0) otherwise. */
+int tessera_set_fortran_caller(int on);
 
 /* ------------------------------------------------------------------------------------
  * Enums

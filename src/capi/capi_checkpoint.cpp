@@ -108,8 +108,9 @@ void add(tessera_checkpoint_t& c, const std::string& name, Tensor value, Shape g
     if (global[d] < 0 || offset[d] < 0 ||
         detail::checked_add(offset[d], local[d], what + ": local offset + local extent of dim " + std::to_string(d)) >
             global[d]) {
-      throw ShapeError(what + ": local block " + shape_str(local) + " at offset " + shape_str(offset) +
-                       " lies outside the global shape " + shape_str(global));
+      throw ShapeError(what + ": local block " + capi::caller_shape(local) + " at " +
+                       (capi::caller_is_fortran() ? "first index " : "offset ") + capi::caller_offset(offset) +
+                       " lies outside the global shape " + capi::caller_shape(global));
     }
   }
   // The file holds the global array: its element and byte counts must fit as well.

@@ -12,6 +12,7 @@ namespace tessera::capi {
 
 namespace {
 thread_local std::string last_error_message;
+thread_local bool fortran_caller = false;
 
 // The C status values are tessera::ErrorCode's, one for one.
 static_assert(TESSERA_OK == static_cast<int>(ErrorCode::ok));
@@ -30,10 +31,37 @@ static_assert(TESSERA_ERR_INTERNAL == static_cast<int>(ErrorCode::internal));
 
 void set_last_error(const char* function, const char* message) noexcept {
   try {
-    last_error_message = std::string(function) + ": " + message;
+    std::string name = function;
+    // A Fortran caller called the procedure without the suffix of its C entry point.
+    if (fortran_caller && name.size() > 2 && name.ends_with("_f")) name.resize(name.size() - 2);
+    last_error_message = name + ": " + message;
   } catch (...) {
     // Out of memory while recording the message: keep the previous one.
   }
+}
+
+bool caller_is_fortran() noexcept { return fortran_caller; }
+
+std::string caller_shape(const Shape& view) {
+  if (!fortran_caller) return shape_str(view);
+  std::string out = "(";
+  for (auto d = view.rbegin(); d != view.rend(); ++d) out += (d == view.rbegin() ? "" : ", ") + std::to_string(*d);
+  return out + ")";
+}
+
+std::string caller_offset(const Shape& offset) {
+  if (!fortran_caller) return shape_str(offset);
+  Shape first(offset.size());
+  std::transform(offset.begin(), offset.end(), first.begin(), [](std::int64_t o) { return o + 1; });
+  return caller_shape(first);
+}
+
+std::string caller_box(const domain::LocalBox& box) {
+  if (!fortran_caller) return box.str();
+  auto range = [](const ShardRange& r) {
+    return std::to_string(r.start + 1) + ":" + std::to_string(r.start + r.length);
+  };
+  return "lon " + range(box.lon) + " x lat " + range(box.lat);
 }
 
 void require_mpi() {
@@ -136,6 +164,16 @@ void check_padded(const domain::HaloExchange& ex, const Tensor& field, const std
   const Shape padded = ex.padded_shape(Shape{});
   const Shape& s = field.shape();
   if (s.size() < 2 || s[s.size() - 2] != padded[0] || s.back() != padded[1]) {
+    if (fortran_caller) {
+      // The module hands over arrays in declaration order, so the reversed view is the
+      // array as declared: lon and lat are its first two dims.
+      const domain::HaloWidths& w = ex.spec().width;
+      throw ShapeError(what + ": array of extents " + caller_shape(s) + " should begin with the padded (lon, lat) " +
+                       "extents (" + std::to_string(padded[1]) + ", " + std::to_string(padded[0]) + ") of this rank (" +
+                       caller_box(ex.decomposition().box()) + " plus halo lon " + std::to_string(w.lon_before) + "+" +
+                       std::to_string(w.lon_after) + ", lat " + std::to_string(w.lat_before) + "+" +
+                       std::to_string(w.lat_after) + ")");
+    }
     throw ShapeError(what + ": tessera view " + shape_str(s) + " should end in the padded (lat, lon) extents (" +
                      std::to_string(padded[0]) + ", " + std::to_string(padded[1]) + ") of this rank (" +
                      ex.decomposition().box().str() + " plus halo " + ex.spec().width.str() + ")");
@@ -157,6 +195,11 @@ const char* tessera_error_string(int code) {
 const char* tessera_last_error(void) { return capi::last_error_message.c_str(); }
 
 const char* tessera_version(void) { return version_string; }
+
+int tessera_set_fortran_caller(int on) {
+  capi::fortran_caller = on != 0;
+  return TESSERA_OK;
+}
 
 int tessera_abort(int code) {
   int initialized = 0, finalized = 0;

@@ -85,6 +85,20 @@ int guarded(const char* function, Body&& body) noexcept {
   }
 }
 
+// The calling thread's current call came through the Fortran module (which brackets
+// each call with tessera_set_fortran_caller): messages then describe arrays as the
+// caller declared them, dims in Fortran order and index ranges 1-based, lon first, and
+// name the procedure without the C API's `_f` suffix.
+bool caller_is_fortran() noexcept;
+// Extents of tessera's C-order view (leading..., lat, lon): "[a, b, c]" for C callers,
+// "(c, b, a)" (declaration order) for Fortran callers.
+std::string caller_shape(const Shape& view);
+// A block's offset in such a view: 0-based "[a, b, c]", or the 1-based first indices
+// "(c+1, b+1, a+1)" in declaration order.
+std::string caller_offset(const Shape& offset);
+// A box: "lat [0, 4) x lon [0, 8)", or "lon 1:8 x lat 1:4" (1-based, inclusive, lon first).
+std::string caller_box(const domain::LocalBox& box);
+
 // Throws InvalidArgument "<what> is NULL" when p is null.
 template <class T>
 T* require(T* p, const char* what) {

@@ -135,6 +135,14 @@ module tessera
   interface tessera_decomp_global_sum
     module procedure decomp_global_sum_r32, decomp_global_sum_r64
   end interface
+  ! Latitude-first scalars (the original order) or lon-first [lon, lat] pairs: the rank of
+  ! the second argument tells them apart, so existing calls keep their meaning.
+  interface tessera_decomp_box
+    module procedure decomp_box_lat_lon, decomp_box_lon_lat
+  end interface
+  interface tessera_halo_padded
+    module procedure halo_padded_lat_lon, halo_padded_lon_lat
+  end interface
   interface tessera_halo_add_field
     module procedure halo_add_field_r32, halo_add_field_r64
   end interface
@@ -227,6 +235,7 @@ contains
     integer(c_int), intent(in) :: status
     integer, intent(out), optional :: ierr
     integer(c_int) :: ignored
+    ignored = c_set_fortran_caller(0_c_int)
     if (present(ierr)) then
       ierr = int(status)
       return
@@ -266,9 +275,13 @@ contains
         "array of derived type such as pts%u); pass a whole array or a contiguous section"
   end function
 
-  ! Forgets a Fortran-side message before a call whose status comes from C.
+  ! Forgets a Fortran-side message before a call whose status comes from C, and tells C
+  ! that the call comes from Fortran until finish_call: its messages then speak Fortran
+  ! (dims in declaration order, 1-based ranges, lon first; docs/fortran.md).
   subroutine begin_call()
+    integer(c_int) :: ignored
     if (allocated(local_message)) deallocate(local_message)
+    ignored = c_set_fortran_caller(1_c_int)
   end subroutine
 
 #include "tessera_mesh_decomp.inc"

@@ -6,6 +6,7 @@
 !    the global field (periodic in lon, zero beyond the poles);
 !  - a checkpoint saved from q(i,j,k) and q(k,i,j) on latitude bands, loaded into the
 !    other layouts (q(k,i,j), q(i,j,k)) on longitude strips, compared cell by cell;
+!  - the lon-first forms of tessera_decomp_box and tessera_halo_padded;
 !  - the Fortran-worded errors: dims that name no lon/lat pair, extents that are not the
 !    padded ones (1-based dims, lon x lat), on every rank, registering nothing.
 program test_fortran_layouts
@@ -22,10 +23,10 @@ program test_fortran_layouts
   type(tessera_halo) :: halo, halo_strips
   type(tessera_checkpoint) :: ckpt
   type(model_state), target :: st
-  real(real64), allocatable, target :: q_ijk(:, :, :), q2(:, :), load_kij(:, :, :)
-  real(real32), allocatable, target :: q_kij(:, :, :), load_ijk(:, :, :), wrong(:, :, :)
+  real(real64), allocatable, target :: q_ijk(:, :, :), q2(:, :), load_kij(:, :, :), block(:, :)
+  real(real32), allocatable, target :: q_kij(:, :, :), load_ijk(:, :, :), wrong(:, :, :), whole(:, :, :)
   integer :: ierr, nranks, rank, failures, count
-  integer :: lat1, nlat_loc, lon1, nlon_loc, i, j, k, nlat_b, nlon_b
+  integer :: lat1, nlat_loc, lon1, nlon_loc, i, j, k, nlat_b, nlon_b, lat1_b, lon1_b, first(2), extent(2)
   character(len=256) :: dir
   character(len=:), allocatable :: root
 
@@ -41,6 +42,11 @@ program test_fortran_layouts
   call tessera_decomp_create_from_mesh(bands, mesh, NLAT, NLON, nranks, 1)
   call tessera_halo_create(halo, bands, HLAT, HLAT, HLON, HLON, .true., TESSERA_POLE_ZERO)
   call tessera_decomp_box(bands, lat1, nlat_loc, lon1, nlon_loc)
+  ! The lon-first forms give the same numbers as the latitude-first ones.
+  call tessera_decomp_box(bands, first, extent)
+  if (any(first /= [lon1, lat1]) .or. any(extent /= [nlon_loc, nlat_loc])) call fail('lon-first tessera_decomp_box')
+  call tessera_halo_padded(halo, extent)
+  if (any(extent /= [nlon_loc + 2 * HLON, nlat_loc + 2 * HLAT])) call fail('lon-first tessera_halo_padded')
 
   ! ---- halo exchange in four layouts, real32 and real64 ----
   allocate(q_ijk(1-HLON:nlon_loc+HLON, 1-HLAT:nlat_loc+HLAT, NLEV), q2(1-HLON:nlon_loc+HLON, 1-HLAT:nlat_loc+HLAT))
@@ -106,7 +112,7 @@ program test_fortran_layouts
   ! ---- errors, in the caller's terms (every rank makes the same mistakes) ----
   ! (The expected texts use nlon_b, nlat_b: asked for here, as any tessera call forgets
   ! the last error.)
-  call tessera_decomp_box(bands, i, nlat_b, j, nlon_b)
+  call tessera_decomp_box(bands, lat1_b, nlat_b, lon1_b, nlon_b)
   call tessera_halo_clear_fields(halo)
   call tessera_halo_add_field(halo, q_kij, ierr, lon_dim=2, lat_dim=2)
   call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, &
@@ -131,6 +137,27 @@ program test_fortran_layouts
   call tessera_checkpoint_destroy(ckpt)
   call tessera_halo_num_fields(halo, count)
   if (count /= 0) call fail('a rejected field was registered')
+  ! Messages from the C side to a Fortran caller: dims in declaration order, 1-based
+  ! ranges, lon first, the procedure's Fortran name.
+  ! (A collective's argument errors are agreed: every rank reports rank 0's.)
+  call tessera_decomp_box_of(bands, 0, lat1_b, nlat_b, lon1_b, nlon_b)
+  allocate(whole(NLON, NLAT + 1, 1))
+  deallocate(wrong)
+  allocate(wrong(nlon_b + 2 * HLON, nlat_b + 2 * HLAT + 1, 1))
+  call tessera_halo_gather(halo, wrong, whole, 0, ierr)
+  call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_halo_gather: gather: the field: array of extents (" // &
+                    itoa(nlon_b + 2 * HLON) // ", " // itoa(nlat_b + 2 * HLAT + 1) // ", 1) should begin with the " // &
+                    "padded (lon, lat) extents (" // itoa(nlon_b + 2 * HLON) // ", " // itoa(nlat_b + 2 * HLAT) // &
+                    ") of this rank (lon " // itoa(lon1_b) // ":" // itoa(lon1_b + nlon_b - 1) // " x lat " // &
+                    itoa(lat1_b) // ":" // itoa(lat1_b + nlat_b - 1) // " plus halo lon 2+2, lat 1+1)")
+  allocate(block(2, 3))
+  call tessera_checkpoint_begin_save(ckpt, mesh, root, 3, TESSERA_LAYOUT_SHARED)
+  call tessera_checkpoint_add_array(ckpt, 'b', block, [2, 3], [0, 1], '', ierr)
+  call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_checkpoint_add_array: array 'b': local block (2, 3) at " // &
+                    "first index (1, 2) lies outside the global shape (2, 3)")
+  call tessera_checkpoint_destroy(ckpt)
+  call tessera_decomp_create(strips, MPI_COMM_WORLD, NLAT, NLON, nranks + 1, 1, ierr)
+  call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_decomp_create: ")
 
   call tessera_halo_destroy(halo_strips)
   call tessera_halo_destroy(halo)
