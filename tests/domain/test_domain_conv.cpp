@@ -50,64 +50,57 @@ struct LayerSpec {
   DomainConv2dOptions options;
 };
 
-// Serial padding of x [B, C, H, W] by `w`: latitude beyond the poles by the pole policy,
-// longitude periodic or zero. `adjoint` instead folds a padded gradient back onto the
-// unpadded grid (the transpose of the same map).
+// The serial padding of an H x W grid by `w`: latitude beyond the poles by the pole
+// policy, longitude periodic or zero. Calls visit(padded, source) with the flat index of
+// every padded point and of the grid point it reads; zero-padded points are skipped.
+template <class Visit>
+void for_each_padded_point(std::int64_t H, std::int64_t W, const HaloWidths& w, const DomainConv2dOptions& o,
+                           Visit visit) {
+  const std::int64_t PH = H + w.lat_before + w.lat_after, PW = W + w.lon_before + w.lon_after;
+  for (std::int64_t a = 0; a < PH; ++a)
+    for (std::int64_t b = 0; b < PW; ++b) {
+      std::int64_t i = a - w.lat_before, j = b - w.lon_before;
+      if (i < 0 || i >= H) {
+        if (o.pole == PolePolicy::zero) continue;
+        if (o.pole == PolePolicy::replicate) {
+          i = i < 0 ? 0 : H - 1;
+        } else {
+          i = i < 0 ? -1 - i : 2 * H - 1 - i;
+          j += W / 2;
+        }
+      }
+      if (o.lon_padding == LonPadding::periodic) {
+        j = ((j % W) + W) % W;
+      } else if (j < 0 || j >= W) {
+        continue;
+      }
+      visit(a * PW + b, i * W + j);
+    }
+}
+
+// x [B, C, H, W] padded by `w`.
 Tensor pad(const Tensor& x, const HaloWidths& w, const DomainConv2dOptions& o) {
   const std::int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const std::int64_t PH = H + w.lat_before + w.lat_after, PW = W + w.lon_before + w.lon_after;
   Tensor out = Tensor::zeros({B, C, PH, PW}, DType::f32);
   const float* src = x.data<float>();
   float* dst = out.data<float>();
-  for (std::int64_t bc = 0; bc < B * C; ++bc)
-    for (std::int64_t a = 0; a < PH; ++a)
-      for (std::int64_t b = 0; b < PW; ++b) {
-        std::int64_t i = a - w.lat_before, j = b - w.lon_before;
-        if (i < 0 || i >= H) {
-          if (o.pole == PolePolicy::zero) continue;
-          if (o.pole == PolePolicy::replicate) {
-            i = i < 0 ? 0 : H - 1;
-          } else {
-            i = i < 0 ? -1 - i : 2 * H - 1 - i;
-            j += W / 2;
-          }
-        }
-        if (o.lon_padding == LonPadding::periodic) {
-          j = ((j % W) + W) % W;
-        } else if (j < 0 || j >= W) {
-          continue;
-        }
-        dst[(bc * PH + a) * PW + b] = src[(bc * H + i) * W + j];
-      }
+  for (std::int64_t bc = 0; bc < B * C; ++bc) {
+    for_each_padded_point(H, W, w, o, [&](std::int64_t p, std::int64_t g) { dst[bc * PH * PW + p] = src[bc * H * W + g]; });
+  }
   return out;
 }
 
+// The adjoint (transpose) of pad: a padded gradient folded back onto the unpadded grid.
 Tensor pad_adjoint(const Tensor& dpad, std::int64_t H, std::int64_t W, const HaloWidths& w,
                    const DomainConv2dOptions& o) {
   const std::int64_t B = dpad.size(0), C = dpad.size(1), PH = dpad.size(2), PW = dpad.size(3);
   Tensor out = Tensor::zeros({B, C, H, W}, DType::f32);
   const float* src = dpad.data<float>();
   float* dst = out.data<float>();
-  for (std::int64_t bc = 0; bc < B * C; ++bc)
-    for (std::int64_t a = 0; a < PH; ++a)
-      for (std::int64_t b = 0; b < PW; ++b) {
-        std::int64_t i = a - w.lat_before, j = b - w.lon_before;
-        if (i < 0 || i >= H) {
-          if (o.pole == PolePolicy::zero) continue;
-          if (o.pole == PolePolicy::replicate) {
-            i = i < 0 ? 0 : H - 1;
-          } else {
-            i = i < 0 ? -1 - i : 2 * H - 1 - i;
-            j += W / 2;
-          }
-        }
-        if (o.lon_padding == LonPadding::periodic) {
-          j = ((j % W) + W) % W;
-        } else if (j < 0 || j >= W) {
-          continue;
-        }
-        dst[(bc * H + i) * W + j] += src[(bc * PH + a) * PW + b];
-      }
+  for (std::int64_t bc = 0; bc < B * C; ++bc) {
+    for_each_padded_point(H, W, w, o, [&](std::int64_t p, std::int64_t g) { dst[bc * H * W + g] += src[bc * PH * PW + p]; });
+  }
   return out;
 }
 

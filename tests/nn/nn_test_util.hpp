@@ -11,20 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "../tp/tp_test_util.hpp"
+#include "expect_error.hpp"
 #include "tessera/nn/module.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::nn_test {
 
-// Deterministic values in [-1, 1) from (seed, index): splitmix64, so every test draws
-// the same data on every run and machine.
-inline double pseudo_random(std::uint64_t seed, std::uint64_t index) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-}
+// Deterministic values in [-1, 1) from (seed, index), the tp tests' stream (splitmix64):
+// every test draws the same data on every run and machine.
+using testing::pseudo_random;
 
 inline std::vector<double> random_values(std::int64_t n, std::uint64_t seed) {
   std::vector<double> v(static_cast<std::size_t>(n));
@@ -160,16 +156,6 @@ inline void check_accumulation(nn::Module& m, const Tensor& x, std::uint64_t see
   }
 }
 
-// Expects `body` to throw E whose message contains every string in `needles`.
-template <class E>
-void expect_error(const std::function<void()>& body, const std::vector<std::string>& needles) {
-  try {
-    body();
-    ADD_FAILURE() << "expected an exception";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  }
-}
+using testing::expect_error;
 
 }  // namespace tessera::nn_test

@@ -19,8 +19,10 @@
 #include "tessera/detail/philox.hpp"
 #include "tessera/init.hpp"
 #include "tessera/nn/module.hpp"
+#include "expect_error.hpp"
 
 using namespace tessera;
+using tessera::testing::expect_error;
 
 namespace {
 
@@ -367,43 +369,30 @@ TEST(Initialize, ZeroElementBlocksAreNoOps) {
   EXPECT_NO_THROW(initialize(none, {0, 4}, {0, 0}, InitSpec::kaiming_uniform(), 1, "w"));
 }
 
-namespace {
-template <class E>
-void expect_error_naming(const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& needle : needles) EXPECT_NE(what.find(needle), std::string::npos) << what;
-  }
-}
-}  // namespace
-
 TEST(Initialize, BadInputsNameTheParameter) {
   Tensor t = Tensor::empty({2, 3}, DType::f32);
-  expect_error_naming<ShapeError>([&] { initialize(t, {4, 3}, {3, 0}, InitSpec::normal(0, 1), 1, "blocks.2.proj"); },
+  expect_error<ShapeError>([&] { initialize(t, {4, 3}, {3, 0}, InitSpec::normal(0, 1), 1, "blocks.2.proj"); },
                                   {"blocks.2.proj", "[4, 3]", "[3, 0]"});
-  expect_error_naming<ShapeError>([&] { initialize(t, {4, 3}, {0}, InitSpec::normal(0, 1), 1, "blocks.2.proj"); },
+  expect_error<ShapeError>([&] { initialize(t, {4, 3}, {0}, InitSpec::normal(0, 1), 1, "blocks.2.proj"); },
                                   {"blocks.2.proj"});
-  expect_error_naming<ShapeError>([&] { initialize(t, {2, 3, 1}, {0, 0, 0}, InitSpec::ones(), 1, "blocks.2.proj"); },
+  expect_error<ShapeError>([&] { initialize(t, {2, 3, 1}, {0, 0, 0}, InitSpec::ones(), 1, "blocks.2.proj"); },
                                   {"blocks.2.proj"});
   Tensor bias = Tensor::empty({5}, DType::f32);
-  expect_error_naming<InvalidArgument>([&] { initialize(bias, {5}, {0}, InitSpec::xavier_uniform(), 1, "head.bias"); },
+  expect_error<InvalidArgument>([&] { initialize(bias, {5}, {0}, InitSpec::xavier_uniform(), 1, "head.bias"); },
                                        {"head.bias", "xavier_uniform", "[5]"});
-  expect_error_naming<InvalidArgument>([&] { initialize(t, {2, 3}, {0, 0}, InitSpec::normal(0, -1), 1, "w.neg"); },
+  expect_error<InvalidArgument>([&] { initialize(t, {2, 3}, {0, 0}, InitSpec::normal(0, -1), 1, "w.neg"); },
                                        {"w.neg", "std", "-1"});
-  expect_error_naming<InvalidArgument>([&] { initialize(t, {2, 3}, {0, 0}, InitSpec::uniform(2, 1), 1, "w.range"); },
+  expect_error<InvalidArgument>([&] { initialize(t, {2, 3}, {0, 0}, InitSpec::uniform(2, 1), 1, "w.range"); },
                                        {"w.range", "low", "high"});
-  expect_error_naming<InvalidArgument>(
+  expect_error<InvalidArgument>(
       [&] { initialize(t, {2, 3}, {0, 0}, InitSpec::trunc_normal(0, 1, 3, -3), 1, "w.trunc"); }, {"w.trunc", "low"});
-  expect_error_naming<InvalidArgument>(
+  expect_error<InvalidArgument>(
       [&] { initialize(t, {2, 3}, {0, 0}, InitSpec::normal(std::nan(""), 1), 1, "w.nan"); }, {"w.nan", "mean"});
   Tensor ids = Tensor::empty({2, 3}, DType::i64);
-  expect_error_naming<ShapeError>([&] { initialize(ids, {2, 3}, {0, 0}, InitSpec::zeros(), 1, "tok.ids"); },
+  expect_error<ShapeError>([&] { initialize(ids, {2, 3}, {0, 0}, InitSpec::zeros(), 1, "tok.ids"); },
                                   {"tok.ids", "i64"});
   Tensor undefined;
-  expect_error_naming<InvalidArgument>([&] { initialize(undefined, {2}, {0}, InitSpec::zeros(), 1, "ghost"); },
+  expect_error<InvalidArgument>([&] { initialize(undefined, {2}, {0}, InitSpec::zeros(), 1, "ghost"); },
                                        {"ghost"});
 }
 

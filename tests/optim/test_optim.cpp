@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "tessera/optim.hpp"
+#include "expect_error.hpp"
 
 using namespace tessera;
+using tessera::testing::expect_error;
 
 namespace {
 
@@ -209,49 +211,36 @@ TEST(Optimizer, StateRestoredThroughNamedStateContinuesTheRun) {
   }
 }
 
-namespace {
-template <class E>
-void expect_error_naming(const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& needle : needles) EXPECT_NE(what.find(needle), std::string::npos) << what;
-  }
-}
-}  // namespace
-
 TEST(Optimizer, BadOptionsNameTheOptionAndValue) {
   Parameter p = make_param(DType::f32);
   const NamedParameters params = {{"w", &p}};
-  expect_error_naming<InvalidArgument>([&] { (void)Sgd(params, {.lr = -0.5}); }, {"Sgd", "lr", "-0.5"});
-  expect_error_naming<InvalidArgument>([&] { (void)Sgd(params, {.momentum = -1}); }, {"momentum", "-1"});
-  expect_error_naming<InvalidArgument>([&] { (void)Sgd(params, {.dampening = 2}); }, {"dampening", "2"});
-  expect_error_naming<InvalidArgument>([&] { (void)Sgd(params, {.weight_decay = -0.1}); }, {"weight_decay", "-0.1"});
-  expect_error_naming<InvalidArgument>([&] { (void)Sgd(params, {.nesterov = true}); }, {"nesterov", "momentum"});
-  expect_error_naming<InvalidArgument>([&] { (void)Sgd(params, {.momentum = 0.9, .dampening = 0.5, .nesterov = true}); },
+  expect_error<InvalidArgument>([&] { (void)Sgd(params, {.lr = -0.5}); }, {"Sgd", "lr", "-0.5"});
+  expect_error<InvalidArgument>([&] { (void)Sgd(params, {.momentum = -1}); }, {"momentum", "-1"});
+  expect_error<InvalidArgument>([&] { (void)Sgd(params, {.dampening = 2}); }, {"dampening", "2"});
+  expect_error<InvalidArgument>([&] { (void)Sgd(params, {.weight_decay = -0.1}); }, {"weight_decay", "-0.1"});
+  expect_error<InvalidArgument>([&] { (void)Sgd(params, {.nesterov = true}); }, {"nesterov", "momentum"});
+  expect_error<InvalidArgument>([&] { (void)Sgd(params, {.momentum = 0.9, .dampening = 0.5, .nesterov = true}); },
                                        {"nesterov", "dampening = 0.5"});
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW(params, {.beta1 = 1.0}); }, {"AdamW", "beta1", "1"});
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW(params, {.beta2 = -0.1}); }, {"beta2", "-0.1"});
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW(params, {.eps = -1e-8}); }, {"eps", "-1e-08"});
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW(params, {.lr = std::nan("")}); }, {"lr", "nan"});
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW(params, {.weight_decay = -1}); }, {"weight_decay"});
+  expect_error<InvalidArgument>([&] { (void)AdamW(params, {.beta1 = 1.0}); }, {"AdamW", "beta1", "1"});
+  expect_error<InvalidArgument>([&] { (void)AdamW(params, {.beta2 = -0.1}); }, {"beta2", "-0.1"});
+  expect_error<InvalidArgument>([&] { (void)AdamW(params, {.eps = -1e-8}); }, {"eps", "-1e-08"});
+  expect_error<InvalidArgument>([&] { (void)AdamW(params, {.lr = std::nan("")}); }, {"lr", "nan"});
+  expect_error<InvalidArgument>([&] { (void)AdamW(params, {.weight_decay = -1}); }, {"weight_decay"});
   AdamW ok(params);
-  expect_error_naming<InvalidArgument>([&] { ok.set_learning_rate(-1); }, {"lr", "-1"});
+  expect_error<InvalidArgument>([&] { ok.set_learning_rate(-1); }, {"lr", "-1"});
   EXPECT_EQ(ok.learning_rate(), 1e-3);
 }
 
 TEST(Optimizer, BadParametersNameTheParameter) {
   Parameter p = make_param(DType::f32);
   Parameter q(Tensor::zeros({2}, DType::bf16));
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW(NamedParameters{}); }, {"empty"});
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW({{"a.w", nullptr}}); }, {"a.w", "null"});
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW({{"a.w", &p}, {"a.w", &p}}); }, {"a.w", "twice"});
-  expect_error_naming<InvalidArgument>([&] { (void)AdamW({{"a.w", &p}, {"b.w", &p}}); }, {"b.w", "same Parameter"});
-  expect_error_naming<UnsupportedError>([&] { (void)Sgd({{"emb.weight", &q}}); }, {"emb.weight", "bf16"});
+  expect_error<InvalidArgument>([&] { (void)AdamW(NamedParameters{}); }, {"empty"});
+  expect_error<InvalidArgument>([&] { (void)AdamW({{"a.w", nullptr}}); }, {"a.w", "null"});
+  expect_error<InvalidArgument>([&] { (void)AdamW({{"a.w", &p}, {"a.w", &p}}); }, {"a.w", "twice"});
+  expect_error<InvalidArgument>([&] { (void)AdamW({{"a.w", &p}, {"b.w", &p}}); }, {"b.w", "same Parameter"});
+  expect_error<UnsupportedError>([&] { (void)Sgd({{"emb.weight", &q}}); }, {"emb.weight", "bf16"});
   Sgd sgd({{"head.weight", &p}}, {.lr = 0.1});
   p.grad = Tensor::zeros({4}, DType::f32);
-  expect_error_naming<ShapeError>([&] { sgd.step(); }, {"head.weight", "gradient"});
+  expect_error<ShapeError>([&] { sgd.step(); }, {"head.weight", "gradient"});
   EXPECT_THROW(sgd.set_step_count(-1), InvalidArgument);
 }

@@ -8,8 +8,17 @@
 
 namespace tessera::testing {
 
-int world_rank();
-int world_size();
+// This process's rank in, and the size of, MPI_COMM_WORLD.
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
 
 // Every rank's string, gathered onto every rank (rank order).
 std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm comm = MPI_COMM_WORLD);

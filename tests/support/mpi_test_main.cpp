@@ -18,18 +18,6 @@
 
 namespace tessera::testing {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
 std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm comm) {
   int size = 1;
   MPI_Comm_size(comm, &size);

@@ -32,9 +32,11 @@
 #include "tessera/tp/linear.hpp"
 #include "tessera/tp/mappings.hpp"
 #include "tessera/tp/sharding.hpp"
+#include "expect_error.hpp"
 #include "tp_test_util.hpp"
 
 using namespace tessera;
+using tessera::testing::expect_error;
 using tessera::testing::fill_random;
 using tessera::testing::random_tensor;
 using tessera::testing::tensors_close;
@@ -58,16 +60,6 @@ Tensor ids_tensor(const std::vector<std::int64_t>& ids, const Shape& shape) {
   return Tensor::from_vector<std::int64_t>(ids, shape);
 }
 
-template <class E>
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& part : parts) EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' in " << what;
-  }
-}
 
 // A serial cross-entropy (mean over the rows whose target is not `ignore`): loss and
 // d loss / d logits, in double, of the f32 logits [n, v].
