@@ -16,12 +16,7 @@
 #include "tessera/tp/sharding.hpp"
 
 using namespace tessera;
-using tessera::testing::tensors_close;
-using tessera::testing::counted_tp_step;
-using tessera::testing::decoder_step;
-using tessera::testing::DecoderBatch;
-using tessera::testing::DecoderStep;
-using tessera::testing::expect_same_parameters;
+using namespace tessera::testing;  // the decoder step and the comparisons
 
 namespace {
 
