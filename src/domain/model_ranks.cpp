@@ -22,12 +22,12 @@ std::string ModelRanks::str() const {
   return "?";
 }
 
-CodeNodes redistribution_detail::code_nodes(Communicator& comm) {
+CodeNodes redistribution_detail::code_nodes(Communicator& comm, bool count_gpus) {
   const MPI_Comm c = comm.mpi_comm();
   const WaitOptions& wait = comm.wait_options();
   MPI_Comm node = split_by_node(c, comm.rank());
   // {-lowest rank, GPUs} of the node in one max-reduction.
-  int mine[2] = {-comm.rank(), std::max(0, cuda_device_count())}, node_max[2] = {0, 0};
+  int mine[2] = {-comm.rank(), count_gpus ? std::max(0, cuda_device_count()) : 0}, node_max[2] = {0, 0};
   MPI_Request request = MPI_REQUEST_NULL;
   const int status = MPI_Iallreduce(mine, node_max, 2, MPI_INT, MPI_MAX, node, &request);
   if (status == MPI_SUCCESS) {
@@ -58,7 +58,7 @@ namespace {
 // model rank per GPU at node-local ranks floor(k L / G), k < G; its first rank on a node
 // without GPUs.
 std::vector<int> per_node_ranks(Communicator& comm) {
-  const CodeNodes nodes = code_nodes(comm);
+  const CodeNodes nodes = code_nodes(comm, /*count_gpus=*/true);
   const int n = comm.size();
   std::vector<int> ranks;
   for (int r = 0; r < n; ++r) {

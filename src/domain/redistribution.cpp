@@ -84,7 +84,7 @@ Redistribution::Redistribution(const Decomposition& code, const ModelRanks& rank
                             "Redistribution: the ranks of the code's communicator chose different routes "
                             "(RedistributionOptions::route, node_aware_senders)");
   const int n = code.size();
-  const CodeNodes nodes = code_nodes(comm);
+  const CodeNodes nodes = code_nodes(comm, /*count_gpus=*/false);  // the route needs nodes only
   auto node_of = [&](int r) { return nodes.node_of[static_cast<std::size_t>(r)]; };
   {
     std::vector<int> distinct = nodes.node_of;

@@ -102,12 +102,14 @@ inline FieldKeys keys_of(const std::vector<Tensor>& code_fields, const std::vect
 
 
 // Where the code's ranks run (model_ranks.cpp): each rank's node, named by its lowest
-// code rank, and the GPUs its node's ranks see (the most any of them sees), from
-// split_by_node (emulated nodes too) and one all-gather. Collective over `comm`.
+// code rank, and, with count_gpus, the GPUs its node's ranks see (the most any of them
+// sees; 0 without count_gpus, so a CPU-only plan never loads the CUDA plugin), from
+// split_by_node (emulated nodes too) and one all-gather. Collective over `comm`; every
+// rank must pass the same count_gpus.
 struct CodeNodes {
   std::vector<int> node_of, gpus_of;  // by code rank
 };
-CodeNodes code_nodes(Communicator& comm);
+CodeNodes code_nodes(Communicator& comm, bool count_gpus);
 
 }  // namespace redistribution_detail
 

@@ -34,9 +34,12 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, NamedParamet
 }
 
 Device training_device(const RunConfig& cfg, MPI_Comm comm) {
-  // Every rank must decide alike: the fewest GPUs any rank sees decides for all.
+  // Every rank must decide alike: the fewest GPUs any rank sees decides for all. A rank
+  // told device: host does not count its GPUs (and so never loads the CUDA plugin), but
+  // still takes part, so ranks that disagree on the key cannot leave one waiting here.
   Communicator group(comm);
-  Tensor visible = Tensor::from_vector<std::int64_t>({cuda_device_count()}, {1});
+  const std::int64_t gpus = cfg.device == "host" ? 0 : cuda_device_count();
+  Tensor visible = Tensor::from_vector<std::int64_t>({gpus}, {1});
   group.all_reduce(visible, ReduceOp::min);
   const bool every_rank_has_a_gpu = visible.to_vector<std::int64_t>()[0] > 0;
   if (cfg.device == "host" || (cfg.device == "auto" && !every_rank_has_a_gpu)) return Device::host();

@@ -17,6 +17,10 @@
 
 #include "tessera/backend.hpp"
 #include "tessera/comm.hpp"
+#include "tessera/domain/decomposition.hpp"
+#include "tessera/domain/redistribution.hpp"
+#include "tessera/train/run_config.hpp"
+#include "tessera/train/training_step.hpp"
 #include "tessera/error.hpp"
 #include "tessera/tensor.hpp"
 
@@ -46,12 +50,22 @@ std::string joined(const std::vector<std::string>& lines) {
   return out.str();
 }
 
-// What a CPU-only code does: host tensors and a collective over them.
+// What a CPU-only code does: host tensors and a collective over them, and a coupling
+// plan to a model on one rank (its route asks which node each rank is on, never how
+// many GPUs: that question alone would load the plugin).
 void host_work() {
   Communicator world(MPI_COMM_WORLD);
   Tensor t = Tensor::from_vector<double>({1, 1, 1, 1}, {4});
   world.all_reduce(t, ReduceOp::sum);
   EXPECT_EQ(t.to_vector<double>()[0], static_cast<double>(world.size()));
+  domain::Decomposition code(world, Shape{8, 16});
+  domain::Redistribution plan(code, domain::ModelRanks::count(1));
+  EXPECT_EQ(plan.model_size(), 1);
+  // A trainer told device: host (tessera-run, the C/Fortran trainer) chooses the host
+  // without asking CUDA.
+  train::RunConfig cfg;
+  cfg.device = "host";
+  EXPECT_TRUE(train::training_device(cfg, MPI_COMM_WORLD).is_host());
 }
 
 void expect_no_cuda_library() {
