@@ -43,31 +43,31 @@ std::vector<std::string> split_names(const std::string& s) {
 // 1-D f64 dataset `name` of `n` values, or empty when the file has none of that length.
 std::vector<double> optional_axis(hid_t file, const char* name, std::int64_t n) {
   if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return {};
-  Handle d(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
-  if (d.id < 0) return {};
-  Handle space(H5Dget_space(d.id), H5Sclose);
-  if (H5Sget_simple_extent_ndims(space.id) != 1 || H5Sget_simple_extent_npoints(space.id) != n) return {};
+  H5Dataset d(H5Dopen2(file, name, H5P_DEFAULT));
+  if (!d) return {};
+  H5Space space(H5Dget_space(d.get()));
+  if (H5Sget_simple_extent_ndims(space.get()) != 1 || H5Sget_simple_extent_npoints(space.get()) != n) return {};
   std::vector<double> v(static_cast<std::size_t>(n));
-  if (H5Dread(d.id, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) return {};
+  if (H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) return {};
   return v;
 }
 
 // The header of tessera's own layout (without normalisation statistics).
 FieldDataInfo read_tessera_info(const DataConfig& c) {
-  QuietHdf5 quiet;
+  tessera::detail::hdf5_errors_as_exceptions();
   const std::string what = name_of(c);
-  Handle file(H5Fopen(c.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (file.id < 0) throw IoError("cannot open data file '" + c.path + "' (data.path): no such HDF5 file");
-  Handle dset(H5Dopen2(file.id, c.dataset.c_str(), H5P_DEFAULT), H5Dclose);
-  if (dset.id < 0) throw IoError(what + ": no such dataset (data.dataset)");
-  Handle space(H5Dget_space(dset.id), H5Sclose);
-  if (H5Sget_simple_extent_ndims(space.id) != 4) {
+  H5File file(H5Fopen(c.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file) throw IoError("cannot open data file '" + c.path + "' (data.path): no such HDF5 file");
+  H5Dataset dset(H5Dopen2(file.get(), c.dataset.c_str(), H5P_DEFAULT));
+  if (!dset) throw IoError(what + ": no such dataset (data.dataset)");
+  H5Space space(H5Dget_space(dset.get()));
+  if (H5Sget_simple_extent_ndims(space.get()) != 4) {
     throw IoError(what + ": must have 4 dims [time, channel, lat, lon]");
   }
   hsize_t dims[4];
-  H5Sget_simple_extent_dims(space.id, dims, nullptr);
-  Handle type(H5Dget_type(dset.id), H5Tclose);
-  if (H5Tget_class(type.id) != H5T_FLOAT) throw IoError(what + ": must hold floating-point values");
+  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  H5Type type(H5Dget_type(dset.get()));
+  if (H5Tget_class(type.get()) != H5T_FLOAT) throw IoError(what + ": must hold floating-point values");
 
   FieldDataInfo info;
   info.format = FieldFormat::tessera;
@@ -79,8 +79,8 @@ FieldDataInfo read_tessera_info(const DataConfig& c) {
   info.nlon = static_cast<std::int64_t>(dims[3]);
   const auto file_channels = static_cast<std::int64_t>(dims[1]);
   std::vector<std::string> names;
-  if (has_attribute(dset.id, "variables")) {
-    names = split_names(read_string_attribute(dset.id, "variables", what));
+  if (attribute_exists(dset.get(), "variables")) {
+    names = split_names(read_string_attribute(dset.get(), "variables", what));
     if (static_cast<std::int64_t>(names.size()) != file_channels) {
       throw IoError(what + ": attribute 'variables' names " + std::to_string(names.size()) + " channels, the data has " +
                     std::to_string(file_channels));
@@ -88,7 +88,7 @@ FieldDataInfo read_tessera_info(const DataConfig& c) {
   } else {
     for (std::int64_t i = 0; i < file_channels; ++i) names.push_back("c" + std::to_string(i));
   }
-  std::vector<std::string> units = split_names(string_attribute_or_empty(dset.id, "units"));
+  std::vector<std::string> units = split_names(string_attribute_or_empty(dset.get(), "units"));
   units.resize(names.size());
   if (c.variables.empty()) {
     for (std::int64_t i = 0; i < file_channels; ++i) info.channel_index.push_back(i);
@@ -116,13 +116,13 @@ FieldDataInfo read_tessera_info(const DataConfig& c) {
   info.channels = static_cast<std::int64_t>(info.channel_index.size());
 
   if (c.normalize && c.stats.empty()) {
-    if (!has_attribute(dset.id, "mean") || !has_attribute(dset.id, "std")) {
+    if (!attribute_exists(dset.get(), "mean") || !attribute_exists(dset.get(), "std")) {
       throw IoError(what + ": data.normalize needs the attributes 'mean' and 'std' (per channel) or a data.stats "
                            "file (tessera-run stats writes one); set data.normalize: false for data that is already "
                            "normalised");
     }
-    const auto mean = read_double_attribute(dset.id, "mean", what);
-    const auto std = read_double_attribute(dset.id, "std", what);
+    const auto mean = read_double_attribute(dset.get(), "mean", what);
+    const auto std = read_double_attribute(dset.get(), "std", what);
     if (static_cast<std::int64_t>(mean.size()) != file_channels || static_cast<std::int64_t>(std.size()) != file_channels) {
       throw IoError(what + ": attributes 'mean' and 'std' must have one value per channel (" +
                     std::to_string(file_channels) + ")");
@@ -143,17 +143,17 @@ FieldDataInfo read_tessera_info(const DataConfig& c) {
       info.std.push_back(s);
     }
   }
-  if (has_attribute(dset.id, "dt_seconds")) info.dt_seconds = read_double_attribute(dset.id, "dt_seconds", what)[0];
-  if (has_attribute(dset.id, "latitude_grid")) {
-    info.latitude_grid = models::parse_latitude_grid(read_string_attribute(dset.id, "latitude_grid", what),
+  if (attribute_exists(dset.get(), "dt_seconds")) info.dt_seconds = read_double_attribute(dset.get(), "dt_seconds", what)[0];
+  if (attribute_exists(dset.get(), "latitude_grid")) {
+    info.latitude_grid = models::parse_latitude_grid(read_string_attribute(dset.get(), "latitude_grid", what),
                                                      what + " attribute latitude_grid");
   }
   // The coordinates, for predictions: the file's axes when it has them, else the
   // regular grid its latitude_grid describes and times dt_seconds apart.
   auto& k = info.coords;
-  k.lat = optional_axis(file.id, "latitude", info.nlat);
-  k.lon = optional_axis(file.id, "longitude", info.nlon);
-  k.time = optional_axis(file.id, "time", info.times);
+  k.lat = optional_axis(file.get(), "latitude", info.nlat);
+  k.lon = optional_axis(file.get(), "longitude", info.nlon);
+  k.time = optional_axis(file.get(), "time", info.times);
   const bool poles = info.latitude_grid == domain::LatitudeGrid::with_poles;
   for (std::int64_t i = 0; k.lat.empty() && i < info.nlat; ++i) {
     const auto n = static_cast<double>(info.nlat);
@@ -234,14 +234,14 @@ void read_field_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t nt
     read_netcdf_band(info, t0, nt, lat_start, lat_count, out);
     return;
   }
-  QuietHdf5 quiet;
+  tessera::detail::hdf5_errors_as_exceptions();
   const std::string& path = info.files.front();
   const std::string what = "data file '" + path + "', dataset '" + info.dataset + "'";
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (file.id < 0) throw IoError("cannot open data file '" + path + "' (data.path)");
-  Handle dset(H5Dopen2(file.id, info.dataset.c_str(), H5P_DEFAULT), H5Dclose);
-  if (dset.id < 0) throw IoError(what + ": no such dataset");
-  Handle space(H5Dget_space(dset.id), H5Sclose);
+  H5File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file) throw IoError("cannot open data file '" + path + "' (data.path)");
+  H5Dataset dset(H5Dopen2(file.get(), info.dataset.c_str(), H5P_DEFAULT));
+  if (!dset) throw IoError(what + ": no such dataset");
+  H5Space space(H5Dget_space(dset.get()));
   const std::int64_t plane = lat_count * info.nlon;
   // One hyperslab read per selected channel: [the times, channel, this band, all lon].
   std::vector<float> slab(static_cast<std::size_t>(nt * plane));
@@ -250,9 +250,9 @@ void read_field_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t nt
                               static_cast<hsize_t>(lat_start), 0};
     const hsize_t count[4] = {static_cast<hsize_t>(nt), 1, static_cast<hsize_t>(lat_count),
                               static_cast<hsize_t>(info.nlon)};
-    Handle mem(H5Screate_simple(4, count, nullptr), H5Sclose);
-    if (H5Sselect_hyperslab(space.id, H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
-        H5Dread(dset.id, H5T_NATIVE_FLOAT, mem.id, space.id, H5P_DEFAULT, slab.data()) < 0) {
+    H5Space mem(H5Screate_simple(4, count, nullptr));
+    if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+        H5Dread(dset.get(), H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, slab.data()) < 0) {
       throw IoError(what + ": cannot read channel " + info.variables[ci] + ", latitudes [" + std::to_string(lat_start) +
                     ", " + std::to_string(lat_start + lat_count) + ")");
     }

@@ -4,44 +4,42 @@
 
 namespace tessera::run {
 
-bool has_attribute(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
-
 std::string read_string_attribute(hid_t obj, const char* name, const std::string& what) {
-  Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (attr.id < 0) throw IoError(what + ": cannot open attribute '" + name + "'");
-  Handle type(H5Aget_type(attr.id), H5Tclose);
-  if (H5Tget_class(type.id) != H5T_STRING) throw IoError(what + ": attribute '" + name + "' is not a string");
-  if (H5Tis_variable_str(type.id) > 0) {
-    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(mem.id, H5T_VARIABLE);
-    H5Tset_cset(mem.id, H5Tget_cset(type.id));
+  H5Attribute attr(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!attr) throw IoError(what + ": cannot open attribute '" + name + "'");
+  H5Type type(H5Aget_type(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING) throw IoError(what + ": attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Type mem(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
     char* text = nullptr;
-    if (H5Aread(attr.id, mem.id, &text) < 0) throw IoError(what + ": cannot read attribute '" + name + "'");
+    if (H5Aread(attr.get(), mem.get(), &text) < 0) throw IoError(what + ": cannot read attribute '" + name + "'");
     std::string s = text ? text : "";
     H5free_memory(text);
     return s;
   }
-  const std::size_t n = H5Tget_size(type.id);
+  const std::size_t n = H5Tget_size(type.get());
   std::string s(n, '\0');
-  if (H5Aread(attr.id, type.id, s.data()) < 0) throw IoError(what + ": cannot read attribute '" + name + "'");
+  if (H5Aread(attr.get(), type.get(), s.data()) < 0) throw IoError(what + ": cannot read attribute '" + name + "'");
   return std::string(s.c_str());
 }
 
 std::vector<double> read_double_attribute(hid_t obj, const char* name, const std::string& what) {
-  Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (attr.id < 0) throw IoError(what + ": cannot open attribute '" + name + "'");
-  Handle space(H5Aget_space(attr.id), H5Sclose);
-  const hssize_t n = H5Sget_simple_extent_npoints(space.id);
+  H5Attribute attr(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!attr) throw IoError(what + ": cannot open attribute '" + name + "'");
+  H5Space space(H5Aget_space(attr.get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   if (n < 1) throw IoError(what + ": attribute '" + name + "' is empty");
   std::vector<double> values(static_cast<std::size_t>(n));
-  if (H5Aread(attr.id, H5T_NATIVE_DOUBLE, values.data()) < 0) {
+  if (H5Aread(attr.get(), H5T_NATIVE_DOUBLE, values.data()) < 0) {
     throw IoError(what + ": attribute '" + name + "' is not numeric");
   }
   return values;
 }
 
 std::string string_attribute_or_empty(hid_t obj, const char* name) {
-  if (!has_attribute(obj, name)) return "";
+  if (!attribute_exists(obj, name)) return "";
   try {
     return read_string_attribute(obj, name, "");
   } catch (const IoError&) {
@@ -52,31 +50,31 @@ std::string string_attribute_or_empty(hid_t obj, const char* name) {
 void write_string_attribute(hid_t obj, const char* name, const std::string& value, const std::string& what) {
   // netCDF-C stores text attributes as fixed-length strings of exactly their length;
   // HDF5 needs a size of at least 1, so an empty text is one NUL.
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.id, value.empty() ? 1 : value.size());
-  H5Tset_strpad(type.id, H5T_STR_NULLTERM);
-  H5Tset_cset(type.id, H5T_CSET_ASCII);
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attr(H5Acreate2(obj, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  H5Type type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), value.empty() ? 1 : value.size());
+  H5Tset_strpad(type.get(), H5T_STR_NULLTERM);
+  H5Tset_cset(type.get(), H5T_CSET_ASCII);
+  H5Space space(H5Screate(H5S_SCALAR));
+  H5Attribute attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
   const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  if (attr.id < 0 || H5Awrite(attr.id, type.id, padded.data()) < 0) {
+  if (!attr || H5Awrite(attr.get(), type.get(), padded.data()) < 0) {
     throw IoError(what + ": cannot write attribute '" + name + "'");
   }
 }
 
 void write_double_attribute(hid_t obj, const char* name, const std::vector<double>& values, const std::string& what) {
   const hsize_t n = values.size();
-  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-  Handle attr(H5Acreate2(obj, name, H5T_IEEE_F64LE, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (attr.id < 0 || H5Awrite(attr.id, H5T_NATIVE_DOUBLE, values.data()) < 0) {
+  H5Space space(H5Screate_simple(1, &n, nullptr));
+  H5Attribute attr(H5Acreate2(obj, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr || H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, values.data()) < 0) {
     throw IoError(what + ": cannot write attribute '" + name + "'");
   }
 }
 
 void write_int_attribute(hid_t obj, const char* name, int value, const std::string& what) {
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attr(H5Acreate2(obj, name, H5T_STD_I32LE, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (attr.id < 0 || H5Awrite(attr.id, H5T_NATIVE_INT, &value) < 0) {
+  H5Space space(H5Screate(H5S_SCALAR));
+  H5Attribute attr(H5Acreate2(obj, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr || H5Awrite(attr.get(), H5T_NATIVE_INT, &value) < 0) {
     throw IoError(what + ": cannot write attribute '" + name + "'");
   }
 }

@@ -1,40 +1,27 @@
 #pragma once
-// The few HDF5 helpers tessera-run's data readers (field_data.cpp, netcdf_input.cpp) and
-// its netCDF writer (netcdf_output.cpp) share: handles that close themselves, silencing
-// HDF5's own error printing (tessera's errors say what failed, naming the file), and
-// attribute reads and writes.
+// The netCDF attribute helpers tessera-run's data readers (field_data.cpp,
+// netcdf_input.cpp) and its netCDF writer (netcdf_output.cpp) share. Handles and the
+// silencing of HDF5's own error printing are the library's (io/hdf5_handles.hpp): the
+// tool's errors say what failed, naming the file. These helpers throw IoError naming the
+// object, where the library's checkpoint attribute helpers throw Hdf5Error.
 
 #include <hdf5.h>
 
 #include <string>
 #include <vector>
 
+#include "io/hdf5_handles.hpp"
+
 namespace tessera::run {
 
-// RAII for an HDF5 handle and its close function.
-struct Handle {
-  hid_t id = H5I_INVALID_HID;
-  herr_t (*close)(hid_t) = nullptr;
-  Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
-  ~Handle() {
-    if (id >= 0 && close) close(id);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-};
+using io::detail::attribute_exists;
+using io::detail::H5Attribute;
+using io::detail::H5Dataset;
+using io::detail::H5File;
+using io::detail::H5Plist;
+using io::detail::H5Space;
+using io::detail::H5Type;
 
-// Silences HDF5's own error stack printing while alive: our errors say what failed.
-struct QuietHdf5 {
-  H5E_auto2_t func = nullptr;
-  void* data = nullptr;
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func, &data);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func, data); }
-};
-
-bool has_attribute(hid_t obj, const char* name);
 // Fixed or variable-length string attributes; `what` names the object in IoErrors.
 std::string read_string_attribute(hid_t obj, const char* name, const std::string& what);
 // Any numeric attribute, converted to double.

@@ -66,9 +66,9 @@ Axis classify(const std::string& name, const std::string& axis, const std::strin
 }
 
 std::vector<double> read_1d(hid_t dset, const std::string& what) {
-  Handle space(H5Dget_space(dset), H5Sclose);
-  if (H5Sget_simple_extent_ndims(space.id) != 1) throw IoError(what + ": a coordinate must be 1-D");
-  std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.id)));
+  H5Space space(H5Dget_space(dset));
+  if (H5Sget_simple_extent_ndims(space.get()) != 1) throw IoError(what + ": a coordinate must be 1-D");
+  std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get())));
   if (!v.empty() && H5Dread(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
     throw IoError(what + ": cannot read its values as numbers");
   }
@@ -120,53 +120,53 @@ struct FileHeader {
 
 FileHeader read_header(const std::string& path) {
   check_signature(path);
-  QuietHdf5 quiet;
+  tessera::detail::hdf5_errors_as_exceptions();
   FileHeader h;
   h.path = path;
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (file.id < 0) throw IoError("cannot open data file '" + path + "' (data.path): not a netCDF-4 (HDF5) file");
-  for (const auto& name : root_links(file.id)) {
+  H5File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file) throw IoError("cannot open data file '" + path + "' (data.path): not a netCDF-4 (HDF5) file");
+  for (const auto& name : root_links(file.get())) {
     H5O_info_t oi{};
-    if (H5Oget_info_by_name(file.id, name.c_str(), &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) continue;
-    Handle d(H5Dopen2(file.id, name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (d.id < 0) continue;
+    if (H5Oget_info_by_name(file.get(), name.c_str(), &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) continue;
+    H5Dataset d(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT));
+    if (!d) continue;
     const std::string what = "netCDF file '" + path + "', variable '" + name + "'";
-    if (H5DSis_scale(d.id) > 0) {
+    if (H5DSis_scale(d.get()) > 0) {
       Scale s;
       s.name = name;
-      s.units = string_attribute_or_empty(d.id, "units");
-      s.calendar = string_attribute_or_empty(d.id, "calendar");
-      s.positive = string_attribute_or_empty(d.id, "positive");
-      s.standard_name = string_attribute_or_empty(d.id, "standard_name");
-      s.axis = classify(name, string_attribute_or_empty(d.id, "axis"), s.standard_name, s.units);
+      s.units = string_attribute_or_empty(d.get(), "units");
+      s.calendar = string_attribute_or_empty(d.get(), "calendar");
+      s.positive = string_attribute_or_empty(d.get(), "positive");
+      s.standard_name = string_attribute_or_empty(d.get(), "standard_name");
+      s.axis = classify(name, string_attribute_or_empty(d.get(), "axis"), s.standard_name, s.units);
       // A dimension without a coordinate variable has no values worth reading.
-      const std::string label = string_attribute_or_empty(d.id, "NAME");
-      if (label.rfind("This is a netCDF dimension but not a netCDF variable", 0) != 0) s.values = read_1d(d.id, what);
+      const std::string label = string_attribute_or_empty(d.get(), "NAME");
+      if (label.rfind("This is a netCDF dimension but not a netCDF variable", 0) != 0) s.values = read_1d(d.get(), what);
       h.scales[name] = std::move(s);
       continue;
     }
-    Handle space(H5Dget_space(d.id), H5Sclose);
-    const int rank = H5Sget_simple_extent_ndims(space.id);
+    H5Space space(H5Dget_space(d.get()));
+    const int rank = H5Sget_simple_extent_ndims(space.get());
     FileHeader::Var v;
     for (int i = 0; i < rank; ++i) {
       std::string dim;
-      if (H5DSget_num_scales(d.id, static_cast<unsigned>(i)) > 0) {
+      if (H5DSget_num_scales(d.get(), static_cast<unsigned>(i)) > 0) {
         int idx = 0;
-        H5DSiterate_scales(d.id, static_cast<unsigned>(i), &idx, scale_name_visitor, &dim);
+        H5DSiterate_scales(d.get(), static_cast<unsigned>(i), &idx, scale_name_visitor, &dim);
       }
       v.dims.push_back(dim);
     }
     auto& m = v.meta;
     m.name = name;
-    m.units = string_attribute_or_empty(d.id, "units");
-    m.long_name = string_attribute_or_empty(d.id, "long_name");
-    m.standard_name = string_attribute_or_empty(d.id, "standard_name");
+    m.units = string_attribute_or_empty(d.get(), "units");
+    m.long_name = string_attribute_or_empty(d.get(), "long_name");
+    m.standard_name = string_attribute_or_empty(d.get(), "standard_name");
     m.has_level = rank == 4;
-    if (has_attribute(d.id, "scale_factor")) m.scale_factor = read_double_attribute(d.id, "scale_factor", what)[0];
-    if (has_attribute(d.id, "add_offset")) m.add_offset = read_double_attribute(d.id, "add_offset", what)[0];
+    if (attribute_exists(d.get(), "scale_factor")) m.scale_factor = read_double_attribute(d.get(), "scale_factor", what)[0];
+    if (attribute_exists(d.get(), "add_offset")) m.add_offset = read_double_attribute(d.get(), "add_offset", what)[0];
     for (const char* fill : {"_FillValue", "missing_value"}) {
-      if (!has_attribute(d.id, fill)) continue;
-      for (double x : read_double_attribute(d.id, fill, what)) m.fill.push_back(x);
+      if (!attribute_exists(d.get(), fill)) continue;
+      for (double x : read_double_attribute(d.get(), fill, what)) m.fill.push_back(x);
       m.has_fill = true;
     }
     h.vars[name] = std::move(v);
@@ -403,7 +403,7 @@ FieldDataInfo read_netcdf_info(const DataConfig& c, const std::vector<std::strin
 
 void read_netcdf_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t nt, std::int64_t lat_start,
                       std::int64_t lat_count, float* out) {
-  QuietHdf5 quiet;
+  tessera::detail::hdf5_errors_as_exceptions();
   const std::int64_t nlon = info.nlon, nlev = static_cast<std::int64_t>(info.coords.level.size());
   // The file rows of the band: the same rows counted from the other pole when the file
   // runs south to north (read in one hyperslab, reversed in memory).
@@ -414,14 +414,14 @@ void read_netcdf_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t n
     const std::int64_t a = std::max(t0, file_first), b = std::min(t0 + nt, file_first + info.file_times[f]);
     if (a >= b) continue;
     const std::string& path = info.files[f];
-    Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (file.id < 0) throw IoError("cannot open data file '" + path + "' (data.path)");
+    H5File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    if (!file) throw IoError("cannot open data file '" + path + "' (data.path)");
     std::int64_t channel = 0;
     for (const auto& var : info.sources) {
       const std::string what = "netCDF file '" + path + "', variable '" + var.name + "'";
-      Handle d(H5Dopen2(file.id, var.name.c_str(), H5P_DEFAULT), H5Dclose);
-      if (d.id < 0) throw IoError(what + ": cannot open it");
-      Handle space(H5Dget_space(d.id), H5Sclose);
+      H5Dataset d(H5Dopen2(file.get(), var.name.c_str(), H5P_DEFAULT));
+      if (!d) throw IoError(what + ": cannot open it");
+      H5Space space(H5Dget_space(d.get()));
       const std::int64_t levels = var.has_level ? nlev : 1;
       std::vector<hsize_t> start{static_cast<hsize_t>(a - file_first)}, count{static_cast<hsize_t>(b - a)};
       if (var.has_level) {
@@ -431,9 +431,9 @@ void read_netcdf_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t n
       start.insert(start.end(), {static_cast<hsize_t>(row0), 0});
       count.insert(count.end(), {static_cast<hsize_t>(lat_count), static_cast<hsize_t>(nlon)});
       slab.resize(static_cast<std::size_t>((b - a) * levels * lat_count * nlon));
-      Handle mem(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-      if (H5Sselect_hyperslab(space.id, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
-          H5Dread(d.id, H5T_NATIVE_DOUBLE, mem.id, space.id, H5P_DEFAULT, slab.data()) < 0) {
+      H5Space mem(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+      if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
+          H5Dread(d.get(), H5T_NATIVE_DOUBLE, mem.get(), space.get(), H5P_DEFAULT, slab.data()) < 0) {
         throw IoError(what + ": cannot read times [" + std::to_string(a - file_first) + ", " +
                       std::to_string(b - file_first) + "), latitudes [" + std::to_string(row0) + ", " +
                       std::to_string(row0 + lat_count) + ")");

@@ -29,17 +29,18 @@ void check(herr_t status, const std::string& what) {
 }
 
 // A coordinate variable: a 1-D f64 dataset that is the dimension scale of its name.
-hid_t create_axis(hid_t file, const std::string& name, const std::vector<double>& values, int dimid,
-                  const std::string& what) {
+H5Dataset create_axis(hid_t file, const std::string& name, const std::vector<double>& values, int dimid,
+                      const std::string& what) {
   const hsize_t n = values.size();
-  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  check(H5Pset_attr_creation_order(dcpl.id, kOrder), what);
-  const hid_t d = H5Dcreate2(file, name.c_str(), H5T_IEEE_F64LE, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT);
-  if (d < 0) throw IoError(what + ": cannot create coordinate '" + name + "'");
-  check(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), what + ": writing '" + name + "'");
-  check(H5DSset_scale(d, name.c_str()), what + ": '" + name + "' as a dimension scale");
-  write_int_attribute(d, "_Netcdf4Dimid", dimid, what);
+  H5Space space(H5Screate_simple(1, &n, nullptr));
+  H5Plist dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  check(H5Pset_attr_creation_order(dcpl.get(), kOrder), what);
+  H5Dataset d(H5Dcreate2(file, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (!d) throw IoError(what + ": cannot create coordinate '" + name + "'");
+  check(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+        what + ": writing '" + name + "'");
+  check(H5DSset_scale(d.get(), name.c_str()), what + ": '" + name + "' as a dimension scale");
+  write_int_attribute(d.get(), "_Netcdf4Dimid", dimid, what);
   return d;
 }
 
@@ -49,84 +50,83 @@ void text(hid_t obj, const char* name, const std::string& value, const std::stri
 
 // Lays the file out and returns each data variable's storage offset.
 std::vector<std::uint64_t> lay_out(const CfOutputLayout& L, const std::string& tmp) {
-  QuietHdf5 quiet;
+  tessera::detail::hdf5_errors_as_exceptions();
   const std::string what = "predict.output '" + L.path + "'";
   std::error_code ec;
   std::filesystem::remove(tmp, ec);
-  Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
-  check(H5Pset_link_creation_order(fcpl.id, kOrder), what);
-  check(H5Pset_attr_creation_order(fcpl.id, kOrder), what);
-  Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl.id, H5P_DEFAULT), H5Fclose);
-  if (file.id < 0) throw IoError(what + ": cannot create '" + tmp + "'");
+  H5Plist fcpl(H5Pcreate(H5P_FILE_CREATE));
+  check(H5Pset_link_creation_order(fcpl.get(), kOrder), what);
+  check(H5Pset_attr_creation_order(fcpl.get(), kOrder), what);
+  H5File file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT));
+  if (!file) throw IoError(what + ": cannot create '" + tmp + "'");
 
   unsigned major = 0, minor = 0, release = 0;
   H5get_libversion(&major, &minor, &release);
   // netCDF-C's provenance attribute (hidden by ncdump without -s), as other writers of
   // netCDF-4 through HDF5 set it.
-  write_string_attribute(file.id, "_NCProperties",
+  write_string_attribute(file.get(), "_NCProperties",
                          "version=2,tessera=" + std::string(version_string) + ",hdf5=" + std::to_string(major) + "." +
                              std::to_string(minor) + "." + std::to_string(release),
                          what);
-  for (const auto& [k, v] : L.global_attributes) write_string_attribute(file.id, k.c_str(), v, what);
+  for (const auto& [k, v] : L.global_attributes) write_string_attribute(file.get(), k.c_str(), v, what);
 
   const auto& c = L.coords;
   int dimid = 0;
-  Handle time(create_axis(file.id, "time", c.time, dimid++, what), H5Dclose);
-  text(time.id, "standard_name", "time", what);
-  text(time.id, "long_name", "time", what);
-  text(time.id, "units", c.time_units, what);
-  text(time.id, "calendar", c.calendar, what);
-  text(time.id, "axis", "T", what);
-  Handle level(H5I_INVALID_HID, H5Dclose);
+  const H5Dataset time = create_axis(file.get(), "time", c.time, dimid++, what);
+  text(time.get(), "standard_name", "time", what);
+  text(time.get(), "long_name", "time", what);
+  text(time.get(), "units", c.time_units, what);
+  text(time.get(), "calendar", c.calendar, what);
+  text(time.get(), "axis", "T", what);
+  H5Dataset level;
   if (!c.level.empty()) {
-    level.id = create_axis(file.id, c.level_name, c.level, dimid++, what);
-    text(level.id, "standard_name", c.level_standard_name, what);
-    text(level.id, "units", c.level_units, what);
-    text(level.id, "positive", c.level_positive, what);
-    text(level.id, "axis", "Z", what);
+    level = create_axis(file.get(), c.level_name, c.level, dimid++, what);
+    text(level.get(), "standard_name", c.level_standard_name, what);
+    text(level.get(), "units", c.level_units, what);
+    text(level.get(), "positive", c.level_positive, what);
+    text(level.get(), "axis", "Z", what);
   }
-  Handle lat(create_axis(file.id, "lat", c.lat, dimid++, what), H5Dclose);
-  text(lat.id, "standard_name", "latitude", what);
-  text(lat.id, "long_name", "latitude", what);
-  text(lat.id, "units", "degrees_north", what);
-  text(lat.id, "axis", "Y", what);
-  Handle lon(create_axis(file.id, "lon", c.lon, dimid++, what), H5Dclose);
-  text(lon.id, "standard_name", "longitude", what);
-  text(lon.id, "long_name", "longitude", what);
-  text(lon.id, "units", "degrees_east", what);
-  text(lon.id, "axis", "X", what);
+  const H5Dataset lat = create_axis(file.get(), "lat", c.lat, dimid++, what);
+  text(lat.get(), "standard_name", "latitude", what);
+  text(lat.get(), "long_name", "latitude", what);
+  text(lat.get(), "units", "degrees_north", what);
+  text(lat.get(), "axis", "Y", what);
+  const H5Dataset lon = create_axis(file.get(), "lon", c.lon, dimid++, what);
+  text(lon.get(), "standard_name", "longitude", what);
+  text(lon.get(), "long_name", "longitude", what);
+  text(lon.get(), "units", "degrees_east", what);
+  text(lon.get(), "axis", "X", what);
 
   std::vector<std::uint64_t> offsets;
   for (const auto& v : L.variables) {
     std::vector<hsize_t> dims{c.time.size()};
-    std::vector<hid_t> scales{time.id};
+    std::vector<hid_t> scales{time.get()};
     if (v.has_level) {
       dims.push_back(c.level.size());
-      scales.push_back(level.id);
+      scales.push_back(level.get());
     }
     dims.insert(dims.end(), {c.lat.size(), c.lon.size()});
-    scales.insert(scales.end(), {lat.id, lon.id});
-    Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    scales.insert(scales.end(), {lat.get(), lon.get()});
+    H5Space space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+    H5Plist dcpl(H5Pcreate(H5P_DATASET_CREATE));
     // Contiguous and allocated now: the ranks write its bytes at the offset HDF5 gives.
-    check(H5Pset_layout(dcpl.id, H5D_CONTIGUOUS), what);
-    check(H5Pset_alloc_time(dcpl.id, H5D_ALLOC_TIME_EARLY), what);
-    check(H5Pset_fill_time(dcpl.id, H5D_FILL_TIME_NEVER), what);
-    check(H5Pset_attr_creation_order(dcpl.id, kOrder), what);
-    Handle d(H5Dcreate2(file.id, v.name.c_str(), H5T_IEEE_F32LE, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
-             H5Dclose);
-    if (d.id < 0) throw IoError(what + ": cannot create variable '" + v.name + "'");
+    check(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), what);
+    check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), what);
+    check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), what);
+    check(H5Pset_attr_creation_order(dcpl.get(), kOrder), what);
+    H5Dataset d(H5Dcreate2(file.get(), v.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+    if (!d) throw IoError(what + ": cannot create variable '" + v.name + "'");
     for (std::size_t i = 0; i < scales.size(); ++i) {
-      check(H5DSattach_scale(d.id, scales[i], static_cast<unsigned>(i)), what + ": dimensions of '" + v.name + "'");
+      check(H5DSattach_scale(d.get(), scales[i], static_cast<unsigned>(i)), what + ": dimensions of '" + v.name + "'");
     }
-    text(d.id, "standard_name", v.standard_name, what);
-    text(d.id, "long_name", v.long_name, what);
-    text(d.id, "units", v.units, what);
-    const haddr_t offset = H5Dget_offset(d.id);
+    text(d.get(), "standard_name", v.standard_name, what);
+    text(d.get(), "long_name", v.long_name, what);
+    text(d.get(), "units", v.units, what);
+    const haddr_t offset = H5Dget_offset(d.get());
     if (offset == HADDR_UNDEF) throw IoError(what + ": variable '" + v.name + "' has no storage offset");
     offsets.push_back(static_cast<std::uint64_t>(offset));
   }
-  check(H5Fflush(file.id, H5F_SCOPE_GLOBAL), what + ": flushing the layout");
+  check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), what + ": flushing the layout");
   return offsets;
 }
 
