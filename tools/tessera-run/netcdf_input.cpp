@@ -87,24 +87,6 @@ herr_t scale_name_visitor(hid_t, unsigned, hid_t scale, void* data) {
   return 1;  // the first scale attached to the dimension names it
 }
 
-herr_t collect_links(hid_t, const char* name, const H5L_info_t*, void* data) {
-  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-  return 0;
-}
-
-// The root group's links in creation order (netCDF-C and h5py with track_order keep
-// it), or by name when the file does not track it.
-std::vector<std::string> root_links(hid_t file) {
-  std::vector<std::string> names;
-  hsize_t idx = 0;
-  if (H5Literate(file, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, collect_links, &names) < 0) {
-    names.clear();
-    idx = 0;
-    H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_links, &names);
-  }
-  return names;
-}
-
 // One netCDF-4 file's dimension scales and its (time, [level,] lat, lon) variables.
 struct FileHeader {
   std::string path;
@@ -125,7 +107,9 @@ FileHeader read_header(const std::string& path) {
   h.path = path;
   H5File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file) throw IoError("cannot open data file '" + path + "' (data.path): not a netCDF-4 (HDF5) file");
-  for (const auto& name : root_links(file.get())) {
+  // The root group's links in creation order (netCDF-C and h5py with track_order keep
+  // it), or by name when the file does not track it.
+  for (const auto& name : io::detail::list_links(file.get(), "/")) {
     H5O_info_t oi{};
     if (H5Oget_info_by_name(file.get(), name.c_str(), &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) continue;
     H5Dataset d(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT));
