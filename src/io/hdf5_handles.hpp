@@ -25,7 +25,8 @@ template <H5Kind K>
 class H5Handle {
  public:
   H5Handle() = default;
-  // Takes ownership of `id` (already checked: a negative id is never stored).
+  // Takes ownership of `id`. A negative id (a failed call) is held as empty: callers
+  // either check the call first (TESSERA_CHECK_HDF5) or test the handle (operator bool).
   explicit H5Handle(hid_t id) : id_(id) {}
   H5Handle(H5Handle&& other) noexcept : id_(std::exchange(other.id_, H5I_INVALID_HID)) {}
   H5Handle& operator=(H5Handle&& other) noexcept {
