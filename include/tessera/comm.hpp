@@ -2,9 +2,9 @@
 // Communicator: collectives on Tensors over one process group.
 //
 // Host tensors go through MPI, waiting under the communicator's WaitPolicy. CUDA
-// tensors go through NCCL: the group's NCCL communicator is created on its first CUDA
-// collective (the unique id is broadcast over this communicator's MPI group), and the
-// wait polls NCCL's asynchronous errors under the same WaitPolicy. With
+// tensors go through NCCL: the group's NCCL communicator is created by prepare_device or
+// on its first CUDA collective (the unique id is broadcast over this communicator's MPI
+// group), and the wait polls NCCL's asynchronous errors under the same WaitPolicy. With
 // TESSERA_NCCL=0 (or in a build without CUDA) CUDA tensors are staged through host
 // memory over MPI instead. A group of size 1 short-circuits every collective: no MPI
 // or NCCL call is made.
@@ -123,14 +123,23 @@ class Communicator {
   // A barrier under the wait policy.
   void barrier();
 
+  // Collective: settles up front how this group's tensors on `device` travel, which
+  // its first collective on such a tensor would otherwise settle. For a CUDA device
+  // (group size > 1, NCCL enabled): the device-sharing check that picks NCCL or host
+  // staging, and the group's NCCL communicator when NCCL is picked. For the host it
+  // returns at once and asks CUDA nothing (a CPU program never loads the CUDA plugin).
+  // Every rank passes its own device of the same kind.
+  void prepare_device(Device device);
+
   // Point to point (pipeline stage boundaries): `tensor` sent to rank `dest`, or
   // received from rank `source`, matched by `tag` (>= 0) as MPI matches messages. Only
   // the two ranks take part, so these are not collectives: they do not count toward
   // the watchdog's arrival board (a wait that never ends is still reported, without
   // the list of missing ranks). The receiver must know the shape and dtype. CUDA
-  // tensors MPI cannot address are staged through host memory (there is no NCCL
-  // send/recv path yet). The non-blocking forms let compute run while the message is
-  // in flight; their buffers stay alive until wait().
+  // tensors MPI cannot address are staged through host memory. There is no NCCL
+  // send/recv path yet: a receive queued on the compute stream would hold back the
+  // kernels and sends queued after it (see docs/pipeline.md). The non-blocking forms
+  // let compute run while the message is in flight; their buffers stay alive until wait().
   void send(const Tensor& tensor, int dest, int tag = 0);
   void recv(Tensor& tensor, int source, int tag = 0);
   CommRequest isend(const Tensor& tensor, int dest, int tag = 0);
@@ -157,8 +166,8 @@ class Communicator {
   CommRequest recv_impl(Tensor& tensor, int source, int tag, bool blocking);
   // The NCCL path for CUDA tensors: whether `t` takes it, the group's NCCL
   // communicator (created on first use), and the blocking/async wrapper of a waiter.
-  bool uses_nccl(const Tensor& t);
-  detail::NcclCommunicator& nccl_for(const Tensor& t, const char* op);
+  bool uses_nccl(Device device);
+  detail::NcclCommunicator& nccl_for(Device device, const char* op);
   CommRequest nccl_launch(std::int64_t bytes, bool blocking, std::function<void()> waiter,
                           std::vector<Tensor> keep_alive);
 
@@ -171,8 +180,9 @@ class Communicator {
   // The watchdog's per-rank call counters (comm/watchdog.hpp), kept when a collective
   // timeout is set at construction.
   std::shared_ptr<detail::ArrivalBoard> arrivals_;
-  // Whether this group's CUDA tensors may use NCCL: decided on the first CUDA collective
-  // (no when two of its ranks share a GPU, which NCCL refuses; see uses_nccl).
+  // Whether this group's CUDA tensors may use NCCL: decided by prepare_device or the
+  // first CUDA collective (no when two of its ranks share a GPU, which NCCL refuses;
+  // see uses_nccl).
   enum class NcclPath { undecided, nccl, staged } nccl_path_ = NcclPath::undecided;
 };
 

@@ -150,7 +150,8 @@ Communicator::Communicator(Communicator&& other) noexcept
       wait_(other.wait_),
       stats_(other.stats_),
       nccl_(std::move(other.nccl_)),
-      arrivals_(std::move(other.arrivals_)) {}
+      arrivals_(std::move(other.arrivals_)),
+      nccl_path_(other.nccl_path_) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
   if (this != &other) {
@@ -162,6 +163,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     stats_ = other.stats_;
     nccl_ = std::move(other.nccl_);
     arrivals_ = std::move(other.arrivals_);
+    nccl_path_ = other.nccl_path_;
   }
   return *this;
 }
@@ -222,13 +224,13 @@ CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool bloc
 // CUDA tensors take NCCL unless TESSERA_NCCL=0 or two ranks of this group share a GPU
 // (NCCL refuses that communicator): then they are staged through host memory over MPI,
 // the path every collective below takes for a tensor MPI cannot address. The sharing
-// check runs once per group, on its first CUDA collective (all ranks reach it in the
-// same order): one gather of the ranks' device UUIDs.
-bool Communicator::uses_nccl(const Tensor& t) {
-  if (!t.device().is_cuda() || !detail::nccl_enabled()) return false;
+// check runs once per group, on prepare_device or on its first CUDA collective (all
+// ranks reach either in the same order): one gather of the ranks' device UUIDs.
+bool Communicator::uses_nccl(Device device) {
+  if (!device.is_cuda() || !detail::nccl_enabled()) return false;
   if (nccl_path_ == NcclPath::undecided) {
     constexpr int kUuidChars = 32;
-    std::string mine = detail::cuda_device_uuid(t.device().index);
+    std::string mine = detail::cuda_device_uuid(device.index);
     mine.resize(kUuidChars, '0');
     std::vector<char> all(static_cast<std::size_t>(kUuidChars) * static_cast<std::size_t>(size_));
     MPI_Request request = MPI_REQUEST_NULL;
@@ -251,10 +253,25 @@ bool Communicator::uses_nccl(const Tensor& t) {
   return nccl_path_ == NcclPath::nccl;
 }
 
-detail::NcclCommunicator& Communicator::nccl_for(const Tensor& t, const char* op) {
-  if (!nccl_) nccl_ = detail::NcclCommunicator::create(comm_, rank_, size_, t.device().index);
-  if (nccl_->device() != t.device().index) {
-    throw InvalidArgument(collective_name(op) + ": tensor " + t.str() + " is not on cuda:" +
+void Communicator::prepare_device(Device device) {
+  // The host (and a group of one, whose collectives never communicate) has nothing to
+  // decide: return before anything asks CUDA, so a CPU program never loads the plugin.
+  if (!device.is_cuda() || size_ == 1) return;
+  if (device.index == Device::kAutoIndex) {
+    throw InvalidArgument(collective_name("prepare_device") +
+                          ": cuda:auto names no device; pass the resolved one (Mesh::device())");
+  }
+  if (uses_nccl(device)) {
+    // Created here rather than inside the first collective, which then costs only
+    // itself (ncclCommInitRank is collective and slow).
+    nccl_for(device, "prepare_device");
+  }
+}
+
+detail::NcclCommunicator& Communicator::nccl_for(Device device, const char* op) {
+  if (!nccl_) nccl_ = detail::NcclCommunicator::create(comm_, rank_, size_, device.index);
+  if (nccl_->device() != device.index) {
+    throw InvalidArgument(collective_name(op) + ": " + device.str() + " is not cuda:" +
                           std::to_string(nccl_->device()) +
                           ", the device this group's NCCL communicator was created for");
   }
@@ -314,8 +331,8 @@ CommRequest Communicator::all_reduce_impl(Tensor& tensor, ReduceOp op, bool bloc
   check_reduce_op(tensor, op, "all_reduce");
   ++stats_.collectives;
   if (size_ == 1 || tensor.numel() == 0) return {};  // sum/avg/max/min over one rank: identity
-  if (uses_nccl(tensor)) {
-    auto waiter = nccl_for(tensor, "all_reduce").all_reduce(tensor, op, wait_);
+  if (uses_nccl(tensor.device())) {
+    auto waiter = nccl_for(tensor.device(), "all_reduce").all_reduce(tensor, op, wait_);
     return nccl_launch(static_cast<std::int64_t>(tensor.nbytes()), blocking, std::move(waiter), {tensor});
   }
   Tensor host = host_readable(tensor);
@@ -348,8 +365,8 @@ CommRequest Communicator::all_gather_impl(const Tensor& input, Tensor& output, b
     output.reshape(input.shape()).copy_from(input);
     return {};
   }
-  if (uses_nccl(input)) {
-    auto waiter = nccl_for(input, "all_gather").all_gather(input, output, wait_);
+  if (uses_nccl(input.device())) {
+    auto waiter = nccl_for(input.device(), "all_gather").all_gather(input, output, wait_);
     return nccl_launch(static_cast<std::int64_t>(output.nbytes()), blocking, std::move(waiter), {input, output});
   }
   Tensor in = host_readable(input);
@@ -382,8 +399,8 @@ CommRequest Communicator::reduce_scatter_impl(const Tensor& input, Tensor& outpu
     output.copy_from(input.reshape(output.shape()));
     return {};
   }
-  if (uses_nccl(input)) {
-    auto waiter = nccl_for(input, "reduce_scatter").reduce_scatter(input, output, op, wait_);
+  if (uses_nccl(input.device())) {
+    auto waiter = nccl_for(input.device(), "reduce_scatter").reduce_scatter(input, output, op, wait_);
     return nccl_launch(static_cast<std::int64_t>(input.nbytes()), blocking, std::move(waiter), {input, output});
   }
   Tensor in = host_readable(input);
@@ -413,8 +430,8 @@ CommRequest Communicator::broadcast_impl(Tensor& tensor, int root, bool blocking
   }
   ++stats_.collectives;
   if (size_ == 1 || tensor.numel() == 0) return {};
-  if (uses_nccl(tensor)) {
-    auto waiter = nccl_for(tensor, "broadcast").broadcast(tensor, root, wait_);
+  if (uses_nccl(tensor.device())) {
+    auto waiter = nccl_for(tensor.device(), "broadcast").broadcast(tensor, root, wait_);
     return nccl_launch(static_cast<std::int64_t>(tensor.nbytes()), blocking, std::move(waiter), {tensor});
   }
   const bool is_root = rank_ == root;

@@ -50,14 +50,16 @@ std::string joined(const std::vector<std::string>& lines) {
   return out.str();
 }
 
-// What a CPU-only code does: host tensors and a collective over them, and a coupling
-// plan to a model on one rank (its route asks which node each rank is on, never how
-// many GPUs: that question alone would load the plugin).
+// What a CPU-only code does: host tensors and a collective over them (the group
+// prepared for the host device first), and a coupling plan to a model on one rank (its
+// route asks which node each rank is on, never how many GPUs: that question alone would
+// load the plugin).
 void host_work() {
   Communicator world(MPI_COMM_WORLD);
   Tensor t = Tensor::from_vector<double>({1, 1, 1, 1}, {4});
   world.all_reduce(t, ReduceOp::sum);
   EXPECT_EQ(t.to_vector<double>()[0], static_cast<double>(world.size()));
+  world.prepare_device(Device::host());  // a host group settles nothing with CUDA
   domain::Decomposition code(world, Shape{8, 16});
   domain::Redistribution plan(code, domain::ModelRanks::count(1));
   EXPECT_EQ(plan.model_size(), 1);

@@ -204,6 +204,26 @@ TEST(Comm, MovedCommunicatorKeepsWorking) {
   EXPECT_EQ(t.to_vector<double>()[0], world_size());
 }
 
+// prepare_device on the host has nothing to decide: no MPI call, no collective counted
+// (and no CUDA question: test_cuda_plugin checks the plugin stays unloaded), and the
+// point-to-point path of host tensors after it is MPI on the tensor itself.
+TEST(Comm, PrepareDeviceOnHostIsANoOp) {
+  Communicator comm(MPI_COMM_WORLD);
+  comm.prepare_device(Device::host());
+  EXPECT_EQ(comm.stats().mpi_calls, 0);
+  EXPECT_EQ(comm.stats().collectives, 0);
+  const int size = comm.size(), rank = comm.rank();
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  Tensor out = Tensor::from_vector<double>({10.0 * rank, 10.0 * rank + 1}, {2});
+  Tensor in = Tensor::empty({2}, DType::f64);
+  CommRequest receive = comm.irecv(in, prev, 7);
+  comm.send(out, next, 7);
+  receive.wait();
+  EXPECT_EQ(in.to_vector<double>(), (std::vector<double>{10.0 * prev, 10.0 * prev + 1}));
+  EXPECT_EQ(comm.stats().mpi_calls, 2);
+  EXPECT_EQ(comm.stats().nccl_calls, 0);
+}
+
 // The measurement behind the wait-policy design: 100 small all-reduces under `auto`.
 // Values are asserted; the time is reported, never asserted.
 TEST(Comm, HundredSmallAllReducesUnderAuto) {
