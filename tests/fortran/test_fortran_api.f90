@@ -5,11 +5,12 @@
 program test_fortran_api
   use mpi
   use tessera
-  use, intrinsic :: iso_fortran_env, only: real32, real64, error_unit
+  use tessera_test_support
+  use, intrinsic :: iso_fortran_env, only: real32, real64
   implicit none
 
   integer, parameter :: nlat = 45, nlon = 8, nlev = 3
-  integer :: failures = 0, total, rank, nranks, ierr, status
+  integer :: total, nranks, ierr, status
   character(len=256) :: scratch
 
   call MPI_Init(ierr)
@@ -33,16 +34,6 @@ program test_fortran_api
   if (total /= 0) error stop 1
 
 contains
-
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      write(error_unit, '(a,i0,a,a,a,a)') '[rank ', rank, '] check failed: ', what, '; last error: ', &
-        tessera_last_error()
-    end if
-  end subroutine
 
   real(real64) function encode(lev, i, j)
     integer, intent(in) :: lev, i, j

@@ -7,18 +7,18 @@
 program test_fortran_coupling
   use mpi
   use tessera
+  use tessera_test_support
   use, intrinsic :: iso_fortran_env, only: real32, real64
   implicit none
   integer, parameter :: GLOBAL_LAT = 9, GLOBAL_LON = 10, NLEV = 3
   type(tessera_decomp) :: decomp
   type(tessera_redist) :: redist
-  integer :: ierr, nranks, rank, failures, total, nmodel, status, glat, glon, lat1, nlat, lon1, nlon
+  integer :: ierr, nranks, total, nmodel, status, glat, glon, lat1, nlat, lon1, nlon
   integer :: m, msize, mcomm
 
   call MPI_Init(ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
-  failures = 0
   glat = nranks; glon = 1
   if (nranks == 4) then
     glat = 2; glon = 2
@@ -57,15 +57,6 @@ program test_fortran_coupling
   if (total /= 0) error stop 1
 
 contains
-
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      print '(a,i0,a,a,a,a)', 'rank ', rank, ': FAILED ', what, '; last error: ', tessera_last_error()
-    end if
-  end subroutine
 
   real(real64) function value(field, lev, i, j)
     integer, intent(in) :: field, lev, i, j

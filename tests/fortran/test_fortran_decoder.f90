@@ -7,11 +7,12 @@
 program test_fortran_decoder
   use mpi
   use tessera
-  use, intrinsic :: iso_fortran_env, only: real32, int64, error_unit
+  use tessera_test_support
+  use, intrinsic :: iso_fortran_env, only: real32, int64
   implicit none
 
   integer, parameter :: batch = 2, seq = 5
-  integer :: failures = 0, total, rank, nranks, ierr
+  integer :: total, nranks, ierr
   character(len=256) :: dir
 
   call MPI_Init(ierr)
@@ -29,15 +30,6 @@ program test_fortran_decoder
   if (total /= 0) stop 1
 
 contains
-
-  subroutine expect(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      write(error_unit, '(a,i0,a,a)') '[rank ', rank, '] failed: ', what
-    end if
-  end subroutine
 
   subroutine check_model(root, nvocab)
     character(len=*), intent(in) :: root
@@ -58,21 +50,21 @@ contains
       call tessera_model_load(model, mesh, root)
       call tessera_mesh_destroy(mesh)
       call tessera_model_type(model, type)
-      call expect(type == TESSERA_MODEL_DECODER, 'tessera_model_type is TESSERA_MODEL_DECODER')
+      call check(type == TESSERA_MODEL_DECODER, 'tessera_model_type is TESSERA_MODEL_DECODER')
       call tessera_model_vocab(model, vocab)
-      call expect(vocab == nvocab, 'tessera_model_vocab')
+      call check(vocab == nvocab, 'tessera_model_vocab')
       logits = -1
       call tessera_model_logits(model, ids, logits)
       if (tensor == 1) then
-        call expect(all(logits == serial), root // ': logits at tp 1 equal the serial model''s')
+        call check(all(logits == serial), root // ': logits at tp 1 equal the serial model''s')
       else
-        call expect(all(logits == trained), root // ': logits at tp N equal the saving model''s')
+        call check(all(logits == trained), root // ': logits at tp N equal the saving model''s')
       end if
       call tessera_model_logits(model, ids, wrong, status)
-      call expect(status == TESSERA_ERR_INVALID_ARGUMENT, 'mismatched logits shape')
+      call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'mismatched logits shape')
       call tessera_model_predict(model, field, field, status)
-      call expect(status == TESSERA_ERR_INVALID_ARGUMENT, 'tessera_model_predict on a decoder')
-      call expect(index(tessera_last_error(), 'decoder') > 0, 'the error names the decoder')
+      call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'tessera_model_predict on a decoder')
+      call check(index(tessera_last_error(), 'decoder') > 0, 'the error names the decoder')
       call tessera_model_destroy(model)
     end do
   end subroutine

@@ -4,19 +4,19 @@
 program test_fortran_f08
   use mpi_f08
   use tessera
-  use, intrinsic :: iso_fortran_env, only: real64, error_unit
+  use tessera_test_support
+  use, intrinsic :: iso_fortran_env, only: real64
   implicit none
   type(tessera_mesh) :: mesh, mesh_int
   type(tessera_decomp) :: d, d_int
   type(MPI_Comm) :: world, dcomm, domain_comm
-  integer :: rank, nranks, failures, total, status, n, t, dm, dd, grid_lat, grid_lon, dcomm_int
+  integer :: nranks, total, status, n, t, dm, dd, grid_lat, grid_lon, dcomm_int
   real(real64) :: one, sum
 
   call MPI_Init()
   world = MPI_COMM_WORLD
   call MPI_Comm_rank(world, rank)
   call MPI_Comm_size(world, nranks)
-  failures = 0
 
   ! The mesh: type(MPI_Comm) and integer forms agree.
   call tessera_mesh_create(mesh, world, TESSERA_DATA_NONE, 1, nranks, status)
@@ -54,15 +54,4 @@ program test_fortran_f08
   call MPI_Finalize()
   if (total /= 0) error stop 1
 
-contains
-
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      write(error_unit, '(a,i0,a,a,a,a)') '[rank ', rank, '] check failed: ', what, '; last error: ', &
-        tessera_last_error()
-    end if
-  end subroutine
 end program

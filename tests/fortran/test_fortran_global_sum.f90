@@ -4,10 +4,11 @@
 program test_fortran_global_sum
   use mpi
   use tessera
-  use, intrinsic :: iso_fortran_env, only: real32, real64, error_unit
+  use tessera_test_support
+  use, intrinsic :: iso_fortran_env, only: real32, real64
   implicit none
   integer, parameter :: nlon = 12, nlat = 10, nlev = 3
-  integer :: ierr, rank, nranks, glat, glon, failures, total, status
+  integer :: ierr, nranks, glat, glon, total, status
   integer :: lat_first, lat_count, lon_first, lon_count, i, j, k
   type(tessera_decomp) :: d, one
   real(real64), allocatable :: q(:, :, :), whole(:, :, :)
@@ -17,7 +18,6 @@ program test_fortran_global_sum
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
-  failures = 0
 
   call tessera_decomp_auto_grid(nranks, nlat, nlon, glat, glon, status)
   call check(status == TESSERA_OK .and. glat * glon == nranks, 'auto grid')
@@ -66,14 +66,4 @@ contains
     value = merge(-1.0_real64, 1.0_real64, mod(i + j + k, 3) == 0) * &
             scale(1.0_real64 + 0.001_real64 * (i * nlon + j), mod(k * 37 + i * 11 + j * 5, 90) - 45)
   end function
-
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      write(error_unit, '(a,i0,a,a,a,a)') '[rank ', rank, '] check failed: ', what, '; last error: ', &
-        tessera_last_error()
-    end if
-  end subroutine
 end program

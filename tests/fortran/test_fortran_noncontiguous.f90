@@ -18,7 +18,8 @@
 program test_fortran_noncontiguous
   use mpi
   use tessera
-  use, intrinsic :: iso_fortran_env, only: real32, real64, error_unit
+  use tessera_test_support
+  use, intrinsic :: iso_fortran_env, only: real32, real64
   implicit none
 
   ! Several components of different kinds: pts%u is a real32 array whose elements are
@@ -38,7 +39,7 @@ program test_fortran_noncontiguous
   integer, parameter :: nlat = 12, nlon = 8
   character(len=*), parameter :: not_contiguous = "is not contiguous (a strided section, or a component of an " // &
     "array of derived type such as pts%u); pass a whole array or a contiguous section"
-  integer :: failures = 0, total, rank, nranks, ierr
+  integer :: total, nranks, ierr
   character(len=256) :: scratch
 
   call MPI_Init(ierr)
@@ -60,16 +61,6 @@ program test_fortran_noncontiguous
   if (total /= 0) error stop 1
 
 contains
-
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      write(error_unit, '(a,i0,a,a,a,a)') '[rank ', rank, '] check failed: ', what, '; last error: ', &
-        tessera_last_error()
-    end if
-  end subroutine
 
   real(real64) function encode(i, j)
     integer, intent(in) :: i, j

@@ -7,17 +7,16 @@
 program test_fortran_pipeline
   use mpi_f08
   use tessera
-  use, intrinsic :: iso_fortran_env, only: error_unit
+  use tessera_test_support
   implicit none
   type(tessera_mesh) :: mesh, old_mesh
   type(MPI_Comm) :: world, a, b
-  integer :: rank, nranks, failures, total, status, s, t, d, data, dim, result, ra, rb, layouts
+  integer :: nranks, total, status, s, t, d, data, dim, result, ra, rb, layouts
 
   call MPI_Init()
   world = MPI_COMM_WORLD
   call MPI_Comm_rank(world, rank)
   call MPI_Comm_size(world, nranks)
-  failures = 0
   layouts = 0
 
   do s = 1, nranks
@@ -118,14 +117,4 @@ contains
     e(k) = i
     global_rank = ((e(3) * p + e(0)) * t + e(1)) * d + e(2)
   end function
-
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      write(error_unit, '(a,i0,a,a,a,a)') '[rank ', rank, '] check failed: ', what, '; last error: ', &
-        tessera_last_error()
-    end if
-  end subroutine
 end program

@@ -8,19 +8,19 @@
 program test_fortran_trainer
   use mpi_f08
   use tessera
-  use, intrinsic :: iso_fortran_env, only: real32, real64, error_unit, output_unit
+  use tessera_test_support
+  use, intrinsic :: iso_fortran_env, only: real32, real64, output_unit
   implicit none
 
   integer, parameter :: nlon = 8, nlat = 9, nchan = 2, nbatch = 2, nsteps = 4
   character(len=512) :: dir
-  integer :: rank, nranks, dp, tp, failures, total
+  integer :: nranks, dp, tp, total
 
   call MPI_Init()
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
   call MPI_Comm_size(MPI_COMM_WORLD, nranks)
   dir = '.'
   if (command_argument_count() >= 1) call get_command_argument(1, dir)
-  failures = 0
   do dp = 1, nranks
     do tp = 1, nranks / dp
       if (mod(nranks, dp * tp) /= 0) cycle
@@ -35,15 +35,6 @@ program test_fortran_trainer
   if (total /= 0) stop 1
 
 contains
-
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      write(error_unit, '(a,i0,a,a,a,a)') '[rank ', rank, '] ', what, ' failed; last error: ', tessera_last_error()
-    end if
-  end subroutine
 
   function config(name, dp, tp, domain) result(path)
     character(len=*), intent(in) :: name
