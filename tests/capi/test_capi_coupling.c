@@ -11,18 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capi_check.h"
 #include "tessera/tessera.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                          \
-      fprintf(stderr, " (last error: %s)\n", tessera_last_error()); \
-      ++failures;                                            \
-    }                                                        \
-  } while (0)
 
 enum { NLEV = 3, NLAT = 9, NLON = 10 };
 

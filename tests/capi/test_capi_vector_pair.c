@@ -9,18 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capi_check.h"
 #include "tessera/tessera.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                      \
-  do {                                                        \
-    if (!(cond)) {                                            \
-      fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__);  \
-      fprintf(stderr, __VA_ARGS__);                           \
-      fprintf(stderr, "\n");                                  \
-      ++failures;                                             \
-    }                                                         \
-  } while (0)
 
 enum { NLAT = 9, NLON = 8 };
 
