@@ -15,6 +15,7 @@
 #include <numbers>
 #include <random>
 
+#include "domain_test_support.hpp"
 #include "mpi_test.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/domain/decomposition.hpp"
@@ -26,15 +27,11 @@
 using namespace tessera;
 using namespace tessera::domain;
 namespace F = tessera::nn::functional;
+using tessera::testing::world;
 using tessera::testing::world_rank;
 using tessera::testing::world_size;
 
 namespace {
-
-Communicator& world() {
-  static Communicator comm(MPI_COMM_WORLD);
-  return comm;
-}
 
 Tensor random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);

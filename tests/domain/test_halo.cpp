@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "domain_test_support.hpp"
 #include "mpi_test.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/domain/decomposition.hpp"
@@ -22,29 +23,13 @@
 
 using namespace tessera;
 using namespace tessera::domain;
+using tessera::testing::world;
+using tessera::testing::grids;
+using tessera::testing::encode;
 using tessera::testing::world_rank;
 using tessera::testing::world_size;
 
 namespace {
-
-Communicator& world() {
-  static Communicator comm(MPI_COMM_WORLD);
-  return comm;
-}
-
-// The process grids exercised at this world size.
-std::vector<ProcessGrid> grids() {
-  const int p = world_size();
-  std::vector<ProcessGrid> g{{p, 1}};
-  if (p > 1) g.push_back({1, p});
-  if (p == 4) g.push_back({2, 2});
-  return g;
-}
-
-// A value naming (leading index, global lat, global lon); exact in f64 and f32.
-double encode(std::int64_t lead, std::int64_t i, std::int64_t j) {
-  return 1.0 + static_cast<double>(lead) * 1.0e6 + static_cast<double>(i) * 1000.0 + static_cast<double>(j);
-}
 
 // The rule every halo cell follows, written from the spec independently of the planner:
 // latitude beyond a pole by the policy, then longitude wrap or zero. Returns false for a

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "domain_test_support.hpp"
 #include "mpi_test.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/domain/decomposition.hpp"
@@ -21,27 +22,13 @@
 
 using namespace tessera;
 using namespace tessera::domain;
+using tessera::testing::world;
+using tessera::testing::grids;
+using tessera::testing::encode;
 using tessera::testing::world_rank;
 using tessera::testing::world_size;
 
 namespace {
-
-Communicator& world() {
-  static Communicator comm(MPI_COMM_WORLD);
-  return comm;
-}
-
-std::vector<ProcessGrid> grids() {
-  const int p = world_size();
-  std::vector<ProcessGrid> g{{p, 1}};
-  if (p > 1) g.push_back({1, p});
-  if (p == 4) g.push_back({2, 2});
-  return g;
-}
-
-double encode(std::int64_t lead, std::int64_t i, std::int64_t j) {
-  return 1.0 + static_cast<double>(lead) * 1.0e6 + static_cast<double>(i) * 1000.0 + static_cast<double>(j);
-}
 
 // Positions in half-cell units. Latitude from the north pole (0) to the south pole (S):
 // rows bounded by the poles are centred at 2i + 1 (S = 2 nlat) and their faces lie at 2f;
