@@ -22,11 +22,7 @@
 
 using namespace tessera;
 using namespace tessera::domain;
-using tessera::testing::world;
-using tessera::testing::grids;
-using tessera::testing::encode;
-using tessera::testing::world_rank;
-using tessera::testing::world_size;
+using namespace tessera::testing;  // world(), grids(), encode(), world_rank(), world_size()
 
 namespace {
 
