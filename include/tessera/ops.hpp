@@ -6,15 +6,25 @@
 // All tensors must be contiguous, of one floating dtype (f32 or f64) and on one device;
 // violations are ShapeErrors naming the op and the tensors.
 
+#include "tessera/precision.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::ops {
 
 // C = alpha * op(A) * op(B) + beta * C for 2-D row-major tensors, op(X) = X or X^T.
+// A and B: f32, f64 or bf16 (bf16 accumulates in fp32 into a bf16 or f32 C).
+// Precision::bf16_mixed (precision.hpp): A and B are f32 or bf16, C is f32; f32
+// operands are rounded to bf16 first, so the product is that of the bf16 operands,
+// accumulated in fp32. On the host the bf16 GEMM is the BLAS's cblas_sbgemm where the
+// loaded BLAS exports one, else the operands widened (exactly) to f32 and sgemm.
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c,
-          double alpha = 1.0, double beta = 0.0);
+          double alpha = 1.0, double beta = 0.0, Precision precision = Precision::fp32);
 // op(A) * op(B) into a new tensor.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+// A contiguous copy of x (f32, f64 or bf16) converted to `dtype` (f32, f64 or bf16; to
+// bf16 rounds to nearest even). Same dtype: a copy.
+Tensor cast(const Tensor& x, DType dtype);
 
 // y += alpha * x (same shape).
 void axpy(double alpha, const Tensor& x, Tensor& y);

@@ -63,7 +63,22 @@ void split_around(const Tensor& y, int d, std::int64_t& outer, std::int64_t& cha
 
 }  // namespace
 
-void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta) {
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double alpha, double beta,
+          Precision precision) {
+  if (precision == Precision::bf16_mixed) {
+    require_float(a, "gemm", "A", /*allow_bf16=*/true);
+    require_float(b, "gemm", "B", /*allow_bf16=*/true);
+    require_float(c, "gemm", "C");
+    for (const Tensor* t : {&a, &b, static_cast<const Tensor*>(&c)}) {
+      if (t->dtype() == DType::f64) {
+        throw ShapeError("ops::gemm: bf16-mixed precision takes f32 or bf16 operands and an f32 C, not " + t->str());
+      }
+    }
+    const Tensor a16 = a.dtype() == DType::bf16 ? a : cast(a, DType::bf16);
+    const Tensor b16 = b.dtype() == DType::bf16 ? b : cast(b, DType::bf16);
+    gemm(a16, ta, b16, tb, c, alpha, beta);
+    return;
+  }
   require_float(a, "gemm", "A", /*allow_bf16=*/true);
   require_float(b, "gemm", "B", /*allow_bf16=*/true);
   require_float(c, "gemm", "C", /*allow_bf16=*/true);
@@ -99,6 +114,20 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   args.alpha = alpha;
   args.beta = beta;
   compute_for(a, "gemm", "A").gemm(args, a.device().index);
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  if (!x.defined()) throw InvalidArgument("ops::cast: x is undefined");
+  if (!is_floating(x.dtype()) || !is_floating(dtype)) {
+    throw ShapeError("ops::cast: " + x.str() + " to " + std::string(dtype_name(dtype)) +
+                     ": only f32, f64 and bf16 convert");
+  }
+  const Tensor src = x.contiguous();
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  if (out.numel() > 0) {
+    compute_for(src, "cast", "x").cast(src.dtype(), src.data(), dtype, out.data(), out.numel(), x.device().index);
+  }
+  return out;
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {

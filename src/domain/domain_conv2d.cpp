@@ -62,14 +62,16 @@ static nn::functional::Conv2dOptions local_options(const DomainConv2dOptions& o)
 
 Tensor DomainConv2d::forward(const Tensor& input) {
   padded_input_ = halo_.pad(input, in_channels_, weight.value.dtype(), weight.value.device());
-  return nn::functional::conv2d(padded_input_, weight.value, bias.value, local_options(options_));
+  return nn::functional::conv2d(padded_input_, weight.value, bias.value, local_options(options_),
+                                compute_precision());
 }
 
 Tensor DomainConv2d::backward(const Tensor& grad_output) {
   if (!padded_input_.defined()) throw InvalidArgument(describe() + ": backward called without a preceding forward");
   if (!grad_output.defined()) throw InvalidArgument(describe() + ": backward grad_output is undefined");
   Tensor grad_padded = nn::functional::conv2d_backward(grad_output.contiguous(), padded_input_, weight.value,
-                                                       weight.grad, bias.grad, local_options(options_));
+                                                       weight.grad, bias.grad, local_options(options_),
+                                                       compute_precision());
   padded_input_ = Tensor();
   return halo_.backward(std::move(grad_padded));
 }

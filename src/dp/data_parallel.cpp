@@ -56,6 +56,10 @@ class UnitWrapper final : public nn::Module {
     return dx;
   }
   void release_activations() override { inner_->release_activations(); }
+  void set_compute_precision(Precision precision) override {
+    nn::Module::set_compute_precision(precision);
+    inner_->set_compute_precision(precision);
+  }
   std::string type_name() const override {
     return (engine_->mode == DataParallelMode::fsdp2 ? "FSDP(" : "DDP(") + inner_->type_name() + ")";
   }

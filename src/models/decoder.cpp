@@ -181,7 +181,7 @@ Tensor Decoder::forward(const Tensor& ids) {
   x = at("norm").forward(x);
   if (!config_.tie_embeddings) return at("head").forward(x);
   normed_ = x;
-  return nn::functional::linear(x, tied_table(at("embed"), describe()).value, Tensor());
+  return nn::functional::linear(x, tied_table(at("embed"), describe()).value, Tensor(), compute_precision());
 }
 
 std::vector<std::string> Decoder::tied_parameter_paths() const {
@@ -196,7 +196,8 @@ Tensor Decoder::backward(const Tensor& grad_logits) {
     if (!normed_.defined()) throw InvalidArgument(describe() + ": backward without a preceding forward");
     Parameter& table = tied_table(at("embed"), describe());
     Tensor no_bias;
-    g = nn::functional::linear_backward(grad_logits.contiguous(), normed_, table.value, table.grad, no_bias);
+    g = nn::functional::linear_backward(grad_logits.contiguous(), normed_, table.value, table.grad, no_bias,
+                                        compute_precision());
     normed_ = Tensor();
   } else {
     g = at("head").backward(grad_logits);

@@ -59,7 +59,7 @@ Tensor KvHeadsProjection::forward(const Tensor& x) {
     Tensor block = selected_.narrow(0, static_cast<std::int64_t>(j) * head_dim_, head_dim_);
     block.copy_from(w.narrow(0, heads_[j] * head_dim_, head_dim_));
   }
-  return nn::functional::linear(input_, selected_, Tensor());
+  return nn::functional::linear(input_, selected_, Tensor(), compute_precision());
 }
 
 Tensor KvHeadsProjection::backward(const Tensor& grad_y) {
@@ -69,7 +69,8 @@ Tensor KvHeadsProjection::backward(const Tensor& grad_y) {
   Parameter& w = inner_->weight;
   Tensor grad_selected = Tensor::zeros(selected_.shape(), selected_.dtype(), selected_.device());
   Tensor no_bias;
-  const Tensor dx = nn::functional::linear_backward(grad_y.contiguous(), input_, selected_, grad_selected, no_bias);
+  const Tensor dx = nn::functional::linear_backward(grad_y.contiguous(), input_, selected_, grad_selected, no_bias,
+                                                    compute_precision());
   // A key/value head read by several blocks collects each block's gradient.
   for (std::size_t j = 0; j < heads_.size(); ++j) {
     Tensor rows = w.grad.narrow(0, heads_[j] * head_dim_, head_dim_);

@@ -48,6 +48,10 @@ class KvHeadsProjection final : public nn::Module {
     input_ = selected_ = Tensor();
     inner_->release_activations();
   }
+  void set_compute_precision(Precision precision) override {
+    nn::Module::set_compute_precision(precision);
+    inner_->set_compute_precision(precision);
+  }
   const std::vector<std::int64_t>& heads() const { return heads_; }
 
  private:

@@ -56,6 +56,11 @@ std::vector<std::string> ActivationCheckpoint::tied_parameter_paths() const {
   return out;
 }
 
+void ActivationCheckpoint::set_compute_precision(Precision precision) {
+  Module::set_compute_precision(precision);
+  if (inner_) inner_->set_compute_precision(precision);
+}
+
 void ActivationCheckpoint::after_initialize() {
   if (!inner_) return;
   for (const auto& [path, m] : inner_->named_modules()) m->after_initialize();

@@ -68,14 +68,14 @@ Tensor Conv2d::forward(const Tensor& input) {
                      pair_str(static_cast<int>(span_h), static_cast<int>(span_w)) + " after padding");
   }
   input_ = input.contiguous();
-  return functional::conv2d(input_, weight.value, bias.value, options_);
+  return functional::conv2d(input_, weight.value, bias.value, options_, compute_precision());
 }
 
 Tensor Conv2d::backward(const Tensor& grad_output) {
   if (!input_.defined()) throw InvalidArgument(describe() + ": backward called without a preceding forward");
   if (!grad_output.defined()) throw InvalidArgument(describe() + ": backward grad_output is undefined");
   Tensor dx = functional::conv2d_backward(grad_output.contiguous(), input_, weight.value, weight.grad, bias.grad,
-                                          options_);
+                                          options_, compute_precision());
   input_ = Tensor();
   return dx;
 }

@@ -99,13 +99,18 @@ tessera::detail::Im2colGeometry im2col_geometry(const ConvGeometry& g, const Con
 }
 
 // Sample n of a contiguous NCHW tensor as a 2-D [channels, pixels] view.
+Tensor gemm_weight(const Tensor& w2, Precision precision) {
+  return precision == Precision::bf16_mixed && w2.dtype() == DType::f32 ? ops::cast(w2, DType::bf16) : w2;
+}
+
 Tensor sample_matrix(const Tensor& t, std::int64_t n) {
   return t.narrow(0, n, 1).reshape({t.size(1), t.size(2) * t.size(3)});
 }
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options,
+              Precision precision) {
   const char* fn = "conv2d";
   const ConvGeometry g = check_conv_args(x, weight, options, fn);
   if (bias.defined()) {
@@ -121,25 +126,26 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor y = g.col_rows() > 0 ? Tensor::empty({g.n, g.c_out, g.oh, g.ow}, x.dtype(), x.device())
                               : Tensor::zeros({g.n, g.c_out, g.oh, g.ow}, x.dtype(), x.device());
   if (y.numel() == 0) return y;
-  const Tensor w2 = weight.reshape({g.c_out, g.col_rows()});
+  // bf16-mixed: the weight rounded once for every sample's GEMM, not once per sample.
+  const Tensor w2 = gemm_weight(weight.reshape({g.c_out, g.col_rows()}), precision);
   const bool pointwise = is_pointwise(g, options);
   Tensor cols = pointwise ? Tensor() : Tensor::empty({g.col_rows(), g.col_cols()}, x.dtype(), x.device());
   for (std::int64_t n = 0; n < g.n; ++n) {
     Tensor y_n = sample_matrix(y, n);
     if (pointwise) {
-      ops::gemm(w2, false, sample_matrix(x, n), false, y_n, 1.0, 0.0);
+      ops::gemm(w2, false, sample_matrix(x, n), false, y_n, 1.0, 0.0, precision);
       continue;
     }
     detail::compute_for(x, fn).im2col(x.dtype(), x.narrow(0, n, 1).data(), cols.data(), im2col_geometry(g, options),
                                       x.device().index);
-    ops::gemm(w2, false, cols, false, y_n, 1.0, 0.0);
+    ops::gemm(w2, false, cols, false, y_n, 1.0, 0.0, precision);
   }
   if (bias.defined()) ops::add_bias(y, bias, 1);
   return y;
 }
 
 Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, Tensor& grad_weight,
-                       Tensor& grad_bias, const Conv2dOptions& options) {
+                       Tensor& grad_bias, const Conv2dOptions& options, Precision precision) {
   const char* fn = "conv2d_backward";
   const ConvGeometry g = check_conv_args(x, weight, options, fn);
   detail::require_float(grad_y, fn, "grad_y");
@@ -166,7 +172,8 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
     if (grad_bias.defined()) ops::accumulate_bias_grad(grad_y, grad_bias, 1);
     return Tensor::zeros(x.shape(), x.dtype(), x.device());
   }
-  const Tensor w2 = weight.reshape({g.c_out, g.col_rows()});
+  // bf16-mixed: the weight rounded once for every sample's GEMM, not once per sample.
+  const Tensor w2 = gemm_weight(weight.reshape({g.c_out, g.col_rows()}), precision);
   Tensor gw2 = grad_weight.defined() ? grad_weight.reshape({g.c_out, g.col_rows()}) : Tensor();
   const bool pointwise = is_pointwise(g, options);
   // Pointwise, every sample of dx is written by a GEMM with beta = 0 (its contraction over
@@ -179,17 +186,17 @@ Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
     const Tensor dy_n = sample_matrix(grad_y, n);
     if (pointwise) {
       Tensor dx_n = sample_matrix(dx, n);
-      ops::gemm(w2, true, dy_n, false, dx_n, 1.0, 0.0);
-      if (gw2.defined()) ops::gemm(dy_n, false, sample_matrix(x, n), true, gw2, 1.0, 1.0);
+      ops::gemm(w2, true, dy_n, false, dx_n, 1.0, 0.0, precision);
+      if (gw2.defined()) ops::gemm(dy_n, false, sample_matrix(x, n), true, gw2, 1.0, 1.0, precision);
       continue;
     }
-    ops::gemm(w2, true, dy_n, false, dcols, 1.0, 0.0);
+    ops::gemm(w2, true, dy_n, false, dcols, 1.0, 0.0, precision);
     auto& compute = detail::compute_for(x, fn);
     const auto geometry = im2col_geometry(g, options);
     compute.col2im_add(x.dtype(), dcols.data(), dx.narrow(0, n, 1).data(), geometry, x.device().index);
     if (gw2.defined()) compute.im2col(x.dtype(), x.narrow(0, n, 1).data(), cols.data(), geometry, x.device().index);
     // dW += dy_n cols^T  (beta = 1 accumulates over samples and calls)
-    if (gw2.defined()) ops::gemm(dy_n, false, cols, true, gw2, 1.0, 1.0);
+    if (gw2.defined()) ops::gemm(dy_n, false, cols, true, gw2, 1.0, 1.0, precision);
   }
   if (grad_bias.defined()) ops::accumulate_bias_grad(grad_y, grad_bias, 1);
   return dx;

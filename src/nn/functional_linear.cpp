@@ -12,11 +12,17 @@ using detail::fn_name;
 
 namespace {
 
+// Whether x is the bf16 copy of a bf16-mixed layer's input (its weight is f32).
+bool is_rounded_input(const Tensor& x, const Tensor& weight, Precision precision) {
+  return precision == Precision::bf16_mixed && x.defined() && x.dtype() == DType::bf16 &&
+         weight.defined() && weight.dtype() == DType::f32;
+}
+
 // Checks x [..., in] against weight [out, in].
-void check_linear_args(const Tensor& x, const Tensor& weight, const char* fn) {
-  detail::require_float(x, fn, "input");
+void check_linear_args(const Tensor& x, const Tensor& weight, Precision precision, const char* fn) {
+  if (!is_rounded_input(x, weight, precision)) detail::require_float(x, fn, "input");
   detail::require_float(weight, fn, "weight");
-  detail::require_same_dtype(x, "input", weight, "weight", fn);
+  if (!is_rounded_input(x, weight, precision)) detail::require_same_dtype(x, "input", weight, "weight", fn);
   if (weight.dim() != 2) throw ShapeError(fn_name(fn) + ": weight " + weight.str() + " must be 2-D [out, in]");
   if (x.dim() < 1 || x.size(x.dim() - 1) != weight.size(1)) {
     throw ShapeError(fn_name(fn) + ": input " + x.str() + " must end in the weight's in-features " +
@@ -41,13 +47,13 @@ Shape with_last(const Shape& s, std::int64_t last) {
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Precision precision) {
   const char* fn = "linear";
-  check_linear_args(x, weight, fn);
+  check_linear_args(x, weight, precision, fn);
   if (bias.defined()) check_bias_like(bias, "bias", weight, fn);
   const std::int64_t in = weight.size(1), out = weight.size(0);
   const std::int64_t rows = shape_numel(with_last(x.shape(), 1));
-  Tensor y = Tensor::empty(with_last(x.shape(), out), x.dtype(), x.device());
+  Tensor y = Tensor::empty(with_last(x.shape(), out), weight.dtype(), x.device());
   Tensor y2 = y.reshape({rows, out});
   if (in == 0) {
     // An empty contraction is zero; gemm would scale the uninitialised y by beta = 0
@@ -63,19 +69,19 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       const std::int64_t n = std::min(filled, rows - filled);
       y2.narrow(0, filled, n).copy_from(y2.narrow(0, 0, n));
     }
-    ops::gemm(x.reshape({rows, in}), false, weight, true, y2, 1.0, 1.0);
+    ops::gemm(x.reshape({rows, in}), false, weight, true, y2, 1.0, 1.0, precision);
   } else {
-    ops::gemm(x.reshape({rows, in}), false, weight, true, y2, 1.0, 0.0);
+    ops::gemm(x.reshape({rows, in}), false, weight, true, y2, 1.0, 0.0, precision);
   }
   return y;
 }
 
 Tensor linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, Tensor& grad_weight,
-                       Tensor& grad_bias) {
+                       Tensor& grad_bias, Precision precision) {
   const char* fn = "linear_backward";
-  check_linear_args(x, weight, fn);
+  check_linear_args(x, weight, precision, fn);
   detail::require_float(grad_y, fn, "grad_y");
-  detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
+  detail::require_same_dtype(weight, "weight", grad_y, "grad_y", fn);
   const std::int64_t in = weight.size(1), out = weight.size(0);
   if (grad_y.shape() != with_last(x.shape(), out)) {
     throw ShapeError(fn_name(fn) + ": grad_y " + grad_y.str() + " does not match the output of input " + x.str() +
@@ -90,13 +96,15 @@ Tensor linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weig
 
   const std::int64_t rows = shape_numel(with_last(x.shape(), 1));
   const Tensor dy2 = grad_y.reshape({rows, out});
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor dx = Tensor::empty(x.shape(), weight.dtype(), x.device());
   if (in > 0) {
     Tensor dx2 = dx.reshape({rows, in});
     if (out == 0) dx2.fill_zero();
-    else ops::gemm(dy2, false, weight, false, dx2, 1.0, 0.0);
+    else ops::gemm(dy2, false, weight, false, dx2, 1.0, 0.0, precision);
     // dW += dy^T x  (beta = 1 accumulates)
-    if (grad_weight.defined() && rows > 0) ops::gemm(dy2, true, x.reshape({rows, in}), false, grad_weight, 1.0, 1.0);
+    if (grad_weight.defined() && rows > 0) {
+      ops::gemm(dy2, true, x.reshape({rows, in}), false, grad_weight, 1.0, 1.0, precision);
+    }
   }
   if (grad_bias.defined()) ops::accumulate_bias_grad(dy2, grad_bias, -1);
   return dx;

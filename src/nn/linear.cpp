@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tessera/nn/functional.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::nn {
 
@@ -44,14 +45,16 @@ Tensor Linear::forward(const Tensor& input) {
     throw ShapeError(describe() + ": input " + input.str() + " does not match the dtype of weight " +
                      weight.value.str());
   }
-  input_ = input.contiguous();
-  return functional::linear(input_, weight.value, bias.value);
+  // bf16-mixed keeps the bf16 copy its GEMMs read: half the memory, the same operand.
+  input_ = compute_precision() == Precision::bf16_mixed ? ops::cast(input, DType::bf16) : input.contiguous();
+  return functional::linear(input_, weight.value, bias.value, compute_precision());
 }
 
 Tensor Linear::backward(const Tensor& grad_output) {
   if (!input_.defined()) throw InvalidArgument(describe() + ": backward called without a preceding forward");
   if (!grad_output.defined()) throw InvalidArgument(describe() + ": backward grad_output is undefined");
-  Tensor dx = functional::linear_backward(grad_output.contiguous(), input_, weight.value, weight.grad, bias.grad);
+  Tensor dx = functional::linear_backward(grad_output.contiguous(), input_, weight.value, weight.grad, bias.grad,
+                                          compute_precision());
   input_ = Tensor();
   return dx;
 }

@@ -85,12 +85,20 @@ std::unique_ptr<Module> Module::replace(const std::string& path, std::unique_ptr
   const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
   for (auto& [n, c] : parent.children_) {
     if (n == name) {
+      // The replacement computes as the module it replaces did (a converted or wrapped
+      // layer keeps the model's precision, whichever was set first).
+      replacement->set_compute_precision(c->compute_precision());
       std::swap(c, replacement);
       return replacement;
     }
   }
   (void)at(path);  // throws, naming the missing component
   throw InternalError("Module::replace: unreachable");
+}
+
+void Module::set_compute_precision(Precision precision) {
+  precision_ = precision;
+  for (auto& [name, c] : children_) c->set_compute_precision(precision);
 }
 
 void Module::release_activations() {

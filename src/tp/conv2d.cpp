@@ -125,12 +125,12 @@ Tensor ColumnParallelConv2d::master_bias() { return has_bias_ ? assemble_master(
 
 Tensor ColumnParallelConv2d::forward(const Tensor& x) {
   const Tensor input = halo_ ? halo_->pad(x, in_, weight.value.dtype(), weight.value.device()) : x;
-  return detail::column_forward(local_math(conv_, halo_ != nullptr), {tp_, gather_output_, std::nullopt}, input,
+  return detail::column_forward(local_math(conv_, halo_ != nullptr), {tp_, gather_output_, std::nullopt, compute_precision()}, input,
                                 weight, has_bias_ ? &bias : nullptr, input_);
 }
 
 Tensor ColumnParallelConv2d::backward(const Tensor& grad_y) {
-  Tensor dx = detail::column_backward(local_math(conv_, halo_ != nullptr), {tp_, gather_output_, std::nullopt},
+  Tensor dx = detail::column_backward(local_math(conv_, halo_ != nullptr), {tp_, gather_output_, std::nullopt, compute_precision()},
                                       grad_y, weight, has_bias_ ? &bias : nullptr, input_, label_);
   return halo_ ? halo_->backward(std::move(dx)) : dx;
 }
@@ -179,12 +179,12 @@ Tensor RowParallelConv2d::forward(const Tensor& x) {
   // The input as given: this rank's channel shard, or all channels (split after the halo).
   const std::int64_t channels = input_is_parallel_ ? weight.value.size(1) : in_;
   const Tensor input = halo_ ? halo_->pad(x, channels, weight.value.dtype(), weight.value.device()) : x;
-  return detail::row_forward(local_math(conv_, halo_ != nullptr), {tp_, input_is_parallel_, std::nullopt}, input,
+  return detail::row_forward(local_math(conv_, halo_ != nullptr), {tp_, input_is_parallel_, std::nullopt, compute_precision()}, input,
                              weight, has_bias_ ? &bias : nullptr, input_local_);
 }
 
 Tensor RowParallelConv2d::backward(const Tensor& grad_y) {
-  Tensor dx = detail::row_backward(local_math(conv_, halo_ != nullptr), {tp_, input_is_parallel_, std::nullopt},
+  Tensor dx = detail::row_backward(local_math(conv_, halo_ != nullptr), {tp_, input_is_parallel_, std::nullopt, compute_precision()},
                                    grad_y, weight, has_bias_ ? &bias : nullptr, input_local_, label_);
   return halo_ ? halo_->backward(std::move(dx)) : dx;
 }

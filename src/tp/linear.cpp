@@ -157,27 +157,27 @@ Tensor ColumnParallelLinear::master_bias() {
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
   if (stride_ == 1) {
-    return detail::column_forward(AffineMath::linear, {tp_, gather_output_, sequence_dim_}, x, weight,
+    return detail::column_forward(AffineMath::linear, {tp_, gather_output_, sequence_dim_, compute_precision()}, x, weight,
                                   has_bias_ ? &bias : nullptr, input_);
   }
   const std::int64_t local_out = out_ / tp_.size();
   const Parameter w = viewed_as(weight, {local_out, in_});
   const Parameter b = has_bias_ ? viewed_as(bias, {local_out}) : Parameter();
-  const Tensor y = detail::column_forward(AffineMath::linear, {tp_, false, sequence_dim_}, x, w,
+  const Tensor y = detail::column_forward(AffineMath::linear, {tp_, false, sequence_dim_, compute_precision()}, x, w,
                                           has_bias_ ? &b : nullptr, input_);
   return gather_output_ ? strided_gather(y, stride_, tp_) : y;
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& grad_y) {
   if (stride_ == 1) {
-    return detail::column_backward(AffineMath::linear, {tp_, gather_output_, sequence_dim_}, grad_y, weight,
+    return detail::column_backward(AffineMath::linear, {tp_, gather_output_, sequence_dim_, compute_precision()}, grad_y, weight,
                                    has_bias_ ? &bias : nullptr, input_, label_);
   }
   const std::int64_t local_out = out_ / tp_.size();
   Parameter w = viewed_as(weight, {local_out, in_});
   Parameter b = has_bias_ ? viewed_as(bias, {local_out}) : Parameter();
   const Tensor grad = gather_output_ ? strided_split(grad_y, stride_, tp_, label_) : grad_y;
-  return detail::column_backward(AffineMath::linear, {tp_, false, sequence_dim_}, grad, w, has_bias_ ? &b : nullptr,
+  return detail::column_backward(AffineMath::linear, {tp_, false, sequence_dim_, compute_precision()}, grad, w, has_bias_ ? &b : nullptr,
                                  input_, label_);
 }
 
@@ -229,22 +229,22 @@ Tensor RowParallelLinear::master_bias() { return has_bias_ ? bias.value.clone() 
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
   if (stride_ == 1) {
-    return detail::row_forward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim_}, x, weight,
+    return detail::row_forward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim_, compute_precision()}, x, weight,
                                has_bias_ ? &bias : nullptr, input_local_);
   }
   const Parameter w = viewed_as(weight, {out_, in_ / tp_.size()});
   const Tensor x_local = input_is_parallel_ ? x : strided_split(x, stride_, tp_, label_);
-  return detail::row_forward(AffineMath::linear, {tp_, true, sequence_dim_}, x_local, w, has_bias_ ? &bias : nullptr,
+  return detail::row_forward(AffineMath::linear, {tp_, true, sequence_dim_, compute_precision()}, x_local, w, has_bias_ ? &bias : nullptr,
                              input_local_);
 }
 
 Tensor RowParallelLinear::backward(const Tensor& grad_y) {
   if (stride_ == 1) {
-    return detail::row_backward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim_}, grad_y, weight,
+    return detail::row_backward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim_, compute_precision()}, grad_y, weight,
                                 has_bias_ ? &bias : nullptr, input_local_, label_);
   }
   Parameter w = viewed_as(weight, {out_, in_ / tp_.size()});
-  const Tensor dx_local = detail::row_backward(AffineMath::linear, {tp_, true, sequence_dim_}, grad_y, w,
+  const Tensor dx_local = detail::row_backward(AffineMath::linear, {tp_, true, sequence_dim_, compute_precision()}, grad_y, w,
                                                has_bias_ ? &bias : nullptr, input_local_, label_);
   return input_is_parallel_ ? dx_local : strided_gather(dx_local, stride_, tp_);
 }

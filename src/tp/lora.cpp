@@ -132,10 +132,10 @@ Tensor LoraLinear::forward(const Tensor& x) {
   Tensor input = x.contiguous();
   if (kind_ == Kind::row && !input_is_parallel_) input = split_along(input, -1, *tp_);
   // u = x Aᵀ: whole on every rank (column, serial) or a partial sum over tp (row).
-  Tensor u = nn::functional::linear(input, lora_a.value, Tensor());
+  Tensor u = nn::functional::linear(input, lora_a.value, Tensor(), compute_precision());
   if (kind_ == Kind::row) u = all_reduce_sum(u, *tp_);
   ops::scale(u, scale());
-  Tensor delta = nn::functional::linear(u, lora_b.value, Tensor());
+  Tensor delta = nn::functional::linear(u, lora_b.value, Tensor(), compute_precision());
   if (kind_ == Kind::column && gather_output_) delta = gather_along(delta, -1, *tp_, out_);  // uneven blocks too
   ops::axpy(1.0, delta, y);
   input_ = std::move(input);
@@ -151,12 +151,13 @@ Tensor LoraLinear::backward(const Tensor& grad_y) {
   if (kind_ == Kind::column && gather_output_) dy = split_along(dy, -1, *tp_);
   Tensor no_bias;
   // dB += dyᵀ (scale · u); d(scale · u) = dy B, then d u = scale · that.
-  Tensor du = nn::functional::linear_backward(dy, scaled_u_, lora_b.value, lora_b.grad, no_bias);
+  Tensor du = nn::functional::linear_backward(dy, scaled_u_, lora_b.value, lora_b.grad, no_bias, compute_precision());
   ops::scale(du, scale());
   // Column: this rank's B rows give a partial sum over tp; completing it here (rank-
   // sized) leaves A's gradient and the input gradient whole on every rank.
   if (kind_ == Kind::column) du = all_reduce_sum(du, *tp_);
-  Tensor dx_adapter = nn::functional::linear_backward(du, input_, lora_a.value, lora_a.grad, no_bias);
+  Tensor dx_adapter = nn::functional::linear_backward(du, input_, lora_a.value, lora_a.grad, no_bias,
+                                                            compute_precision());
   if (kind_ == Kind::row && !input_is_parallel_) dx_adapter = gather_along(dx_adapter, -1, *tp_, in_);
   ops::axpy(1.0, dx_adapter, dx);
   input_ = Tensor();
@@ -175,6 +176,11 @@ Tensor LoraLinear::merged_weight() const {
 
 Tensor LoraLinear::master_a() { return tp_ ? assemble_master(lora_a, lora_a.value, *tp_) : lora_a.value.clone(); }
 Tensor LoraLinear::master_b() { return tp_ ? assemble_master(lora_b, lora_b.value, *tp_) : lora_b.value.clone(); }
+
+void LoraLinear::set_compute_precision(Precision precision) {
+  nn::Module::set_compute_precision(precision);
+  if (base_) base_->set_compute_precision(precision);
+}
 
 void LoraLinear::release_activations() {
   input_ = scaled_u_ = Tensor();

@@ -16,14 +16,24 @@ bool is_linear(const AffineMath& math) { return math.kind == AffineMath::Kind::l
 
 int feature_dim(const AffineMath& math) { return is_linear(math) ? -1 : 1; }
 
-Tensor affine(const AffineMath& math, const Tensor& x, const Tensor& w, const Tensor& b) {
-  return is_linear(math) ? nn::functional::linear(x, w, b) : nn::functional::conv2d(x, w, b, math.conv);
+Tensor affine(const AffineMath& math, const Tensor& x, const Tensor& w, const Tensor& b, Precision precision) {
+  return is_linear(math) ? nn::functional::linear(x, w, b, precision)
+                         : nn::functional::conv2d(x, w, b, math.conv, precision);
 }
 
 Tensor affine_backward(const AffineMath& math, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw,
-                       Tensor& db) {
-  return is_linear(math) ? nn::functional::linear_backward(dy, x, w, dw, db)
-                         : nn::functional::conv2d_backward(dy, x, w, dw, db, math.conv);
+                       Tensor& db, Precision precision) {
+  return is_linear(math) ? nn::functional::linear_backward(dy, x, w, dw, db, precision)
+                         : nn::functional::conv2d_backward(dy, x, w, dw, db, math.conv, precision);
+}
+
+// What a bf16-mixed linear layer keeps for backward: the bf16 copy its GEMMs read (half
+// the memory, the same operand). Conv2d keeps its input: its GEMMs read im2col columns.
+Tensor kept_for_backward(const AffineMath& math, Tensor input, Precision precision) {
+  if (precision == Precision::bf16_mixed && is_linear(math) && input.dtype() == DType::f32) {
+    return ops::cast(input, DType::bf16);
+  }
+  return input;
 }
 
 // reduce_from_parallel (forward) and copy_to_parallel_backward: the sum over tp. Both
@@ -64,7 +74,8 @@ Tensor column_forward(AffineMath math, const ColumnSplit& split, const Tensor& x
   const Tensor input = x.contiguous();
   saved_input = split.sequence_dim ? sequence_all_gather(input, *split.sequence_dim, split.tp)
                                    : copy_to_parallel(input, split.tp);
-  Tensor y = affine(math, saved_input, weight.value, bias ? bias->value : Tensor());
+  Tensor y = affine(math, saved_input, weight.value, bias ? bias->value : Tensor(), split.precision);
+  saved_input = kept_for_backward(math, std::move(saved_input), split.precision);
   return split.gather_output ? gather_from_parallel(y, feature_dim(math), split.tp, weight.global_shape[0]) : y;
 }
 
@@ -74,7 +85,8 @@ Tensor column_backward(AffineMath math, const ColumnSplit& split, const Tensor& 
   const Tensor grad = grad_y.contiguous();
   const Tensor grad_local = split.gather_output ? gather_from_parallel_backward(grad, feature_dim(math), split.tp) : grad;
   Tensor no_bias;
-  Tensor dx = affine_backward(math, grad_local, saved_input, weight.value, weight.grad, bias ? bias->grad : no_bias);
+  Tensor dx = affine_backward(math, grad_local, saved_input, weight.value, weight.grad, bias ? bias->grad : no_bias,
+                              split.precision);
   saved_input = Tensor();  // one backward per forward, as the serial layers
   return split.sequence_dim ? sequence_all_gather_backward(dx, *split.sequence_dim, split.tp)
                             : sum_over_tp_in_place(std::move(dx), split.tp);  // copy_to_parallel_backward
@@ -99,7 +111,8 @@ Tensor row_forward(AffineMath math, const RowSplit& split, const Tensor& x, cons
                    const Parameter* bias, Tensor& saved_input) {
   const Tensor input = x.contiguous();
   saved_input = split.input_is_parallel ? input : scatter_to_parallel(input, feature_dim(math), split.tp);
-  Tensor partial = affine(math, saved_input, weight.value, Tensor());
+  Tensor partial = affine(math, saved_input, weight.value, Tensor(), split.precision);
+  saved_input = kept_for_backward(math, std::move(saved_input), split.precision);
   Tensor y = split.sequence_dim ? sequence_reduce_scatter(partial, *split.sequence_dim, split.tp)
                                 : sum_over_tp_in_place(std::move(partial), split.tp);  // reduce_from_parallel
   if (bias) ops::add_bias(y, row_bias_view(bias->value, split, math, y.dim()), feature_dim(math));
@@ -120,7 +133,7 @@ Tensor row_backward(AffineMath math, const RowSplit& split, const Tensor& grad_y
   const Tensor grad = split.sequence_dim ? sequence_reduce_scatter_backward(grad_out, *split.sequence_dim, split.tp)
                                          : reduce_from_parallel_backward(grad_out, split.tp);
   Tensor no_bias;
-  const Tensor dx_local = affine_backward(math, grad, saved_input, weight.value, weight.grad, no_bias);
+  const Tensor dx_local = affine_backward(math, grad, saved_input, weight.value, weight.grad, no_bias, split.precision);
   saved_input = Tensor();
   return split.input_is_parallel
              ? dx_local

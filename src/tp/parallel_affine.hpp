@@ -49,12 +49,14 @@ struct ColumnSplit {
   Communicator& tp;
   bool gather_output;
   std::optional<int> sequence_dim;
+  Precision precision = Precision::fp32;  // the layer's compute_precision(), for its GEMMs
 };
 
 struct RowSplit {
   Communicator& tp;
   bool input_is_parallel;
   std::optional<int> sequence_dim;
+  Precision precision = Precision::fp32;
 };
 
 // The layer's weight (shape [out, in, ...]) and bias ([out]) under `rule`: the column

@@ -55,6 +55,7 @@ class ActivationCheckpoint : public Module {
   void release_activations() override;
   std::vector<std::string> tied_parameter_paths() const override;
   void after_initialize() override;
+  void set_compute_precision(Precision precision) override;  // this wrapper's and inner's
 
   Module& inner() { return *inner_; }
   // Gives the block back (the wrapper is unusable afterwards).

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "tessera/precision.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::nn::functional {
@@ -26,9 +27,12 @@ namespace tessera::nn::functional {
 // linear_backward returns dx [..., in]; it adds dy^T x into grad_weight [out, in] and
 // the sum of dy over all but the last dim into grad_bias [out]. Either may be undefined
 // to skip it.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// `precision` (tessera/precision.hpp) is that of the GEMMs. bf16_mixed: the weight, bias
+// and gradients are f32 and so are y and dx; x is f32 or already bf16 (a layer may keep
+// the bf16 copy of its input for backward: half the memory, the same operand).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Precision precision = Precision::fp32);
 Tensor linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, Tensor& grad_weight,
-                       Tensor& grad_bias);
+                       Tensor& grad_bias, Precision precision = Precision::fp32);
 
 // ---- Conv2d, NCHW, groups = 1: x [N, C_in, H, W], weight [C_out, C_in, kh, kw], bias [C_out]
 struct Conv2dOptions {
@@ -43,10 +47,12 @@ struct Conv2dOptions {
 // Output extent along one axis: (input + 2*padding - dilation*(kernel - 1) - 1) / stride + 1.
 std::int64_t conv_output_size(std::int64_t input, int kernel, int stride, int padding, int dilation);
 // conv2d_backward returns dx [N, C_in, H, W] and accumulates into grad_weight and
-// grad_bias; an undefined grad_weight or grad_bias is skipped.
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options);
+// grad_bias; an undefined grad_weight or grad_bias is skipped. `precision` is that of
+// the GEMMs (bf16_mixed: the columns and the weight rounded to bf16, every tensor f32).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options,
+              Precision precision = Precision::fp32);
 Tensor conv2d_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, Tensor& grad_weight,
-                       Tensor& grad_bias, const Conv2dOptions& options);
+                       Tensor& grad_bias, const Conv2dOptions& options, Precision precision = Precision::fp32);
 
 // ---- Embedding: ids i64 [...], weight [rows, dim] holding global rows
 // [row_offset, row_offset + rows) -> y [..., dim].

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tessera/parameter.hpp"
+#include "tessera/precision.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::nn {
@@ -50,7 +51,8 @@ class Module {
   Module* find(const std::string& path) const;
   // The module at `path`; InvalidArgument naming the path and the missing component.
   Module& at(const std::string& path) const;
-  // Replaces the module at `path` (not "") in place and returns the old one. Parents
+  // Replaces the module at `path` (not "") in place and returns the old one; the
+  // replacement takes the old one's compute precision. Parents
   // must reach their children through child()/at() at forward time — never through
   // pointers cached at construction — so a replaced child takes effect.
   std::unique_ptr<Module> replace(const std::string& path, std::unique_ptr<Module> replacement);
@@ -80,6 +82,14 @@ class Module {
   // recompute overwrites it, so only memory, never a result, depends on it. Local.
   virtual void release_activations();
 
+  // ---- Numerics of the module's matrix products (tessera/precision.hpp). Sets the
+  // precision of this module and of every module below it; a wrapper whose inner module
+  // is not a child (activation checkpointing, data parallelism's units) forwards it, so
+  // the call reaches every layer before or after wrapping. Local, no communication.
+  // Layers with GEMMs pass compute_precision() to them; the others ignore it.
+  virtual void set_compute_precision(Precision precision);
+  Precision compute_precision() const { return precision_; }
+
   // Runs after initialize_parameters has drawn every parameter of the tree, for a layer
   // whose values have a rule beyond its InitSpec (an embedding's zero padding row). Local,
   // no communication.
@@ -99,6 +109,7 @@ class Module {
  private:
   std::vector<std::pair<std::string, Parameter*>> parameters_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  Precision precision_ = Precision::fp32;
 };
 
 // Fills every parameter of `module` (named by its FQN under `prefix`) from its InitSpec,

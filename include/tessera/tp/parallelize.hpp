@@ -162,6 +162,10 @@ class LayoutWrapper : public nn::Module {
   // split only), else "Prepared(RowParallelLinear)".
   std::string type_name() const override;
   void release_activations() override { inner_->release_activations(); }
+  void set_compute_precision(Precision precision) override {
+    nn::Module::set_compute_precision(precision);
+    inner_->set_compute_precision(precision);
+  }
   nn::Module& inner() { return *inner_; }
 
  private:

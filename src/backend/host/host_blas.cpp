@@ -14,8 +14,12 @@
 #define TESSERA_BLAS_IS_OPENBLAS 0
 #endif
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/host/host_compute.hpp"
@@ -33,24 +37,54 @@ void cblas_gemm_f32(const GemmArgs& g, const float* a, std::int64_t lda, const f
               static_cast<float>(g.beta), c, static_cast<blasint>(g.ldc));
 }
 
-// bf16 x bf16 on the host: widen A and B to f32 (exact), run the f32 GEMM into an f32 C
-// (fp32 accumulation, as cuBLAS's bf16 GEMM with CUBLAS_COMPUTE_32F), round to bf16 if C is.
+// The BLAS's own bf16 GEMM, where the loaded BLAS exports one: OpenBLAS built with
+// BUILD_BFLOAT16 has cblas_sbgemm (bf16 A and B as raw 16-bit patterns, f32 C, fp32
+// accumulation); Debian's OpenBLAS 0.3.21 does not. Looked up at run time, so one build
+// serves either BLAS. TESSERA_HOST_SBGEMM=0 turns it off (to measure the conversion path).
+using SbgemmFn = void (*)(decltype(CblasRowMajor), decltype(CblasNoTrans), decltype(CblasNoTrans), blasint,
+                          blasint, blasint, float, const std::uint16_t*, blasint, const std::uint16_t*, blasint,
+                          float, float*, blasint);
+
+SbgemmFn blas_sbgemm() {
+  static const SbgemmFn fn = []() -> SbgemmFn {
+    const char* env = std::getenv("TESSERA_HOST_SBGEMM");
+    if (env && std::strcmp(env, "0") == 0) return nullptr;
+    return reinterpret_cast<SbgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+  }();
+  return fn;
+}
+
+// bf16 x bf16 on the host, fp32 accumulation into an f32 C (as cuBLAS's bf16 GEMM with
+// CUBLAS_COMPUTE_32F), rounded to bf16 if C is: the BLAS's sbgemm where it has one, else
+// A and B widened to f32 (exact) and sgemm.
 void gemm_bf16(const GemmArgs& g) {
-  const std::int64_t a_rows = g.transpose_a ? g.k : g.m, b_rows = g.transpose_b ? g.n : g.k;
-  std::vector<float> a(static_cast<std::size_t>(a_rows * g.lda)), b(static_cast<std::size_t>(b_rows * g.ldb));
-  const auto* a16 = static_cast<const bfloat16*>(g.a);
-  const auto* b16 = static_cast<const bfloat16*>(g.b);
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(a16[i]);
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(b16[i]);
-  if (g.c == DType::f32) {
-    cblas_gemm_f32(g, a.data(), g.lda, b.data(), g.ldb, static_cast<float*>(g.out));
-    return;
-  }
+  std::vector<float> c_wide;
+  float* c = static_cast<float*>(g.out);
   auto* c16 = static_cast<bfloat16*>(g.out);
-  std::vector<float> c(static_cast<std::size_t>(g.m * g.ldc));
-  for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(c16[i]);
-  cblas_gemm_f32(g, a.data(), g.lda, b.data(), g.ldb, c.data());
-  for (std::size_t i = 0; i < c.size(); ++i) c16[i] = bfloat16(c[i]);
+  if (g.c == DType::bf16) {
+    c_wide.resize(static_cast<std::size_t>(g.m * g.ldc));
+    for (std::size_t i = 0; i < c_wide.size(); ++i) c_wide[i] = static_cast<float>(c16[i]);
+    c = c_wide.data();
+  }
+  if (SbgemmFn sbgemm = blas_sbgemm()) {
+    static_assert(sizeof(bfloat16) == sizeof(std::uint16_t));
+    sbgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
+           static_cast<blasint>(g.m), static_cast<blasint>(g.n), static_cast<blasint>(g.k),
+           static_cast<float>(g.alpha), static_cast<const std::uint16_t*>(g.a), static_cast<blasint>(g.lda),
+           static_cast<const std::uint16_t*>(g.b), static_cast<blasint>(g.ldb), static_cast<float>(g.beta), c,
+           static_cast<blasint>(g.ldc));
+  } else {
+    const std::int64_t a_rows = g.transpose_a ? g.k : g.m, b_rows = g.transpose_b ? g.n : g.k;
+    std::vector<float> a(static_cast<std::size_t>(a_rows * g.lda)), b(static_cast<std::size_t>(b_rows * g.ldb));
+    const auto* a16 = static_cast<const bfloat16*>(g.a);
+    const auto* b16 = static_cast<const bfloat16*>(g.b);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(a16[i]);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(b16[i]);
+    cblas_gemm_f32(g, a.data(), g.lda, b.data(), g.ldb, c);
+  }
+  if (g.c == DType::bf16) {
+    for (std::size_t i = 0; i < c_wide.size(); ++i) c16[i] = bfloat16(c_wide[i]);
+  }
 }
 
 // y viewed as [outer, channels, inner] gets bias[c] added to channel c. The linear case
