@@ -139,6 +139,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
             }},
            {"min_lr", [&](const YAML::Node& x, const std::string& kk) { o.min_lr = p.number(x, kk, 0.0); }},
            {"accumulate", [&](const YAML::Node& x, const std::string& kk) { o.accumulate = p.integer(x, kk, 1); }},
+           {"reduce_dtype", [&](const YAML::Node& x, const std::string& kk) {
+              o.reduce_dtype = p.choice(x, kk, {"fp32", "bf16"}) == "bf16" ? DType::bf16 : DType::f32;
+            }},
          });
          const auto check_beta = [&](double b, const char* name) {
            if (b >= 1.0) throw ConfigError(p.where(v, key + "." + name) + " must be in [0, 1), got " + std::to_string(b));
@@ -170,6 +173,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
        }},
       {"device", [&](const YAML::Node& v, const std::string& key) {
          c.device = p.choice(v, key, {"auto", "host", "cuda"});
+       }},
+      {"precision", [&](const YAML::Node& v, const std::string& key) {
+         c.precision = parse_precision(p.choice(v, key, {"fp32", "bf16-mixed"}), key);
        }},
       {"resume", [&](const YAML::Node& v, const std::string& key) {
          c.resume = v.IsNull() ? "" : p.string(v, key);
@@ -231,7 +237,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
       throw ConfigError(p.where(item.first, key) +
                         ": unknown key '" + key +
                         "' (expected parallelism, trainer, model, data, optimizer, schedule, checkpoint, device, "
-                        "collective_timeout, "
+                        "precision, collective_timeout, "
                         "resume, init_weights, logging, predict, pipeline)");
     }
   }

@@ -70,6 +70,7 @@ BuiltFieldEmulator build_field_emulator(const RunConfig& cfg, const models::Fiel
                                         const Mesh& mesh) {
   BuiltFieldEmulator built;
   built.model = std::make_unique<models::FieldEmulator>(arch, mesh);
+  built.model->set_compute_precision(cfg.precision);
   built.checkpointed_blocks = models::checkpoint_activations(*built.model, cfg.activation_checkpointing).size();
   return built;
 }

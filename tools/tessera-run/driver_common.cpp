@@ -119,6 +119,13 @@ void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t pa
   });
 }
 
+std::string precision_summary(const RunConfig& cfg) {
+  if (cfg.precision == Precision::fp32 && cfg.optimizer.reduce_dtype == DType::f32) return "";
+  std::string s = "precision: " + std::string(precision_name(cfg.precision));
+  if (cfg.precision == Precision::bf16_mixed) s += " (bf16 GEMM operands, fp32 accumulation; f32 master weights)";
+  return s + ", gradients reduced in " + std::string(dtype_name(cfg.optimizer.reduce_dtype));
+}
+
 std::string evaluation_schedule(const ScheduleConfig& schedule) {
   if (schedule.eval_every <= 0) return "at the last step";
   return "every " + std::to_string(schedule.eval_every) + " steps and at the last step";

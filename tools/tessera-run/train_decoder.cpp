@@ -198,6 +198,8 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   // Before anything is allocated: a config whose model cannot fit fails here, on every rank.
   check_model_fits(mesh, cfg.source + ": the decoder", arch.parameter_count(), optimizer_kind(cfg.optimizer));
   auto model = std::make_unique<models::Decoder>(arch, DType::f32, mesh.device());
+  // Before tensor parallelism and the wrappers: a converted or wrapped layer keeps it.
+  model->set_compute_precision(cfg.precision);
   std::int64_t global_parameters = 0;
   for (const auto& [name, p] : model->named_parameters()) global_parameters += shape_numel(p->global_shape);
   log.info("model: " + model->describe() + (arch.tie_embeddings ? ", tied embeddings" : "") + ", " +
@@ -208,6 +210,7 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
                 : std::string()) +
            (tp_size > 1 ? std::string(", logits ") + (plan.vocab_sharded_logits ? "vocab-sharded" : "replicated")
                         : std::string()));
+  if (const std::string p = precision_summary(cfg); !p.empty()) log.info(p);
   log.info("data: " + data->describe() + ", " + std::to_string(data->samples()) + " samples of " +
            std::to_string(seq_len) + " tokens, batch " + std::to_string(cfg.data.batch_size) + " (" +
            std::to_string(local_batch) + " per dp replica)");

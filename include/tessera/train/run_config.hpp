@@ -17,6 +17,7 @@
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/nn/activation_checkpoint.hpp"
 #include "tessera/parallelism.hpp"
+#include "tessera/precision.hpp"
 
 namespace tessera::train {
 
@@ -102,6 +103,10 @@ struct OptimizerConfig {
   // Micro-batches of data.batch_size per optimizer step: gradients add up over them and
   // are reduced over dp once per step, so a step trains on batch_size x accumulate samples.
   std::int64_t accumulate = 1;
+  // The dtype gradients cross the network in (ddp/fsdp2 over dp, tp- and
+  // domain-replicated sums): f32, or bf16 for half the bytes at bf16 rounding per sum.
+  // Gradients and the update stay f32 either way.
+  DType reduce_dtype = DType::f32;
 };
 
 struct ScheduleConfig {
@@ -158,6 +163,9 @@ struct RunConfig {
   LogLevel log_level = LogLevel::info;
   std::string metrics_file;  // logging.metrics_file: JSON lines of every progress record; empty: none
   std::string device = "auto";  // auto | host | cuda: where the model, its state and the batches live
+  // precision: the numerics of the model's GEMMs (tessera/precision.hpp); parameters,
+  // optimizer state and checkpoints stay f32 either way.
+  Precision precision = Precision::fp32;
   // Seconds after which a rank stuck in a collective reports and aborts the job
   // (set_collective_timeout); absent (< 0): TESSERA_COLLECTIVE_TIMEOUT decides; 0: none.
   double collective_timeout = -1;
