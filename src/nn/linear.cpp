@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "tessera/nn/functional.hpp"
-#include "tessera/ops.hpp"
 
 namespace tessera::nn {
 
@@ -45,8 +44,10 @@ Tensor Linear::forward(const Tensor& input) {
     throw ShapeError(describe() + ": input " + input.str() + " does not match the dtype of weight " +
                      weight.value.str());
   }
-  // bf16-mixed keeps the bf16 copy its GEMMs read: half the memory, the same operand.
-  input_ = compute_precision() == Precision::bf16_mixed ? ops::cast(input, DType::bf16) : input.contiguous();
+  // The input itself, in either precision: a bf16 copy kept here would be one more copy
+  // per consumer of a tensor that q, k and v (or gate and up) share, more memory than the
+  // one f32 tensor they alias. bf16-mixed rounds it again in backward (one pass).
+  input_ = input.contiguous();
   return functional::linear(input_, weight.value, bias.value, compute_precision());
 }
 

@@ -27,15 +27,6 @@ Tensor affine_backward(const AffineMath& math, const Tensor& dy, const Tensor& x
                          : nn::functional::conv2d_backward(dy, x, w, dw, db, math.conv, precision);
 }
 
-// What a bf16-mixed linear layer keeps for backward: the bf16 copy its GEMMs read (half
-// the memory, the same operand). Conv2d keeps its input: its GEMMs read im2col columns.
-Tensor kept_for_backward(const AffineMath& math, Tensor input, Precision precision) {
-  if (precision == Precision::bf16_mixed && is_linear(math) && input.dtype() == DType::f32) {
-    return ops::cast(input, DType::bf16);
-  }
-  return input;
-}
-
 // reduce_from_parallel (forward) and copy_to_parallel_backward: the sum over tp. Both
 // return a new tensor and leave their input alone; here the input is a temporary this
 // file just computed and nobody else holds, so it is summed in place instead of copied
@@ -75,7 +66,6 @@ Tensor column_forward(AffineMath math, const ColumnSplit& split, const Tensor& x
   saved_input = split.sequence_dim ? sequence_all_gather(input, *split.sequence_dim, split.tp)
                                    : copy_to_parallel(input, split.tp);
   Tensor y = affine(math, saved_input, weight.value, bias ? bias->value : Tensor(), split.precision);
-  saved_input = kept_for_backward(math, std::move(saved_input), split.precision);
   return split.gather_output ? gather_from_parallel(y, feature_dim(math), split.tp, weight.global_shape[0]) : y;
 }
 
@@ -112,7 +102,6 @@ Tensor row_forward(AffineMath math, const RowSplit& split, const Tensor& x, cons
   const Tensor input = x.contiguous();
   saved_input = split.input_is_parallel ? input : scatter_to_parallel(input, feature_dim(math), split.tp);
   Tensor partial = affine(math, saved_input, weight.value, Tensor(), split.precision);
-  saved_input = kept_for_backward(math, std::move(saved_input), split.precision);
   Tensor y = split.sequence_dim ? sequence_reduce_scatter(partial, *split.sequence_dim, split.tp)
                                 : sum_over_tp_in_place(std::move(partial), split.tp);  // reduce_from_parallel
   if (bias) ops::add_bias(y, row_bias_view(bias->value, split, math, y.dim()), feature_dim(math));

@@ -28,8 +28,8 @@ namespace tessera::nn::functional {
 // the sum of dy over all but the last dim into grad_bias [out]. Either may be undefined
 // to skip it.
 // `precision` (tessera/precision.hpp) is that of the GEMMs. bf16_mixed: the weight, bias
-// and gradients are f32 and so are y and dx; x is f32 or already bf16 (a layer may keep
-// the bf16 copy of its input for backward: half the memory, the same operand).
+// and gradients are f32 and so are y and dx; x is f32 or already bf16 (a caller that
+// keeps its own bf16 copy of the input for backward passes it as it is).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Precision precision = Precision::fp32);
 Tensor linear_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, Tensor& grad_weight,
                        Tensor& grad_bias, Precision precision = Precision::fp32);
