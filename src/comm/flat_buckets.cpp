@@ -1,9 +1,12 @@
 #include "comm/flat_buckets.hpp"
 
 #include <map>
+#include <string>
 #include <tuple>
 
+#include "backend/compute.hpp"
 #include "tessera/error.hpp"
+#include "tessera/ops.hpp"
 
 namespace tessera::detail {
 
@@ -66,6 +69,65 @@ void bucketed_in_place(const std::vector<Tensor>& tensors, const std::vector<int
     collective(flat, items[bucket.front()].kind);
     unflatten(flat, members);
   }
+}
+
+void check_reduce_dtype(DType reduce, std::string_view who) {
+  if (reduce != DType::f32 && reduce != DType::bf16) {
+    throw InvalidArgument(std::string(who) + ": reduce dtype " + std::string(dtype_name(reduce)) +
+                          " is not one of f32, bf16");
+  }
+}
+
+void check_reducible(const Tensor& grad, DType reduce, std::string_view who, std::string_view name) {
+  if (reduce == DType::bf16 && grad.dtype() != DType::f32 && grad.dtype() != DType::bf16) {
+    throw InvalidArgument(std::string(who) + ": parameter " + std::string(name) + " has a " +
+                          std::string(dtype_name(grad.dtype())) +
+                          " gradient; reduce dtype bf16 reduces f32 gradients only (use reduce dtype f32)");
+  }
+}
+
+namespace {
+// Whether `reduce` makes a buffer of `stored` travel narrower.
+bool narrows(DType stored, DType reduce) { return reduce == DType::bf16 && stored == DType::f32; }
+
+// dst = src converted, both contiguous with one element count and device.
+void cast_into(const Tensor& src, Tensor& dst) {
+  if (src.numel() == 0) return;
+  compute_for(src, "reduce dtype cast").cast(src.dtype(), src.data(), dst.dtype(), dst.data(), src.numel(),
+                                             src.device().index);
+}
+}  // namespace
+
+Tensor wire_buffer(const Tensor& flat, DType reduce) {
+  if (!narrows(flat.dtype(), reduce)) return flat;
+  return Tensor::empty(flat.shape(), reduce, flat.device());
+}
+
+void pack_wire(const Tensor& flat, Tensor& wire) {
+  if (wire.dtype() != flat.dtype()) cast_into(flat, wire);
+}
+
+ReduceOp wire_op(ReduceOp op, const Tensor& flat, const Tensor& wire) {
+  return op == ReduceOp::avg && wire.dtype() != flat.dtype() ? ReduceOp::sum : op;
+}
+
+void unpack_wire(const Tensor& wire, Tensor& flat, ReduceOp op, int ranks) {
+  if (wire.dtype() == flat.dtype()) return;
+  cast_into(wire, flat);
+  if (op == ReduceOp::avg) ops::scale(flat, 1.0 / ranks);
+}
+
+void bucketed_all_reduce(Communicator& comm, const std::vector<Tensor>& tensors, const std::vector<ReduceOp>& ops,
+                         std::size_t bucket_bytes, DType reduce) {
+  std::vector<int> kinds;
+  for (ReduceOp op : ops) kinds.push_back(static_cast<int>(op));
+  bucketed_in_place(tensors, kinds, bucket_bytes, [&](Tensor& flat, int kind) {
+    const auto op = static_cast<ReduceOp>(kind);
+    Tensor wire = wire_buffer(flat, reduce);
+    pack_wire(flat, wire);
+    comm.all_reduce(wire, wire_op(op, flat, wire));
+    unpack_wire(wire, flat, op, comm.size());
+  });
 }
 
 }  // namespace tessera::detail

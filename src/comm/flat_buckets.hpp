@@ -8,11 +8,24 @@
 //
 // Every rank must pass the same list in the same order: the buckets, and so the
 // collectives, then pair up across ranks without any metadata exchange.
+//
+// Reduce dtype: a gradient reduction may travel narrower than its gradients are stored.
+// With reduce dtype bf16, an f32 buffer is rounded to a bf16 wire buffer (nearest even),
+// the collective sums the bf16 values (MPI: every partial sum widened to f32 and rounded
+// back, comm/mpi_types.cpp; NCCL: ncclBfloat16), and the result is widened back into the
+// f32 buffer, where an average is divided — in f32, so the division adds no bf16
+// rounding of its own. Half the bytes on the wire; the result carries bf16's 8
+// significant bits. With reduce dtype f32 every buffer travels in its own dtype (f32 or
+// f64) and nothing is copied: the reduction of before, bit for bit. ddp's buckets,
+// fsdp2's reduce-scatters and the bucketed all-reduces below all go through
+// wire_buffer / pack_wire / wire_op / unpack_wire.
 
 #include <cstddef>
 #include <functional>
+#include <string_view>
 #include <vector>
 
+#include "tessera/comm.hpp"
 #include "tessera/device.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/tensor.hpp"
@@ -43,5 +56,32 @@ void unflatten(const Tensor& flat, const std::vector<Tensor>& tensors);
 // Empty tensors take no part.
 void bucketed_in_place(const std::vector<Tensor>& tensors, const std::vector<int>& kinds, std::size_t bucket_bytes,
                        const std::function<void(Tensor& flat, int kind)>& collective);
+
+// ---- Reduce dtype
+
+// InvalidArgument naming `who` unless `reduce` is f32 or bf16.
+void check_reduce_dtype(DType reduce, std::string_view who);
+// InvalidArgument naming `who` and the parameter `name` when its gradient `grad` cannot be
+// reduced in `reduce`: bf16 reduces f32 (and bf16) gradients only — an f64 gradient would
+// lose 45 of its 53 bits.
+void check_reducible(const Tensor& grad, DType reduce, std::string_view who, std::string_view name);
+
+// The buffer a reduction of the contiguous `flat` travels in: `flat` itself unless
+// `reduce` narrows its dtype (bf16 for an f32 buffer), else a new buffer of that dtype.
+Tensor wire_buffer(const Tensor& flat, DType reduce);
+// `flat` rounded into `wire` (from wire_buffer(flat, ...)); nothing when they are one.
+void pack_wire(const Tensor& flat, Tensor& wire);
+// The op the wire runs: an average of a narrowed buffer travels as a sum (unpack_wire
+// divides after widening).
+ReduceOp wire_op(ReduceOp op, const Tensor& flat, const Tensor& wire);
+// The reduced `wire` widened back into `flat`, and the average of a narrowed `op` divided
+// there by `ranks`; nothing when they are one.
+void unpack_wire(const Tensor& wire, Tensor& flat, ReduceOp op, int ranks);
+
+// bucketed_in_place for reductions: each bucket all-reduced over `comm` (ops[i] is
+// tensors[i]'s op; items share a bucket only with equal ops) in reduce dtype `reduce`.
+// Blocking; callers check their gradients with check_reducible first.
+void bucketed_all_reduce(Communicator& comm, const std::vector<Tensor>& tensors, const std::vector<ReduceOp>& ops,
+                         std::size_t bucket_bytes, DType reduce);
 
 }  // namespace tessera::detail
