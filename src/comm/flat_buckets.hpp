@@ -13,8 +13,8 @@
 // With reduce dtype bf16, an f32 buffer is rounded to a bf16 wire buffer (nearest even),
 // the collective sums the bf16 values (MPI: every partial sum widened to f32 and rounded
 // back, comm/mpi_types.cpp; NCCL: ncclBfloat16), and the result is widened back into the
-// f32 buffer, where an average is divided — in f32, so the division adds no bf16
-// rounding of its own. Half the bytes on the wire; the result carries bf16's 8
+// f32 buffer, where an average is scaled by 1/ranks — in f32, so the average adds no
+// bf16 rounding of its own. Half the bytes on the wire; the result carries bf16's 8
 // significant bits. With reduce dtype f32 every buffer travels in its own dtype (f32 or
 // f64) and nothing is copied: the reduction of before, bit for bit. ddp's buckets,
 // fsdp2's reduce-scatters and the bucketed all-reduces below all go through
@@ -72,10 +72,10 @@ Tensor wire_buffer(const Tensor& flat, DType reduce);
 // `flat` rounded into `wire` (from wire_buffer(flat, ...)); nothing when they are one.
 void pack_wire(const Tensor& flat, Tensor& wire);
 // The op the wire runs: an average of a narrowed buffer travels as a sum (unpack_wire
-// divides after widening).
+// averages after widening).
 ReduceOp wire_op(ReduceOp op, const Tensor& flat, const Tensor& wire);
-// The reduced `wire` widened back into `flat`, and the average of a narrowed `op` divided
-// there by `ranks`; nothing when they are one.
+// The reduced `wire` widened back into `flat`, and the average of a narrowed `op` taken
+// there (scaled by 1/ranks in flat's dtype); nothing when they are one.
 void unpack_wire(const Tensor& wire, Tensor& flat, ReduceOp op, int ranks);
 
 // bucketed_in_place for reductions: each bucket all-reduced over `comm` (ops[i] is

@@ -7,9 +7,13 @@
 
 namespace tessera::domain {
 
-int sync_domain_gradients(nn::Module& module, const Mesh& mesh) { return sync_domain_gradients(module, mesh.domain()); }
+int sync_domain_gradients(nn::Module& module, const Mesh& mesh, DType reduce_dtype) {
+  return sync_domain_gradients(module, mesh.domain(), reduce_dtype);
+}
 
-int sync_domain_gradients(nn::Module& module, Communicator& comm) {
+int sync_domain_gradients(nn::Module& module, Communicator& comm, DType reduce_dtype) {
+  const char* who = "sync_domain_gradients";
+  tessera::detail::check_reduce_dtype(reduce_dtype, who);
   // Parameters replicated over the domain, in the module's stable order (the same on
   // every rank, so the packed buffers line up).
   std::vector<Tensor> grads;
@@ -19,13 +23,14 @@ int sync_domain_gradients(nn::Module& module, Communicator& comm) {
     if (!p->grad.defined()) {
       throw InvalidArgument("sync_domain_gradients: parameter " + name + " has no gradient tensor");
     }
+    tessera::detail::check_reducible(p->grad, reduce_dtype, who, name);
     grads.push_back(p->grad);
   }
   if (comm.size() == 1) return static_cast<int>(grads.size());
   // One bucket per dtype (and device): these gradients are small next to the fields.
   // SUM, not avg: each rank holds the gradient of its own part of the loss.
-  tessera::detail::bucketed_in_place(grads, {}, std::numeric_limits<std::size_t>::max(),
-                                     [&](Tensor& flat, int) { comm.all_reduce(flat, ReduceOp::sum); });
+  tessera::detail::bucketed_all_reduce(comm, grads, std::vector<ReduceOp>(grads.size(), ReduceOp::sum),
+                                       std::numeric_limits<std::size_t>::max(), reduce_dtype);
   return static_cast<int>(grads.size());
 }
 

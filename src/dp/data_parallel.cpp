@@ -102,6 +102,7 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
   e.options = options;
   const std::string label = e.label();
   if (options.bucket_bytes == 0) throw InvalidArgument(label + ": option bucket_bytes must be > 0");
+  tessera::detail::check_reduce_dtype(options.reduce_dtype, label + ": option reduce_dtype");
 
   // Every parameter once (a tied parameter may be registered under two names).
   std::unordered_map<Parameter*, int> index_of;
@@ -117,6 +118,7 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
       throw ShapeError(label + ": parameter " + name + " has gradient " + p->grad.str() + " for value " +
                        p->value.str());
     }
+    if (p->trainable) tessera::detail::check_reducible(p->grad, options.reduce_dtype, label, name);
     if (p->placement.dp.is_shard()) {
       throw InvalidArgument(label + ": parameter " + name + " is already sharded over dp (" + p->placement.str() +
                             "); apply data parallelism once, to a model that is not yet data-parallel");
@@ -199,6 +201,7 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
         grads.push_back(e.params[replicated[m]].p->grad);
       }
       b.flat = tessera::detail::flatten(grads);  // keeps what was accumulated so far
+      b.wire = tessera::detail::wire_buffer(b.flat, options.reduce_dtype);
       std::int64_t offset = 0;
       for (int i : b.params) {
         Parameter& p = *e.params[i].p;

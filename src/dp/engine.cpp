@@ -1,5 +1,6 @@
 #include "dp/engine.hpp"
 
+#include "comm/flat_buckets.hpp"
 #include "tessera/ops.hpp"
 #include "tp/block_gather.hpp"
 
@@ -69,16 +70,23 @@ void Engine::scatter_grads(int u) {
       }
     }
     Tensor output = Tensor::empty({g.block}, g.dtype, g.device);
+    // In the reduce dtype: the rounded input travels, the average is taken on widening.
+    Tensor wire_input = tessera::detail::wire_buffer(input, options.reduce_dtype);
+    Tensor wire_output = tessera::detail::wire_buffer(output, options.reduce_dtype);
+    tessera::detail::pack_wire(input, wire_input);
+    const ReduceOp op = tessera::detail::wire_op(ReduceOp::avg, input, wire_input);
     if (options.overlap) {
       PendingScatter pending;
-      pending.request = dp->reduce_scatter_async(input, output, ReduceOp::avg);
-      pending.input = input;
+      pending.request = dp->reduce_scatter_async(wire_input, wire_output, op);
+      pending.wire_input = wire_input;
+      pending.wire_output = wire_output;
       pending.output = output;
       pending.unit = u;
       pending.group = static_cast<int>(gi);
       scatters.push_back(std::move(pending));
     } else {
-      dp->reduce_scatter(input, output, ReduceOp::avg);
+      dp->reduce_scatter(wire_input, wire_output, op);
+      tessera::detail::unpack_wire(wire_output, output, ReduceOp::avg, size);
       add_scattered(u, static_cast<int>(gi), output);
     }
   }
@@ -100,7 +108,8 @@ void Engine::launch_ready() {
 }
 
 void Engine::launch(Bucket& b) {
-  b.request = dp->all_reduce_async(b.flat, ReduceOp::avg);
+  tessera::detail::pack_wire(b.flat, b.wire);
+  b.request = dp->all_reduce_async(b.wire, tessera::detail::wire_op(ReduceOp::avg, b.flat, b.wire));
   b.launched = true;
 }
 
@@ -166,13 +175,17 @@ void Engine::finish() {
   }
   for (; next_launch < buckets.size(); ++next_launch) launch(buckets[next_launch]);
   for (Bucket& b : buckets) {
-    if (b.launched) b.request.wait();
+    if (b.launched) {
+      b.request.wait();
+      tessera::detail::unpack_wire(b.wire, b.flat, ReduceOp::avg, dp->size());
+    }
     b.launched = false;
     b.ready = 0;
   }
   next_launch = 0;
   for (PendingScatter& s : scatters) {
     s.request.wait();
+    tessera::detail::unpack_wire(s.wire_output, s.output, ReduceOp::avg, dp->size());
     add_scattered(s.unit, s.group, s.output);
   }
   scatters.clear();

@@ -50,6 +50,7 @@ struct Unit {
 struct Bucket {
   std::vector<int> params;
   Tensor flat;  // the parameters' gradients are views into it
+  Tensor wire;  // what the all-reduce runs on: flat itself, or its bf16 shadow (reduce dtype bf16)
   std::size_t ready = 0;
   bool launched = false;
   CommRequest request;
@@ -57,7 +58,8 @@ struct Bucket {
 
 struct PendingScatter {
   CommRequest request;
-  Tensor input, output;
+  Tensor wire_input, wire_output;  // what the reduce-scatter runs on (bf16 with reduce dtype bf16)
+  Tensor output;                   // the averaged gradient block, in the gradients' dtype
   int unit = 0, group = 0;
 };
 

@@ -409,20 +409,25 @@ Tensor LayoutWrapper::backward(const Tensor& grad_y) {
 // sync_replicated_gradients
 // ---------------------------------------------------------------------------
 
-void sync_replicated_gradients(nn::Module& model, Communicator& tp, std::size_t bucket_bytes) {
-  if (tp.size() == 1) return;
+void sync_replicated_gradients(nn::Module& model, Communicator& tp, std::size_t bucket_bytes, DType reduce_dtype) {
+  const char* who = "tp::sync_replicated_gradients";
+  tessera::detail::check_reduce_dtype(reduce_dtype, who);
   // Parameters in FQN order, the same on every rank; a gradient that is only this rank's
-  // part (partial_grad_over_tp) is summed, a replicated one averaged (kind 1 / 0).
+  // part (partial_grad_over_tp) is summed, a replicated one averaged.
   std::vector<Tensor> grads;
-  std::vector<int> sums;
+  std::vector<ReduceOp> ops;
   for (auto& [name, p] : model.named_parameters()) {
     if (p->placement.tp.is_shard() || !p->grad.defined()) continue;
+    tessera::detail::check_reducible(p->grad, reduce_dtype, who, name);
     grads.push_back(p->grad);
-    sums.push_back(p->partial_grad_over_tp ? 1 : 0);
+    ops.push_back(p->partial_grad_over_tp ? ReduceOp::sum : ReduceOp::avg);
   }
-  tessera::detail::bucketed_in_place(grads, sums, bucket_bytes, [&](Tensor& flat, int sum) {
-    tp.all_reduce(flat, sum ? ReduceOp::sum : ReduceOp::avg);
-  });
+  if (tp.size() == 1) return;
+  tessera::detail::bucketed_all_reduce(tp, grads, ops, bucket_bytes, reduce_dtype);
+}
+
+void sync_replicated_gradients(nn::Module& model, Communicator& tp, DType reduce_dtype) {
+  sync_replicated_gradients(model, tp, std::size_t(25) << 20, reduce_dtype);
 }
 
 }  // namespace tessera::tp

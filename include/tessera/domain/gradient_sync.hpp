@@ -15,6 +15,11 @@
 // parameters; nothing is sent on a domain of size 1. Call once per step, after the
 // backward passes (gradient accumulation over micro-batches may happen before: the sum
 // is linear).
+//
+// `reduce_dtype`: f32 (default) sums every gradient in its own dtype; bf16 rounds f32
+// gradients to bf16 for the all-reduce and widens the sum back (half the bytes;
+// comm/flat_buckets.hpp). A reduce dtype other than f32/bf16, or an f64 gradient with
+// bf16, is an InvalidArgument naming it, on every rank alike.
 
 #include "tessera/comm.hpp"
 #include "tessera/nn/module.hpp"
@@ -26,7 +31,7 @@ class Mesh;
 namespace tessera::domain {
 
 // Returns the number of parameters whose gradients were summed.
-int sync_domain_gradients(nn::Module& module, const Mesh& mesh);
-int sync_domain_gradients(nn::Module& module, Communicator& domain_comm);
+int sync_domain_gradients(nn::Module& module, const Mesh& mesh, DType reduce_dtype = DType::f32);
+int sync_domain_gradients(nn::Module& module, Communicator& domain_comm, DType reduce_dtype = DType::f32);
 
 }  // namespace tessera::domain

@@ -33,6 +33,17 @@
 // finish_gradient_sync(). A module that reads another's parameter without declaring it
 // gets wrong results under fsdp2 (it sees the shard) — declare it.
 //
+// Reduce dtype: `reduce_dtype` f32 (default) reduces every gradient in its own dtype.
+// bf16 halves the bytes of every gradient reduction — ddp's bucket all-reduces, fsdp2's
+// reduce-scatters and the buckets of its replicated leftovers: each bucket (or unit group)
+// is rounded from f32 to a bf16 shadow buffer (nearest even) before its collective
+// starts, the collective sums the bf16 values, and the sum is widened back into the f32
+// gradients when the collective completes, where the average is taken (in f32).
+// Parameters, gradients and optimizer state stay f32; the reduced gradient carries bf16's
+// 8 significant bits. Only f32 gradients may be reduced in bf16: an f64 gradient is an
+// InvalidArgument naming its parameter, and a reduce dtype other than f32 or bf16 one
+// naming the option, both at construction (every rank checks the same tree).
+//
 // Frozen parameters (Parameter::trainable false, e.g. a LoRA base weight) are broadcast
 // like the others but never reduced, bucketed or sharded: they stay whole on every rank
 // and their gradients are left as they are (undefined).
@@ -84,6 +95,7 @@ struct DataParallelOptions {
   std::size_t bucket_bytes = std::size_t(25) << 20;  // ddp (and fsdp2's replicated leftovers); > 0
   bool overlap = true;                // start each bucket's / module's reduction during backward
   bool broadcast_parameters = true;   // make dp rank 0's values everyone's at construction
+  DType reduce_dtype = DType::f32;    // the dtype gradients are reduced in: f32 or bf16 (above)
 };
 
 namespace detail {

@@ -48,7 +48,11 @@
 // parameters over tp — pinning replicas that drift under nondeterministic kernels or
 // data = none — and sums the partial gradients sequence parallelism leaves on norm
 // weights and row biases. Sharded parameters are untouched. Gradients travel in
-// buckets of at most `bucket_bytes` (one all-reduce per bucket).
+// buckets of at most `bucket_bytes` (one all-reduce per bucket), in `reduce_dtype`:
+// f32 (default) reduces every gradient in its own dtype; bf16 rounds f32 gradients to
+// bf16 for the all-reduce and widens the result back (half the bytes; an average is
+// taken in f32; comm/flat_buckets.hpp). A reduce dtype other than f32/bf16, or an f64
+// gradient with bf16, is an InvalidArgument naming it, on every rank alike.
 
 #include <cstddef>
 #include <optional>
@@ -138,7 +142,9 @@ void parallelize(nn::Module& model, Communicator& tp, const ParallelizePlan& pla
 void parallelize(nn::Module& model, const Mesh& mesh, const ParallelizePlan& plan);  // over mesh.tp()
 void apply_tensor_parallel(nn::Module& model, Communicator& tp);
 void apply_tensor_parallel(nn::Module& model, const Mesh& mesh);
-void sync_replicated_gradients(nn::Module& model, Communicator& tp, std::size_t bucket_bytes = std::size_t(25) << 20);
+void sync_replicated_gradients(nn::Module& model, Communicator& tp, std::size_t bucket_bytes = std::size_t(25) << 20,
+                               DType reduce_dtype = DType::f32);
+void sync_replicated_gradients(nn::Module& model, Communicator& tp, DType reduce_dtype);  // 25 MiB buckets
 
 // How a LayoutWrapper moves a tensor between layouts along one dim:
 //   split   keep this rank's block (backward: all-gather the gradient);
