@@ -15,6 +15,10 @@
 // vs_gemms = step time / GEMM time: what the MLP costs beyond its GEMMs (activation,
 // bias, copies, allocations and the all-reduces). scripts/bench-peers puts the step
 // beside PyTorch's.
+//
+// tp_mlp_bf16_mixed runs the same MLP (and its GEMM floor) with
+// set_compute_precision(bf16_mixed): bf16 GEMM operands, fp32 accumulation. Its time
+// over tp_mlp's, in the same run, is what mixed precision costs or saves here.
 
 #include <memory>
 
@@ -35,7 +39,7 @@ struct State {
 };
 State g;
 
-void BM_tp_mlp(benchmark::State& state) {
+void run_tp_mlp(benchmark::State& state, Precision precision) {
   const std::int64_t h = state.range(0);
   Communicator& tp = g.mesh->tp();
   nn::Sequential mlp;
@@ -43,6 +47,7 @@ void BM_tp_mlp(benchmark::State& state) {
   mlp.append(std::make_unique<nn::GELU>());
   mlp.append(std::make_unique<tp::RowParallelLinear>(4 * h, h, tp, /*input_is_parallel=*/true));
   nn::initialize_parameters(mlp, 1);
+  mlp.set_compute_precision(precision);
   std::vector<float> values(static_cast<std::size_t>(g.tokens * h));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
   const Tensor x = Tensor::from_vector(values, {g.tokens, h});
@@ -55,12 +60,12 @@ void BM_tp_mlp(benchmark::State& state) {
   Tensor act = Tensor::zeros({g.tokens, f}, DType::f32), out = Tensor::zeros({g.tokens, h}, DType::f32), dact = Tensor::zeros({g.tokens, f}, DType::f32);
   Tensor dx = Tensor::zeros({g.tokens, h}, DType::f32), dw1 = Tensor::zeros({f, h}, DType::f32), dw2 = Tensor::zeros({h, f}, DType::f32);
   auto gemms = [&] {
-    ops::gemm(x, false, w1, true, act, 1.0, 0.0);
-    ops::gemm(act, false, w2, true, out, 1.0, 0.0);
-    ops::gemm(dy, false, w2, false, dact, 1.0, 0.0);
-    ops::gemm(dy, true, act, false, dw2, 1.0, 1.0);
-    ops::gemm(dact, false, w1, false, dx, 1.0, 0.0);
-    ops::gemm(dact, true, x, false, dw1, 1.0, 1.0);
+    ops::gemm(x, false, w1, true, act, 1.0, 0.0, precision);
+    ops::gemm(act, false, w2, true, out, 1.0, 0.0, precision);
+    ops::gemm(dy, false, w2, false, dact, 1.0, 0.0, precision);
+    ops::gemm(dy, true, act, false, dw2, 1.0, 1.0, precision);
+    ops::gemm(dact, false, w1, false, dx, 1.0, 0.0, precision);
+    ops::gemm(dact, true, x, false, dw1, 1.0, 1.0, precision);
   };
 
   double total = 0, gemm_total = 0;
@@ -82,15 +87,20 @@ void BM_tp_mlp(benchmark::State& state) {
   state.counters["GFLOPs"] = flops * static_cast<double>(state.iterations()) / total / 1e9;
 }
 
+void BM_tp_mlp(benchmark::State& state) { run_tp_mlp(state, Precision::fp32); }
+void BM_tp_mlp_bf16_mixed(benchmark::State& state) { run_tp_mlp(state, Precision::bf16_mixed); }
+
 void register_all(const bench::Flags& flags) {
   ParallelismConfig config;
   MPI_Comm_size(MPI_COMM_WORLD, &config.tensor);
   g.mesh = std::make_unique<Mesh>(MPI_COMM_WORLD, config);
   g.tokens = bench::int_list(flags.at("tokens"), "tokens").front();
   benchmark::AddCustomContext("mesh", "dp 1 x tp " + std::to_string(config.tensor) + " x domain 1");
-  auto* b = benchmark::RegisterBenchmark("tp_mlp", BM_tp_mlp);
-  for (long h : bench::int_list(flags.at("hidden"), "hidden")) b->Arg(h);
-  b->UseManualTime()->Unit(benchmark::kMillisecond);
+  for (auto* b : {benchmark::RegisterBenchmark("tp_mlp", BM_tp_mlp),
+                  benchmark::RegisterBenchmark("tp_mlp_bf16_mixed", BM_tp_mlp_bf16_mixed)}) {
+    for (long h : bench::int_list(flags.at("hidden"), "hidden")) b->Arg(h);
+    b->UseManualTime()->Unit(benchmark::kMillisecond);
+  }
 }
 
 }  // namespace
