@@ -68,6 +68,10 @@ struct GemmArgs {
   void* out = nullptr;
   std::int64_t ldc = 0;
   double alpha = 1.0, beta = 0.0;
+  // Precision::bf16_mixed on f32 operands (ab and c f32): A and B are rounded to bf16
+  // (nearest even) and multiplied as the bf16 GEMM does, fp32 accumulation. The backend
+  // rounds on its side (a scratch copy), so no bf16 tensor is made per call.
+  bool round_to_bf16 = false;
 };
 
 // The geometry of one attention call (see Compute::attention).
@@ -95,7 +99,8 @@ class Compute {
   virtual ~Compute() = default;
 
   // ---- BLAS-like (ops.hpp). gemm: A and B f32, f64 or bf16 (bf16: fp32 accumulation,
-  // C bf16 or f32); host bf16 converts to f32 and runs the f32 GEMM.
+  // C bf16 or f32; and f32 with round_to_bf16); host bf16 is the BLAS's sbgemm where it
+  // has one, else f32 operands holding the bf16 values and sgemm.
   virtual void gemm(const GemmArgs& args, int device) = 0;
   virtual void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device) = 0;
   // y *= alpha; dtype f32, f64 or bf16. f32: y = float(double(y) * alpha), one rounding

@@ -74,10 +74,14 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
         throw ShapeError("ops::gemm: bf16-mixed precision takes f32 or bf16 operands and an f32 C, not " + t->str());
       }
     }
-    const Tensor a16 = a.dtype() == DType::bf16 ? a : cast(a, DType::bf16);
-    const Tensor b16 = b.dtype() == DType::bf16 ? b : cast(b, DType::bf16);
-    gemm(a16, ta, b16, tb, c, alpha, beta);
-    return;
+    if (a.dtype() == DType::bf16 || b.dtype() == DType::bf16) {
+      // One operand is already bf16 (a caller's rounded copy): round the other here.
+      const Tensor a16 = a.dtype() == DType::bf16 ? a : cast(a, DType::bf16);
+      const Tensor b16 = b.dtype() == DType::bf16 ? b : cast(b, DType::bf16);
+      gemm(a16, ta, b16, tb, c, alpha, beta);
+      return;
+    }
+    // Both f32: the backend rounds them on its side (GemmArgs::round_to_bf16).
   }
   require_float(a, "gemm", "A", /*allow_bf16=*/true);
   require_float(b, "gemm", "B", /*allow_bf16=*/true);
@@ -113,6 +117,7 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double 
   args.ldc = n;
   args.alpha = alpha;
   args.beta = beta;
+  args.round_to_bf16 = precision == Precision::bf16_mixed;
   compute_for(a, "gemm", "A").gemm(args, a.device().index);
 }
 

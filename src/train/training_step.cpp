@@ -78,7 +78,9 @@ BuiltFieldEmulator build_field_emulator(const RunConfig& cfg, const models::Fiel
 std::unique_ptr<dp::DataParallel> start_training(const RunConfig& cfg, nn::Module& model, const Mesh& mesh) {
   nn::initialize_parameters(model, cfg.schedule.seed);
   if (cfg.parallelism.data == DataParallelMode::none) return nullptr;
-  return std::make_unique<dp::DataParallel>(model, mesh);
+  dp::DataParallelOptions options;
+  options.reduce_dtype = cfg.optimizer.reduce_dtype;
+  return std::make_unique<dp::DataParallel>(model, mesh, options);
 }
 
 double field_emulator_forward_backward(models::FieldEmulator& model, const Tensor& input, const Tensor& target) {
@@ -126,8 +128,8 @@ void TrainingStep::before_backward(std::int64_t micro) {
 
 double TrainingStep::finish(std::int64_t step, bool measure_norm) {
   if (data_parallel_) data_parallel_->finish_gradient_sync();
-  if (mesh_.tp_size() > 1) tp::sync_replicated_gradients(model_, mesh_.tp());
-  if (mesh_.domain_size() > 1) domain::sync_domain_gradients(model_, mesh_);
+  if (mesh_.tp_size() > 1) tp::sync_replicated_gradients(model_, mesh_.tp(), config_.reduce_dtype);
+  if (mesh_.domain_size() > 1) domain::sync_domain_gradients(model_, mesh_, config_.reduce_dtype);
   // Each micro-batch's loss is its own mean: the step's mean is their average, and so is
   // its gradient (every parameter once: the optimizer refuses duplicates).
   if (config_.accumulate > 1) {

@@ -334,6 +334,7 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
     // With a pipeline: without overlap (the recomputing schedules run a unit's forward
     // more than once per backward, which the overlap hooks do not expect).
     dp::DataParallelOptions dp_options;
+    dp_options.reduce_dtype = cfg.optimizer.reduce_dtype;
     if (pipeline) dp_options.overlap = false;
     data_parallel = std::make_unique<dp::DataParallel>(*trained, mesh, dp_options);
   }

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_blas.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_compute.hpp"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
@@ -236,6 +237,26 @@ double sum_partials(double* partials, unsigned blocks, cudaStream_t stream) {
 
 double cuda_sum(DType dtype, const void* x, std::int64_t n, int device) {
   return cuda_dot(dtype, x, nullptr, n, device);
+}
+
+// Precision::bf16_mixed on f32 operands: bf16 copies from the caching allocator
+// (stream-ordered, returned when the GEMM is queued), then cuBLAS's bf16 GEMM.
+void CudaCompute::gemm(const GemmArgs& g, int device) {
+  if (!g.round_to_bf16 || g.ab != DType::f32 || g.m == 0 || g.n == 0 || g.k == 0) {
+    cuda_gemm(g, device);
+    return;
+  }
+  const std::int64_t a_count = (g.transpose_a ? g.k : g.m) * g.lda, b_count = (g.transpose_b ? g.n : g.k) * g.ldb;
+  DeviceScratch a16(static_cast<std::size_t>(a_count) * sizeof(__nv_bfloat16), device);
+  DeviceScratch b16(static_cast<std::size_t>(b_count) * sizeof(__nv_bfloat16), device);
+  cast(DType::f32, g.a, DType::bf16, a16.as<void>(), a_count, device);
+  cast(DType::f32, g.b, DType::bf16, b16.as<void>(), b_count, device);
+  GemmArgs rounded = g;
+  rounded.ab = DType::bf16;
+  rounded.a = a16.as<void>();
+  rounded.b = b16.as<void>();
+  rounded.round_to_bf16 = false;
+  cuda_gemm(rounded, device);
 }
 
 }  // namespace tessera::detail

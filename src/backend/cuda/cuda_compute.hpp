@@ -39,7 +39,8 @@ namespace tessera::detail {
 class CudaCompute final : public Compute {
  public:
   // cuda_blas.cu
-  void gemm(const GemmArgs& args, int device) override { cuda_gemm(args, device); }
+  // cuda_gemm; with round_to_bf16, on bf16 copies of the operands (cuda_blas.cu).
+  void gemm(const GemmArgs& args, int device) override;
   void axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device) override {
     cuda_axpy(dtype, n, alpha, x, y, device);
   }

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backend/host/host_compute.hpp"
@@ -54,36 +55,112 @@ SbgemmFn blas_sbgemm() {
   return fn;
 }
 
-// bf16 x bf16 on the host, fp32 accumulation into an f32 C (as cuBLAS's bf16 GEMM with
-// CUBLAS_COMPUTE_32F), rounded to bf16 if C is: the BLAS's sbgemm where it has one, else
-// A and B widened to f32 (exact) and sgemm.
+// The rounding of bfloat16::round_to_bits (nearest even, NaN kept quiet) on the bit
+// pattern of a float, kept in the upper 16 bits: written branch-free so that the loops
+// below vectorise (GCC's -O2 cost model would leave them scalar; they ran at a third of
+// the GEMM's time before).
+inline std::uint32_t bf16_rounded_bits(std::uint32_t u) {
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return (nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u))) & 0xffff0000u;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define TESSERA_VECTORISE __attribute__((optimize("vect-cost-model=dynamic")))
+#else
+#define TESSERA_VECTORISE
+#endif
+
+TESSERA_VECTORISE void round_to_bf16_values(const float* in, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &in[i], sizeof u);
+    u = bf16_rounded_bits(u);
+    std::memcpy(&out[i], &u, sizeof u);
+  }
+}
+
+TESSERA_VECTORISE void round_to_bf16_bits(const float* in, std::uint16_t* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &in[i], sizeof u);
+    out[i] = static_cast<std::uint16_t>(bf16_rounded_bits(u) >> 16);
+  }
+}
+
+TESSERA_VECTORISE void widen_bf16(const std::uint16_t* in, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t u = static_cast<std::uint32_t>(in[i]) << 16;
+    std::memcpy(&out[i], &u, sizeof u);
+  }
+}
+
+// Per-thread scratch for the bf16 GEMM's converted operands (slot 0: A, 1: B, 2: C),
+// kept between calls and grown on demand: a fresh allocation per call cost page faults
+// and a zero-fill as large as the conversion itself. It holds the largest operands a
+// thread has converted (each at most the size of the f32 operand).
+template <class T>
+T* scratch(int slot, std::size_t count) {
+  struct Slot {
+    std::unique_ptr<T[]> data;
+    std::size_t capacity = 0;
+  };
+  thread_local Slot slots[3];
+  Slot& s = slots[slot];
+  if (s.capacity < count) {
+    s.data.reset(new T[count]);  // uninitialised: every use writes it whole first
+    s.capacity = count;
+  }
+  return s.data.get();
+}
+
+// An operand of `count` elements as the bf16 GEMM reads it: bf16 bits for sbgemm
+// (`want_bits`), or f32 holding the bf16 values for sgemm. Its source is bf16, or f32 to
+// be rounded to bf16 first (GemmArgs::round_to_bf16).
+const void* bf16_operand(int slot, const void* src, bool src_is_f32, std::size_t count, bool want_bits) {
+  if (want_bits) {
+    if (!src_is_f32) return src;
+    std::uint16_t* bits = scratch<std::uint16_t>(slot, count);
+    round_to_bf16_bits(static_cast<const float*>(src), bits, count);
+    return bits;
+  }
+  float* wide = scratch<float>(slot, count);
+  if (src_is_f32) {
+    round_to_bf16_values(static_cast<const float*>(src), wide, count);
+  } else {
+    widen_bf16(static_cast<const std::uint16_t*>(src), wide, count);
+  }
+  return wide;
+}
+
+// bf16 x bf16 on the host (or f32 operands rounded to bf16), fp32 accumulation into an
+// f32 C (as cuBLAS's bf16 GEMM with CUBLAS_COMPUTE_32F), rounded to bf16 if C is: the
+// BLAS's sbgemm where it has one, else the operands widened to f32 (exact) and sgemm.
 void gemm_bf16(const GemmArgs& g) {
-  std::vector<float> c_wide;
   float* c = static_cast<float*>(g.out);
   auto* c16 = static_cast<bfloat16*>(g.out);
+  const auto c_count = static_cast<std::size_t>(g.m * g.ldc);
   if (g.c == DType::bf16) {
-    c_wide.resize(static_cast<std::size_t>(g.m * g.ldc));
-    for (std::size_t i = 0; i < c_wide.size(); ++i) c_wide[i] = static_cast<float>(c16[i]);
-    c = c_wide.data();
+    c = scratch<float>(2, c_count);
+    widen_bf16(static_cast<const std::uint16_t*>(g.out), c, c_count);
   }
-  if (SbgemmFn sbgemm = blas_sbgemm()) {
+  const SbgemmFn sbgemm = blas_sbgemm();
+  const auto a_count = static_cast<std::size_t>((g.transpose_a ? g.k : g.m) * g.lda);
+  const auto b_count = static_cast<std::size_t>((g.transpose_b ? g.n : g.k) * g.ldb);
+  const bool from_f32 = g.ab == DType::f32;  // round_to_bf16
+  const void* a = bf16_operand(0, g.a, from_f32, a_count, sbgemm != nullptr);
+  const void* b = bf16_operand(1, g.b, from_f32, b_count, sbgemm != nullptr);
+  if (sbgemm) {
     static_assert(sizeof(bfloat16) == sizeof(std::uint16_t));
     sbgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
            static_cast<blasint>(g.m), static_cast<blasint>(g.n), static_cast<blasint>(g.k),
-           static_cast<float>(g.alpha), static_cast<const std::uint16_t*>(g.a), static_cast<blasint>(g.lda),
-           static_cast<const std::uint16_t*>(g.b), static_cast<blasint>(g.ldb), static_cast<float>(g.beta), c,
+           static_cast<float>(g.alpha), static_cast<const std::uint16_t*>(a), static_cast<blasint>(g.lda),
+           static_cast<const std::uint16_t*>(b), static_cast<blasint>(g.ldb), static_cast<float>(g.beta), c,
            static_cast<blasint>(g.ldc));
   } else {
-    const std::int64_t a_rows = g.transpose_a ? g.k : g.m, b_rows = g.transpose_b ? g.n : g.k;
-    std::vector<float> a(static_cast<std::size_t>(a_rows * g.lda)), b(static_cast<std::size_t>(b_rows * g.ldb));
-    const auto* a16 = static_cast<const bfloat16*>(g.a);
-    const auto* b16 = static_cast<const bfloat16*>(g.b);
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(a16[i]);
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(b16[i]);
-    cblas_gemm_f32(g, a.data(), g.lda, b.data(), g.ldb, c);
+    cblas_gemm_f32(g, static_cast<const float*>(a), g.lda, static_cast<const float*>(b), g.ldb, c);
   }
   if (g.c == DType::bf16) {
-    for (std::size_t i = 0; i < c_wide.size(); ++i) c16[i] = bfloat16(c_wide[i]);
+    for (std::size_t i = 0; i < c_count; ++i) c16[i] = bfloat16(c[i]);
   }
 }
 
@@ -166,7 +243,7 @@ void HostCompute::gemm(const GemmArgs& g, int) {
     scale(g.c, g.m * g.ldc, beta, g.out, 0);
     return;
   }
-  if (g.ab == DType::bf16) {
+  if (g.ab == DType::bf16 || (g.ab == DType::f32 && g.round_to_bf16)) {
     gemm_bf16(g);
   } else if (g.ab == DType::f32) {
     cblas_gemm_f32(g, static_cast<const float*>(g.a), g.lda, static_cast<const float*>(g.b), g.ldb,
