@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "../tp/tp_test_util.hpp"
+#include "../support/bf16_reorder_bound.hpp"
 #include "domain_test_support.hpp"
 #include "tessera/domain/decomposition.hpp"
 #include "tessera/domain/domain_conv2d.hpp"
@@ -47,63 +47,11 @@
 
 using namespace tessera;
 using namespace tessera::domain;
-using namespace tessera::testing;  // world(), grids(), fills and comparisons
+using namespace tessera::testing;  // world(), grids(), fills, comparisons, the reorder bound
 
 namespace {
 
 constexpr Precision kBf16 = Precision::bf16_mixed;
-
-Tensor rounded(const Tensor& x) { return ops::cast(ops::cast(x, DType::bf16), DType::f32); }
-
-// |x| of the bf16-rounded x, in f64.
-Tensor rounded_magnitude(const Tensor& x) {
-  std::vector<double> v = as_doubles(rounded(x));
-  for (double& e : v) e = std::abs(e);
-  return Tensor::from_vector(v, x.shape());
-}
-
-double gamma(std::int64_t terms) {
-  const double u = std::ldexp(1.0, -24);
-  return static_cast<double>(terms) * u / (1.0 - static_cast<double>(terms) * u);
-}
-
-::testing::AssertionResult within_reorder_bound(const Tensor& got, const Tensor& want, const Tensor& magnitude,
-                                                std::int64_t terms) {
-  if (got.shape() != want.shape() || got.shape() != magnitude.shape()) {
-    return ::testing::AssertionFailure() << "shapes " << shape_str(got.shape()) << ", " << shape_str(want.shape())
-                                         << ", " << shape_str(magnitude.shape());
-  }
-  if (got.dtype() != DType::f32) return ::testing::AssertionFailure() << "dtype " << dtype_name(got.dtype());
-  const auto g = as_doubles(got), w = as_doubles(want), s = as_doubles(magnitude);
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const double tol = 2 * gamma(terms) * s[i];
-    if (!(std::abs(g[i] - w[i]) <= tol)) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << w[i] << " (bound " << tol
-                                           << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-double max_relative_difference(const Tensor& a, const Tensor& b) {
-  const auto x = as_doubles(a), y = as_doubles(b);
-  double d = 0, scale = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    d = std::max(d, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return d / scale;
-}
-
-double relative_l2(const Tensor& a, const Tensor& b) {
-  const auto x = as_doubles(a), y = as_doubles(b);
-  double d = 0, n = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    d += (x[i] - y[i]) * (x[i] - y[i]);
-    n += y[i] * y[i];
-  }
-  return std::sqrt(d / n);
-}
 
 Tensor box_of(const Tensor& global, const LocalBox& b) {
   return global.narrow(2, b.lat.start, b.lat.length).narrow(3, b.lon.start, b.lon.length).contiguous();
@@ -149,11 +97,11 @@ TEST(DomainMixedPrecision, DomainConv2dMatchesSerialBf16) {
     // S: the serial layer in f64 on the magnitudes of the rounded operands.
     DomainConv2dOptions f64_options = c.options;
     f64_options.dtype = DType::f64;
-    DomainConv2d magnitude(serial_d, c_in, c_out, c.kh, c.kw, f64_options);
-    magnitude.weight.value.copy_from(rounded_magnitude(serial.weight.value));
-    magnitude.bias.value.copy_from(rounded_magnitude(serial.bias.value));
-    const Tensor y_mag = magnitude.forward(rounded_magnitude(x));
-    const Tensor dx_mag = magnitude.backward(rounded_magnitude(dy));
+    DomainConv2d magnitudes(serial_d, c_in, c_out, c.kh, c.kw, f64_options);
+    magnitudes.weight.value.copy_from(bf16_magnitude(serial.weight.value));
+    magnitudes.bias.value.copy_from(magnitude(serial.bias.value));
+    const Tensor y_mag = magnitudes.forward(bf16_magnitude(x));
+    const Tensor dx_mag = magnitudes.backward(bf16_magnitude(dy));
 
     for (const ProcessGrid& grid : grids()) {
       const std::string what = std::string(c.name) + " on grid " + grid.str();
@@ -172,7 +120,7 @@ TEST(DomainMixedPrecision, DomainConv2dMatchesSerialBf16) {
       EXPECT_TRUE(within_reorder_bound(dx, box_of(dx_serial, box), box_of(dx_mag, box),
                                        c_out * c.kh * c.kw + world_size()))
           << what;
-      EXPECT_TRUE(within_reorder_bound(parallel.weight.grad, serial.weight.grad, magnitude.weight.grad,
+      EXPECT_TRUE(within_reorder_bound(parallel.weight.grad, serial.weight.grad, magnitudes.weight.grad,
                                        B * H * W + world_size()))
           << what;
       // The bias gradient sums dy (unrounded) in double per rank, then over the domain.

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/bf16_reorder_bound.hpp"
 #include "nn_test_util.hpp"
 #include "tessera/bfloat16.hpp"
 #include "tessera/nn/activation_checkpoint.hpp"
@@ -73,6 +74,11 @@ extern "C" void cblas_sbgemm(int order, int trans_a, int trans_b, int m, int n, 
 
 using namespace tessera;
 using namespace tessera::nn_test;
+using tessera::testing::bf16_magnitude;
+using tessera::testing::bf16_rounded;
+using tessera::testing::magnitude;
+using tessera::testing::max_relative_difference;
+using tessera::testing::within_reorder_bound;
 namespace F = tessera::nn::functional;
 
 namespace {
@@ -95,17 +101,8 @@ std::uint16_t bf16_bits(float v) {
   return t.to_vector<tessera::bfloat16>()[0].bits;
 }
 
-// x rounded to bf16 and widened back: the operand a bf16-mixed GEMM reads, as f32.
-Tensor rounded(const Tensor& x) { return ops::cast(ops::cast(x, DType::bf16), DType::f32); }
-
 Tensor f32_random(const Shape& shape, std::uint64_t seed, double scale = 1.0) {
   return random_tensor(shape, DType::f32, seed, scale);
-}
-
-Tensor abs_f64(const Tensor& t) {
-  std::vector<double> v = to_doubles(t);
-  for (double& e : v) e = std::abs(e);
-  return Tensor::from_vector(v, t.shape());
 }
 
 bool bit_identical(const Tensor& a, const Tensor& b) {
@@ -114,42 +111,17 @@ bool bit_identical(const Tensor& a, const Tensor& b) {
   return std::memcmp(ca.data(), cb.data(), ca.nbytes()) == 0;
 }
 
-// The bound on two fp32 evaluations of the same sums of exact products in different
-// orders: each is within gamma_n * S of the exact sum, S = sum of |terms| (the
-// products and any added C or bias), n = number of terms, gamma_n = n u / (1 - n u),
-// u = 2^-24; so they are within 2 gamma_n S of each other. `terms` bounds n from above;
-// `magnitude` is S elementwise (f64).
-double gamma(std::int64_t terms) {
-  const double u = std::ldexp(1.0, -24);
-  return static_cast<double>(terms) * u / (1.0 - static_cast<double>(terms) * u);
-}
-
 // got and want (f32) are the same bf16 computation: bit-identical on the conversion
-// path, within 2 gamma_n S elementwise through sbgemm.
-void expect_same_bf16_result(const Tensor& got, const Tensor& want, const Tensor& magnitude, std::int64_t terms,
+// path, within the fp32 reorder bound (tests/support/bf16_reorder_bound.hpp) through
+// sbgemm. `mag` is S, `terms` bounds n.
+void expect_same_bf16_result(const Tensor& got, const Tensor& want, const Tensor& mag, std::int64_t terms,
                              const std::string& what) {
   ASSERT_EQ(got.dtype(), DType::f32) << what;
-  ASSERT_EQ(got.shape(), want.shape()) << what;
   if (!sbgemm_path()) {
     EXPECT_TRUE(bit_identical(got, want)) << what << ": the conversion path is sgemm on the rounded operands";
     return;
   }
-  const auto g = to_doubles(got), w = to_doubles(want), s = to_doubles(magnitude);
-  ASSERT_EQ(s.size(), g.size()) << what;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    ASSERT_LE(std::abs(g[i] - w[i]), 2 * gamma(terms) * s[i]) << what << " element " << i;
-  }
-}
-
-// The largest |a - b| relative to max |b|: how far the bf16 result is from plain fp32.
-double max_relative_difference(const Tensor& a, const Tensor& b) {
-  const auto x = to_doubles(a), y = to_doubles(b);
-  double d = 0, scale = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    d = std::max(d, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return d / scale;
+  EXPECT_TRUE(within_reorder_bound(got, want, mag, terms)) << what;
 }
 
 // ---- ops::cast
@@ -221,7 +193,7 @@ TEST(MixedPrecisionCast, CopiesShapesAndRejectsIntegers) {
   ASSERT_FALSE(t.is_contiguous());
   const Tensor tb = ops::cast(t, DType::bf16);
   EXPECT_EQ(tb.shape(), (Shape{3, 2}));
-  EXPECT_TRUE(bit_identical(ops::cast(tb, DType::f32), rounded(t.contiguous())));
+  EXPECT_TRUE(bit_identical(ops::cast(tb, DType::f32), bf16_rounded(t.contiguous())));
   expect_error<ShapeError>([] { (void)ops::cast(Tensor::zeros({2}, DType::i64), DType::bf16); }, {"ops::cast", "i64"});
   expect_error<ShapeError>([&] { (void)ops::cast(x, DType::i64); }, {"ops::cast", "i64"});
 }
@@ -242,12 +214,12 @@ TEST(MixedPrecisionGemm, EqualsSgemmOfRoundedOperands) {
         const Tensor c0 = f32_random({m, n}, 30 + cases);
         Tensor c = c0.clone(), want = c0.clone();
         ops::gemm(a, ta, b, tb, c, 1.0, beta, Precision::bf16_mixed);
-        ops::gemm(rounded(a), ta, rounded(b), tb, want, 1.0, beta, Precision::fp32);
+        ops::gemm(bf16_rounded(a), ta, bf16_rounded(b), tb, want, 1.0, beta, Precision::fp32);
         // S = |op(A_r)| |op(B_r)| + beta |C|, exact in f64.
-        Tensor magnitude = Tensor::zeros({m, n}, DType::f64);
-        ops::gemm(abs_f64(rounded(a)), ta, abs_f64(rounded(b)), tb, magnitude);
-        if (beta != 0) ops::axpy(beta, abs_f64(c0), magnitude);
-        expect_same_bf16_result(c, want, magnitude, k + 1, what);
+        Tensor mag = Tensor::zeros({m, n}, DType::f64);
+        ops::gemm(bf16_magnitude(a), ta, bf16_magnitude(b), tb, mag);
+        if (beta != 0) ops::axpy(beta, magnitude(c0), mag);
+        expect_same_bf16_result(c, want, mag, k + 1, what);
         // Not the fp32 product: the rounding of the operands shows.
         Tensor plain = c0.clone();
         ops::gemm(a, ta, b, tb, plain, 1.0, beta);
@@ -268,10 +240,10 @@ TEST(MixedPrecisionGemm, AlphaScalesTheBf16Product) {
   const Tensor a = f32_random({4, 6}, 41), b = f32_random({6, 3}, 42);
   Tensor c = Tensor::zeros({4, 3}, DType::f32), want = Tensor::zeros({4, 3}, DType::f32);
   ops::gemm(a, false, b, false, c, 0.5, 0.0, Precision::bf16_mixed);
-  ops::gemm(rounded(a), false, rounded(b), false, want, 0.5, 0.0);
-  Tensor magnitude = Tensor::zeros({4, 3}, DType::f64);
-  ops::gemm(abs_f64(rounded(a)), false, abs_f64(rounded(b)), false, magnitude, 0.5);
-  expect_same_bf16_result(c, want, magnitude, 6, "alpha 0.5");
+  ops::gemm(bf16_rounded(a), false, bf16_rounded(b), false, want, 0.5, 0.0);
+  Tensor mag = Tensor::zeros({4, 3}, DType::f64);
+  ops::gemm(bf16_magnitude(a), false, bf16_magnitude(b), false, mag, 0.5);
+  expect_same_bf16_result(c, want, mag, 6, "alpha 0.5");
 }
 
 TEST(MixedPrecisionGemm, RejectsF64AndBf16Results) {
@@ -326,14 +298,14 @@ TEST(MixedPrecisionLayers, LinearEqualsFp32OnRoundedOperands) {
     EXPECT_EQ(dx.dtype(), DType::f32);
     EXPECT_EQ(lin.weight.grad.dtype(), DType::f32);
 
-    const Tensor xr = rounded(x), wr = rounded(lin.weight.value), dyr = rounded(dy);
+    const Tensor xr = bf16_rounded(x), wr = bf16_rounded(lin.weight.value), dyr = bf16_rounded(dy);
     const Tensor b = with_bias ? lin.bias.value : Tensor();
     const Tensor y_ref = F::linear(xr, wr, b);
     Tensor gw_ref = Tensor::zeros(lin.weight.value.shape(), DType::f32), no_bias;
     const Tensor dx_ref = F::linear_backward(dyr, xr, wr, gw_ref, no_bias);
     // Magnitudes: |x||W|^T + |b|, |dy||W|, |dy|^T|x|, in f64.
-    const Tensor ax = abs_f64(xr), aw = abs_f64(wr), ady = abs_f64(dyr);
-    const Tensor y_mag = F::linear(ax, aw, with_bias ? abs_f64(b) : Tensor());
+    const Tensor ax = magnitude(xr), aw = magnitude(wr), ady = magnitude(dyr);
+    const Tensor y_mag = F::linear(ax, aw, with_bias ? magnitude(b) : Tensor());
     Tensor gw_mag = Tensor::zeros(aw.shape(), DType::f64), unused;
     const Tensor dx_mag = F::linear_backward(ady, ax, aw, gw_mag, unused);
     expect_same_bf16_result(y, y_ref, y_mag, 12 + 1, "Linear y " + what);
@@ -382,12 +354,12 @@ TEST(MixedPrecisionLayers, Conv2dEqualsFp32OnRoundedOperands) {
     const Tensor dy = f32_random(y.shape(), 83);
     const Tensor dx = conv.backward(dy);
 
-    const Tensor xr = rounded(x), wr = rounded(conv.weight.value), dyr = rounded(dy);
+    const Tensor xr = bf16_rounded(x), wr = bf16_rounded(conv.weight.value), dyr = bf16_rounded(dy);
     const Tensor y_ref = F::conv2d(xr, wr, conv.bias.value, g.options);
     Tensor gw_ref = Tensor::zeros(wr.shape(), DType::f32), no_bias;
     const Tensor dx_ref = F::conv2d_backward(dyr, xr, wr, gw_ref, no_bias, g.options);
-    const Tensor ax = abs_f64(xr), aw = abs_f64(wr), ady = abs_f64(dyr);
-    const Tensor y_mag = F::conv2d(ax, aw, abs_f64(conv.bias.value), g.options);
+    const Tensor ax = magnitude(xr), aw = magnitude(wr), ady = magnitude(dyr);
+    const Tensor y_mag = F::conv2d(ax, aw, magnitude(conv.bias.value), g.options);
     Tensor gw_mag = Tensor::zeros(aw.shape(), DType::f64), unused;
     const Tensor dx_mag = F::conv2d_backward(ady, ax, aw, gw_mag, unused, g.options);
     const std::int64_t window = c_in * g.kh * g.kw;

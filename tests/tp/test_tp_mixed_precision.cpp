@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/bf16_reorder_bound.hpp"
 #include "../support/decoder_tp_step.hpp"
 #include "../support/mpi_test.hpp"
 #include "tessera/models/decoder.hpp"
@@ -48,67 +49,12 @@
 #include "tp_test_util.hpp"
 
 using namespace tessera;
-using namespace tessera::testing;  // fills, comparisons, the decoder step
+using namespace tessera::testing;  // fills, comparisons, the reorder bound, the decoder step
 namespace F = tessera::nn::functional;
 
 namespace {
 
 constexpr Precision kBf16 = Precision::bf16_mixed;
-
-Tensor rounded(const Tensor& x) { return ops::cast(ops::cast(x, DType::bf16), DType::f32); }
-
-// |x| of the bf16-rounded x, in f64 (sums of its products are exact enough: 53 bits).
-Tensor rounded_magnitude(const Tensor& x) {
-  std::vector<double> v = as_doubles(rounded(x));
-  for (double& e : v) e = std::abs(e);
-  return Tensor::from_vector(v, x.shape());
-}
-
-double gamma(std::int64_t terms) {
-  const double u = std::ldexp(1.0, -24);
-  return static_cast<double>(terms) * u / (1.0 - static_cast<double>(terms) * u);
-}
-
-// |got - want| <= 2 gamma_terms * magnitude, elementwise (see the header).
-::testing::AssertionResult within_reorder_bound(const Tensor& got, const Tensor& want, const Tensor& magnitude,
-                                                std::int64_t terms) {
-  if (got.shape() != want.shape() || got.shape() != magnitude.shape()) {
-    return ::testing::AssertionFailure() << "shapes " << shape_str(got.shape()) << ", " << shape_str(want.shape())
-                                         << ", " << shape_str(magnitude.shape());
-  }
-  if (got.dtype() != DType::f32) return ::testing::AssertionFailure() << "dtype " << dtype_name(got.dtype());
-  const auto g = as_doubles(got), w = as_doubles(want), s = as_doubles(magnitude);
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const double tol = 2 * gamma(terms) * s[i];
-    if (!(std::abs(g[i] - w[i]) <= tol)) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << w[i] << " (bound " << tol
-                                           << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// The largest |a - b| over max |b|.
-double max_relative_difference(const Tensor& a, const Tensor& b) {
-  const auto x = as_doubles(a), y = as_doubles(b);
-  double d = 0, scale = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    d = std::max(d, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return d / scale;
-}
-
-// ||a - b|| / ||b|| (L2).
-double relative_l2(const Tensor& a, const Tensor& b) {
-  const auto x = as_doubles(a), y = as_doubles(b);
-  double d = 0, n = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    d += (x[i] - y[i]) * (x[i] - y[i]);
-    n += y[i] * y[i];
-  }
-  return std::sqrt(d / n);
-}
 
 // S for the serial twin's y, dx and dW: the layer on the magnitudes of its rounded operands.
 struct Magnitudes {
@@ -116,9 +62,9 @@ struct Magnitudes {
 };
 
 Magnitudes linear_magnitudes(const nn::Linear& serial, const Tensor& x, const Tensor& dy) {
-  const Tensor ax = rounded_magnitude(x), aw = rounded_magnitude(serial.weight.value), ady = rounded_magnitude(dy);
+  const Tensor ax = bf16_magnitude(x), aw = bf16_magnitude(serial.weight.value), ady = bf16_magnitude(dy);
   Magnitudes m;
-  m.y = F::linear(ax, aw, serial.has_bias() ? rounded_magnitude(serial.bias.value) : Tensor());
+  m.y = F::linear(ax, aw, serial.has_bias() ? magnitude(serial.bias.value) : Tensor());
   m.dw = Tensor::zeros(aw.shape(), DType::f64);
   Tensor no_bias;
   m.dx = F::linear_backward(ady, ax, aw, m.dw, no_bias);
@@ -126,9 +72,9 @@ Magnitudes linear_magnitudes(const nn::Linear& serial, const Tensor& x, const Te
 }
 
 Magnitudes conv_magnitudes(const nn::Conv2d& serial, const Tensor& x, const Tensor& dy) {
-  const Tensor ax = rounded_magnitude(x), aw = rounded_magnitude(serial.weight.value), ady = rounded_magnitude(dy);
+  const Tensor ax = bf16_magnitude(x), aw = bf16_magnitude(serial.weight.value), ady = bf16_magnitude(dy);
   Magnitudes m;
-  m.y = F::conv2d(ax, aw, rounded_magnitude(serial.bias.value), serial.options());
+  m.y = F::conv2d(ax, aw, magnitude(serial.bias.value), serial.options());
   m.dw = Tensor::zeros(aw.shape(), DType::f64);
   Tensor no_bias;
   m.dx = F::conv2d_backward(ady, ax, aw, m.dw, no_bias, serial.options());
