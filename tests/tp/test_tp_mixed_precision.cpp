@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,11 +85,43 @@ Magnitudes conv_magnitudes(const nn::Conv2d& serial, const Tensor& x, const Tens
 class TpMixedPrecision : public ::testing::Test {
  protected:
   Communicator tp{MPI_COMM_WORLD};
-  Communicator self{MPI_COMM_SELF};
   int T = tp.size();
 };
 
 Tensor master_grad(const Parameter& p, Communicator& tp) { return tp::assemble_master(p, p.grad, tp); }
+
+// This rank's part of a serial tensor, as the parallel layer takes or gives it.
+using LocalPart = std::function<Tensor(const Tensor&)>;
+const LocalPart whole = [](const Tensor& t) { return t; };
+
+// The lengths of the sums behind y, dx and dW (without the bias and tp's partial sums).
+struct Contractions {
+  std::int64_t y, dx, dw;
+};
+
+// serial and parallel (the same master weights) in bf16-mixed on x and dy: y, dx and
+// the reassembled weight gradient within the reorder bound of the serial twin's, the
+// bias gradient (a double-accumulated sum of the unrounded dy) within 1e-6, and y far
+// from the plain fp32 layer's y_fp32.
+template <class Serial, class Parallel>
+void expect_bf16_twin(Serial& serial, Parallel& parallel, Communicator& tp, const Tensor& x, const Tensor& dy,
+                      const Magnitudes& mag, const LocalPart& local_in, const LocalPart& local_out,
+                      const Contractions& n, const Tensor& y_fp32, const std::string& what) {
+  serial.set_compute_precision(kBf16);
+  parallel.set_compute_precision(kBf16);
+  const Tensor y_serial = serial.forward(x);
+  const Tensor dx_serial = serial.backward(dy);
+  const Tensor y = parallel.forward(local_in(x));
+  const Tensor dx = parallel.backward(local_out(dy));
+  tp::sync_replicated_gradients(parallel, tp);  // a row layer's bias: partial over tp with sp
+  const int T = tp.size();
+  EXPECT_TRUE(within_reorder_bound(y, local_out(y_serial), local_out(mag.y), n.y + 1 + T)) << what << ": y";
+  EXPECT_TRUE(within_reorder_bound(dx, local_in(dx_serial), local_in(mag.dx), n.dx + T)) << what << ": dx";
+  EXPECT_TRUE(within_reorder_bound(master_grad(parallel.weight, tp), serial.weight.grad, mag.dw, n.dw + T))
+      << what << ": dW";
+  EXPECT_TRUE(tensors_close(master_grad(parallel.bias, tp), serial.bias.grad, 1e-6)) << what << ": db";
+  EXPECT_GT(max_relative_difference(y, local_out(y_fp32)), 1e-4) << what << ": bf16 must differ from fp32";
+}
 
 }  // namespace
 
@@ -98,6 +131,7 @@ TEST_F(TpMixedPrecision, ColumnParallelLinearMatchesSerialBf16) {
     std::optional<int> sequence_dim;
   };
   const std::int64_t in = 12, out = 12, batch = 2, seq = 4;
+  const Tensor x = random_tensor({batch, seq, in}, 3), dy = random_tensor({batch, seq, out}, 4);
   for (const Case c : {Case{true, std::nullopt}, Case{false, std::nullopt}, Case{false, 1}}) {
     const std::string what = std::string("gather_output ") + (c.gather_output ? "true" : "false") +
                              (c.sequence_dim ? ", sequence parallel" : "") + " at tp " + std::to_string(T);
@@ -105,29 +139,11 @@ TEST_F(TpMixedPrecision, ColumnParallelLinearMatchesSerialBf16) {
     fill_random(serial.weight, 1);
     fill_random(serial.bias, 2);
     auto parallel = tp::ColumnParallelLinear::from_serial(serial, tp, c.gather_output, "up", c.sequence_dim);
-    serial.set_compute_precision(kBf16);
-    parallel->set_compute_precision(kBf16);
-
-    const Tensor x = random_tensor({batch, seq, in}, 3), dy = random_tensor({batch, seq, out}, 4);
-    const Tensor y_serial = serial.forward(x);
-    const Tensor dx_serial = serial.backward(dy);
-    const Magnitudes mag = linear_magnitudes(serial, x, dy);
-
-    const Tensor y = parallel->forward(c.sequence_dim ? tp::split_along(x, 1, tp) : x);
-    const Tensor dx = parallel->backward(c.gather_output ? dy : tp::split_along(dy, -1, tp));
-    const auto local_out = [&](const Tensor& t) { return c.gather_output ? t : tp::split_along(t, -1, tp); };
-    const auto local_in = [&](const Tensor& t) { return c.sequence_dim ? tp::split_along(t, 1, tp) : t; };
-    EXPECT_TRUE(within_reorder_bound(y, local_out(y_serial), local_out(mag.y), in + 1 + T)) << what;
-    EXPECT_TRUE(within_reorder_bound(dx, local_in(dx_serial), local_in(mag.dx), out + T)) << what;
-    EXPECT_TRUE(within_reorder_bound(master_grad(parallel->weight, tp), serial.weight.grad, mag.dw,
-                                     batch * seq + T))
-        << what;
-    // The bias gradient sums dy (unrounded) in double: the same to the last f32 bit or two.
-    EXPECT_TRUE(tensors_close(master_grad(parallel->bias, tp), serial.bias.grad, 1e-6)) << what;
-
-    // Both computed in bf16: the plain fp32 layer is far outside the bound.
-    EXPECT_GT(max_relative_difference(y, local_out(F::linear(x, serial.weight.value, serial.bias.value))), 1e-4)
-        << what;
+    const LocalPart sequence_shard = [&](const Tensor& t) { return tp::split_along(t, 1, tp); };
+    const LocalPart feature_shard = [&](const Tensor& t) { return tp::split_along(t, -1, tp); };
+    expect_bf16_twin(serial, *parallel, tp, x, dy, linear_magnitudes(serial, x, dy),
+                     c.sequence_dim ? sequence_shard : whole, c.gather_output ? whole : feature_shard,
+                     {in, out, batch * seq}, F::linear(x, serial.weight.value, serial.bias.value), what);
   }
 }
 
@@ -137,6 +153,7 @@ TEST_F(TpMixedPrecision, RowParallelLinearMatchesSerialBf16) {
     std::optional<int> sequence_dim;
   };
   const std::int64_t in = 12, out = 6, batch = 2, seq = 4;
+  const Tensor x = random_tensor({batch, seq, in}, 13), dy = random_tensor({batch, seq, out}, 14);
   for (const Case c : {Case{false, std::nullopt}, Case{true, std::nullopt}, Case{true, 1}}) {
     const std::string what = std::string("input_is_parallel ") + (c.input_is_parallel ? "true" : "false") +
                              (c.sequence_dim ? ", sequence parallel" : "") + " at tp " + std::to_string(T);
@@ -144,30 +161,16 @@ TEST_F(TpMixedPrecision, RowParallelLinearMatchesSerialBf16) {
     fill_random(serial.weight, 11);
     fill_random(serial.bias, 12);
     auto parallel = tp::RowParallelLinear::from_serial(serial, tp, c.input_is_parallel, "down", c.sequence_dim);
-    serial.set_compute_precision(kBf16);
-    parallel->set_compute_precision(kBf16);
-
-    const Tensor x = random_tensor({batch, seq, in}, 13), dy = random_tensor({batch, seq, out}, 14);
-    const Tensor y_serial = serial.forward(x);
-    const Tensor dx_serial = serial.backward(dy);
-    const Magnitudes mag = linear_magnitudes(serial, x, dy);
-
-    const auto local_in = [&](const Tensor& t) { return c.input_is_parallel ? tp::split_along(t, -1, tp) : t; };
-    const auto local_out = [&](const Tensor& t) { return c.sequence_dim ? tp::split_along(t, 1, tp) : t; };
-    const Tensor y = parallel->forward(local_in(x));
-    const Tensor dx = parallel->backward(local_out(dy));
-    tp::sync_replicated_gradients(*parallel, tp);  // the bias: partial over tp with sp
-    EXPECT_TRUE(within_reorder_bound(y, local_out(y_serial), local_out(mag.y), in + 1 + T)) << what;
-    EXPECT_TRUE(within_reorder_bound(dx, local_in(dx_serial), local_in(mag.dx), out + T)) << what;
-    EXPECT_TRUE(within_reorder_bound(master_grad(parallel->weight, tp), serial.weight.grad, mag.dw,
-                                     batch * seq + T))
-        << what;
-    EXPECT_TRUE(tensors_close(parallel->bias.grad, serial.bias.grad, 1e-6)) << what;
-    EXPECT_GT(max_relative_difference(y, local_out(F::linear(x, serial.weight.value, serial.bias.value))), 1e-4)
-        << what;
+    const LocalPart sequence_shard = [&](const Tensor& t) { return tp::split_along(t, 1, tp); };
+    const LocalPart feature_shard = [&](const Tensor& t) { return tp::split_along(t, -1, tp); };
+    expect_bf16_twin(serial, *parallel, tp, x, dy, linear_magnitudes(serial, x, dy),
+                     c.input_is_parallel ? feature_shard : whole, c.sequence_dim ? sequence_shard : whole,
+                     {in, out, batch * seq}, F::linear(x, serial.weight.value, serial.bias.value), what);
   }
 }
 
+// 3x3 "same" convolutions, channel-split: the column conv's output channels, the row
+// conv's input channels.
 TEST_F(TpMixedPrecision, ParallelConvolutionsMatchSerialBf16) {
   nn::functional::Conv2dOptions same;
   same.padding_h = same.padding_w = 1;
@@ -175,56 +178,29 @@ TEST_F(TpMixedPrecision, ParallelConvolutionsMatchSerialBf16) {
   const Tensor x = random_tensor({batch, c_in, h, w}, 21);
   const Tensor hidden = random_tensor({batch, c_hidden, h, w}, 22);
   const Tensor dy_up = random_tensor({batch, c_hidden, h, w}, 23), dy_down = random_tensor({batch, c_out, h, w}, 24);
+  const LocalPart channel_shard = [&](const Tensor& t) { return tp::split_along(t, 1, tp); };
 
   for (bool gather_output : {false, true}) {
-    const std::string what = std::string("column, gather_output ") + (gather_output ? "true" : "false") +
-                             " at tp " + std::to_string(T);
     nn::Conv2d serial(c_in, c_hidden, 3, 3, same);
     fill_random(serial.weight, 25);
     fill_random(serial.bias, 26);
     auto parallel = tp::ColumnParallelConv2d::from_serial(serial, tp, gather_output, "up");
-    serial.set_compute_precision(kBf16);
-    parallel->set_compute_precision(kBf16);
-    const Tensor y_serial = serial.forward(x);
-    const Tensor dx_serial = serial.backward(dy_up);
-    const Magnitudes mag = conv_magnitudes(serial, x, dy_up);
-    const auto local = [&](const Tensor& t) { return gather_output ? t : tp::split_along(t, 1, tp); };
-    const Tensor y = parallel->forward(x);
-    const Tensor dx = parallel->backward(local(dy_up));
-    EXPECT_TRUE(within_reorder_bound(y, local(y_serial), local(mag.y), c_in * 9 + 1 + T)) << what;
-    EXPECT_TRUE(within_reorder_bound(dx, dx_serial, mag.dx, c_hidden * 9 + T)) << what;
-    EXPECT_TRUE(within_reorder_bound(master_grad(parallel->weight, tp), serial.weight.grad, mag.dw,
-                                     batch * h * w + T))
-        << what;
-    EXPECT_TRUE(tensors_close(master_grad(parallel->bias, tp), serial.bias.grad, 1e-6)) << what;
-    EXPECT_GT(max_relative_difference(y, local(F::conv2d(x, serial.weight.value, serial.bias.value, same))), 1e-4)
-        << what;
+    expect_bf16_twin(serial, *parallel, tp, x, dy_up, conv_magnitudes(serial, x, dy_up), whole,
+                     gather_output ? whole : channel_shard, {c_in * 9, c_hidden * 9, batch * h * w},
+                     F::conv2d(x, serial.weight.value, serial.bias.value, same),
+                     std::string("column, gather_output ") + (gather_output ? "true" : "false") + " at tp " +
+                         std::to_string(T));
   }
-
   for (bool input_is_parallel : {true, false}) {
-    const std::string what = std::string("row, input_is_parallel ") + (input_is_parallel ? "true" : "false") +
-                             " at tp " + std::to_string(T);
     nn::Conv2d serial(c_hidden, c_out, 3, 3, same);
     fill_random(serial.weight, 27);
     fill_random(serial.bias, 28);
     auto parallel = tp::RowParallelConv2d::from_serial(serial, tp, input_is_parallel, "down");
-    serial.set_compute_precision(kBf16);
-    parallel->set_compute_precision(kBf16);
-    const Tensor y_serial = serial.forward(hidden);
-    const Tensor dx_serial = serial.backward(dy_down);
-    const Magnitudes mag = conv_magnitudes(serial, hidden, dy_down);
-    const auto local = [&](const Tensor& t) { return input_is_parallel ? tp::split_along(t, 1, tp) : t; };
-    const Tensor y = parallel->forward(local(hidden));
-    const Tensor dx = parallel->backward(dy_down);
-    tp::sync_replicated_gradients(*parallel, tp);
-    EXPECT_TRUE(within_reorder_bound(y, y_serial, mag.y, c_hidden * 9 + 1 + T)) << what;
-    EXPECT_TRUE(within_reorder_bound(dx, local(dx_serial), local(mag.dx), c_out * 9 + T)) << what;
-    EXPECT_TRUE(within_reorder_bound(master_grad(parallel->weight, tp), serial.weight.grad, mag.dw,
-                                     batch * h * w + T))
-        << what;
-    EXPECT_TRUE(tensors_close(parallel->bias.grad, serial.bias.grad, 1e-6)) << what;
-    EXPECT_GT(max_relative_difference(y, F::conv2d(hidden, serial.weight.value, serial.bias.value, same)), 1e-4)
-        << what;
+    expect_bf16_twin(serial, *parallel, tp, hidden, dy_down, conv_magnitudes(serial, hidden, dy_down),
+                     input_is_parallel ? channel_shard : whole, whole, {c_hidden * 9, c_out * 9, batch * h * w},
+                     F::conv2d(hidden, serial.weight.value, serial.bias.value, same),
+                     std::string("row, input_is_parallel ") + (input_is_parallel ? "true" : "false") + " at tp " +
+                         std::to_string(T));
   }
 }
 
