@@ -236,6 +236,32 @@ TEST(MixedPrecisionGemm, EqualsSgemmOfRoundedOperands) {
   EXPECT_EQ(sbgemm_calls - calls_before, sbgemm_path() ? 2 * cases : 0);
 }
 
+// The GEMM rounds its f32 operands itself (not through ops::cast): with a contraction of
+// length 1 against 1.0, C is the rounded operand exactly, on either path and either side.
+// Every 5th bf16 pattern's f32 neighbourhood: ties (low half 0x8000), just below and above.
+TEST(MixedPrecisionGemm, RoundsOperandsToNearestEven) {
+  std::vector<float> values;
+  for (std::uint32_t p = 0; p < 65536; p += 5) {
+    if ((p & 0x7F80u) == 0x7F80u || (p & 0x7FFFu) == 0x7F7Fu) continue;  // Inf/NaN, or rounding up to Inf
+    for (std::uint32_t low : {0x7FFFu, 0x8000u, 0x8001u, 0x0001u, 0xFFFFu}) {
+      if (low == 0xFFFFu && (p & 0x7FFFu) == 0x7F7Eu) continue;
+      values.push_back(bits_to_float((p << 16) | low));
+    }
+  }
+  const auto n = static_cast<std::int64_t>(values.size());
+  const Tensor v = Tensor::from_vector(values, {n, 1});
+  const Tensor one = Tensor::from_vector<float>({1.0f}, {1, 1});
+  const Tensor want = ops::cast(ops::cast(v, DType::bf16), DType::f32);
+  for (bool ta : {false, true}) {
+    Tensor c = Tensor::zeros({n, 1}, DType::f32);
+    ops::gemm(ta ? v.reshape({1, n}) : v, ta, one, false, c, 1.0, 0.0, Precision::bf16_mixed);  // A side
+    EXPECT_TRUE(bit_identical(c, want)) << "A side, ta=" << ta;
+    Tensor r = Tensor::zeros({1, n}, DType::f32);
+    ops::gemm(one, false, ta ? v : v.reshape({1, n}), ta, r, 1.0, 0.0, Precision::bf16_mixed);  // B side
+    EXPECT_TRUE(bit_identical(r, want.reshape({1, n}))) << "B side, tb=" << ta;
+  }
+}
+
 TEST(MixedPrecisionGemm, AlphaScalesTheBf16Product) {
   const Tensor a = f32_random({4, 6}, 41), b = f32_random({6, 3}, 42);
   Tensor c = Tensor::zeros({4, 3}, DType::f32), want = Tensor::zeros({4, 3}, DType::f32);
