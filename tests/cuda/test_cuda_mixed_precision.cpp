@@ -2,8 +2,8 @@
 // bf16-mixed precision (tessera/precision.hpp) on device tensors, and nn::Linear and
 // nn::Conv2d in bf16-mixed on the device, against the host backend on the same inputs.
 //
-// Tolerances. Casts round to nearest even on both backends with one rule
-// (tessera/bfloat16.hpp): bit-identical. A bf16-mixed GEMM multiplies the same bf16
+// Tolerances. Casts, and the GEMM's own rounding of f32 operands, round to nearest even
+// on both backends: bit-identical. A bf16-mixed GEMM multiplies the same bf16
 // operands exactly in fp32 on both backends; only the fp32 summation differs (cuBLAS's
 // order, on tensor cores, against the host BLAS's). Each is within gamma_n S of the
 // exact sum for an IEEE fp32 sum (S = the sum of the terms' magnitudes, n the number of
@@ -76,6 +76,31 @@ TEST_F(CudaMixedPrecision, CastRoundsLikeTheHost) {
   EXPECT_TRUE(bit_identical(ops::cast(dev(x), DType::bf16), ops::cast(x, DType::bf16)));
   const Tensor b = ops::cast(x, DType::bf16);
   EXPECT_TRUE(bit_identical(ops::cast(dev(b), DType::f32), ops::cast(b, DType::f32)));
+}
+
+// The device GEMM rounds its f32 operands itself: against 1.0 with a contraction of
+// length 1, C is the rounded operand, bit for bit the host cast's (ties and neighbours).
+TEST_F(CudaMixedPrecision, GemmRoundsOperandsLikeTheHostCast) {
+  std::vector<float> values;
+  for (std::uint32_t p = 0; p < 65536; p += 5) {
+    if ((p & 0x7F80u) == 0x7F80u || (p & 0x7FFFu) == 0x7F7Fu) continue;  // Inf/NaN, or rounding up to Inf
+    for (std::uint32_t low : {0x7FFFu, 0x8000u, 0x8001u}) {
+      const std::uint32_t u = (p << 16) | low;
+      float f;
+      std::memcpy(&f, &u, sizeof f);
+      values.push_back(f);
+    }
+  }
+  const auto n = static_cast<std::int64_t>(values.size());
+  const Tensor v = Tensor::from_vector(values, {n, 1});
+  const Tensor one = Tensor::from_vector<float>({1.0f}, {1, 1});
+  const Tensor want = ops::cast(ops::cast(v, DType::bf16), DType::f32);
+  Tensor c = Tensor::zeros({n, 1}, DType::f32, device_);
+  ops::gemm(dev(v), false, dev(one), false, c, 1.0, 0.0, kBf16);
+  EXPECT_TRUE(bit_identical(c, want)) << "A side";
+  Tensor r = Tensor::zeros({1, n}, DType::f32, device_);
+  ops::gemm(dev(one), false, dev(v.reshape({1, n})), false, r, 1.0, 0.0, kBf16);
+  EXPECT_TRUE(bit_identical(r, want.reshape({1, n}))) << "B side";
 }
 
 TEST_F(CudaMixedPrecision, GemmMatchesHostForEveryTranspose) {
