@@ -23,7 +23,8 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 // A contiguous copy of x (f32, f64 or bf16) converted to `dtype` (f32, f64 or bf16; to
-// bf16 rounds to nearest even). Same dtype: a copy.
+// bf16 rounds to nearest even, f64 through f32 as tessera::bfloat16 does, so twice).
+// Same dtype: a copy.
 Tensor cast(const Tensor& x, DType dtype);
 
 // y += alpha * x (same shape).
