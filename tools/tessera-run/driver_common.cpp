@@ -119,11 +119,14 @@ void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t pa
   });
 }
 
-std::string precision_summary(const RunConfig& cfg) {
+std::string precision_summary(const RunConfig& cfg, const Mesh& mesh) {
   if (cfg.precision == Precision::fp32 && cfg.optimizer.reduce_dtype == DType::f32) return "";
   std::string s = "precision: " + std::string(precision_name(cfg.precision));
   if (cfg.precision == Precision::bf16_mixed) s += " (bf16 GEMM operands, fp32 accumulation; f32 master weights)";
-  return s + ", gradients reduced in " + std::string(dtype_name(cfg.optimizer.reduce_dtype));
+  const bool reduces = mesh.dp_size() > 1 || mesh.tp_size() > 1 || mesh.domain_size() > 1;
+  if (reduces) return s + ", gradients reduced in " + std::string(dtype_name(cfg.optimizer.reduce_dtype));
+  if (cfg.optimizer.reduce_dtype != DType::f32) s += ", no gradient reduction on this mesh (optimizer.reduce_dtype unused)";
+  return s;
 }
 
 std::string evaluation_schedule(const ScheduleConfig& schedule) {

@@ -93,9 +93,10 @@ auto naming_key(const std::string& key, Read&& read) -> decltype(read()) {
   }
 }
 
-// The log line of a bf16-mixed run's numerics (precision and optimizer.reduce_dtype);
-// empty for fp32 with f32 reductions, so fp32 logs read as they always did.
-std::string precision_summary(const RunConfig& cfg);
+// The log line of a bf16-mixed run's numerics (precision and, where the mesh reduces
+// gradients at all, optimizer.reduce_dtype); empty for fp32 with f32 reductions, so
+// fp32 logs read as they always did.
+std::string precision_summary(const RunConfig& cfg, const Mesh& mesh);
 
 // When data.validation is evaluated: "every 3 steps and at the last step" or "at the last step".
 std::string evaluation_schedule(const ScheduleConfig& schedule);

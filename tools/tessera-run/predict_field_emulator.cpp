@@ -81,6 +81,7 @@ int predict_field_emulator(const RunConfig& cfg, const Options& opts) {
     checkpoint_step = io::CheckpointReader(checkpoint_file, io::CheckpointReader::Verify::opened_file).header().step;
   });
   std::unique_ptr<models::FieldEmulator> model = load_model(checkpoint, mesh);
+  model->set_compute_precision(cfg.precision);  // the f32 weights, rolled out in the run's numerics
   const models::FieldEmulatorConfig& arch = model->config();
 
   // The initial condition: the model's variables, in physical units (predict()

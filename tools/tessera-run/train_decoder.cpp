@@ -210,7 +210,7 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
                 : std::string()) +
            (tp_size > 1 ? std::string(", logits ") + (plan.vocab_sharded_logits ? "vocab-sharded" : "replicated")
                         : std::string()));
-  if (const std::string p = precision_summary(cfg); !p.empty()) log.info(p);
+  if (const std::string p = precision_summary(cfg, mesh); !p.empty()) log.info(p);
   log.info("data: " + data->describe() + ", " + std::to_string(data->samples()) + " samples of " +
            std::to_string(seq_len) + " tokens, batch " + std::to_string(cfg.data.batch_size) + " (" +
            std::to_string(local_batch) + " per dp replica)");

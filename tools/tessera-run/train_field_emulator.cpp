@@ -159,7 +159,7 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   std::string variables;
   for (const auto& v : info.variables) variables += (variables.empty() ? "" : ",") + v;
   log.info("model: " + model->describe() + ", " + std::to_string(global_parameters) + " parameters");
-  if (const std::string p = precision_summary(cfg); !p.empty()) log.info(p);
+  if (const std::string p = precision_summary(cfg, mesh); !p.empty()) log.info(p);
   if (checkpointing.enabled()) {
     log.info("activation checkpointing: " + checkpointing.str() + " (" + std::to_string(checkpointed) + " of " +
              std::to_string(arch.n_blocks) + " blocks recompute their forward in backward)");
