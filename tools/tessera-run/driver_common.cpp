@@ -129,6 +129,8 @@ std::string precision_summary(const RunConfig& cfg, const Mesh& mesh) {
   return s;
 }
 
+std::string reduce_dtype_key(DType reduce_dtype) { return reduce_dtype == DType::bf16 ? "bf16" : "fp32"; }
+
 std::string evaluation_schedule(const ScheduleConfig& schedule) {
   if (schedule.eval_every <= 0) return "at the last step";
   return "every " + std::to_string(schedule.eval_every) + " steps and at the last step";

@@ -97,6 +97,8 @@ auto naming_key(const std::string& key, Read&& read) -> decltype(read()) {
 // gradients at all, optimizer.reduce_dtype); empty for fp32 with f32 reductions, so
 // fp32 logs read as they always did.
 std::string precision_summary(const RunConfig& cfg, const Mesh& mesh);
+// optimizer.reduce_dtype as the config spells it: "fp32" or "bf16".
+std::string reduce_dtype_key(DType reduce_dtype);
 
 // When data.validation is evaluated: "every 3 steps and at the last step" or "at the last step".
 std::string evaluation_schedule(const ScheduleConfig& schedule);

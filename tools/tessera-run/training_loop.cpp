@@ -241,7 +241,10 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
     so.metadata = task.checkpoint_metadata("run:\n  config: \"" + cfg.source + "\"\n  seed: " +
                                            std::to_string(cfg.schedule.seed) + "\n  batch_size: " +
                                            std::to_string(cfg.data.batch_size) + "\n  accumulate: " +
-                                           std::to_string(accumulate) + "\n" + task.extra_run_keys());
+                                           std::to_string(accumulate) + "\n  precision: " +
+                                           std::string(precision_name(cfg.precision)) + "\n  reduce_dtype: " +
+                                           reduce_dtype_key(cfg.optimizer.reduce_dtype) + "\n" +
+                                           task.extra_run_keys());
     if (kill_during_save_due(step)) {
       log.info("--kill-during-save " + std::to_string(step) + ": killing every rank during this save");
       arm_kill_during_save(cfg.checkpoint.dir, step);
@@ -273,6 +276,8 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
                     .add("domain", mesh.domain_size())
                     .add("batch_size", cfg.data.batch_size)
                     .add("accumulate", accumulate)
+                    .add("precision", std::string(precision_name(cfg.precision)))
+                    .add("reduce_dtype", reduce_dtype_key(cfg.optimizer.reduce_dtype))
                     .add("samples_per_step", samples_per_step)
                     .add("train_samples", task.samples())
                     .add("validation_samples", validation.samples)
