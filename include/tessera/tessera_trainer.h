@@ -14,18 +14,29 @@
  *
  * Which keys count. model (type field_emulator, width, mlp_hidden, blocks, kernel,
  * residual, pole, activation_checkpointing), parallelism (data, tensor, domain), optimizer
- * (all but accumulate, which must be 1: a call is one step), schedule (steps: where the
- * learning-rate schedule ends, not a limit; seed: the initial weights), checkpoint (dir:
- * the default of save and restore; layout; keep_last) and device. The data section's keys
- * name tessera-run's files and are not read: the arrays are the data, trained on as they
- * are passed (normalise them as data.normalize would, if their units are far from 1).
+ * (all keys; accumulate N: N calls of tessera_trainer_step make one optimizer step),
+ * schedule (steps: where the learning-rate schedule ends, not a limit; seed: the initial
+ * weights), checkpoint (dir: the default of save and restore; layout; keep_last), device
+ * and data.normalize. The other data keys name tessera-run's files and are not read: the
+ * arrays are the data, trained on as they are passed.
  *
- * Fields. input and target are f32 (B, channels, lat_count, nlon) in tessera's view
- * (C: float x[B][C][lat][lon]; Fortran: real(real32) :: x(nlon, lat, C, B); ndim 3 means
- * B = 1) over this rank's latitude band (tessera_trainer_box): the bands of a
- * tessera_decomp_create(comm_of_domain_group, nlat, nlon, domain, 1). Every tp rank of a
- * replica passes the same fields; each dp replica passes its own B samples (the same B
- * on every replica), and the loss is averaged over the replicas.
+ * Normalisation. data.normalize (true unless the config says false, as in tessera-run)
+ * needs the per-channel mean and std of the fields, which the code passes to
+ * tessera_trainer_create_normalized (tessera-run reads the same numbers from its data
+ * file). The trainer then trains on (x - mean) / std, as tessera-run does, and
+ * predictions come back in physical units; the statistics go into the checkpoint, so
+ * tessera_model_predict on it takes physical fields too. With data.normalize: false the
+ * fields are trained on as they are.
+ *
+ * Fields. input and target are f32 or f64 (B, channels, lat_count, nlon) in tessera's
+ * view (C: float or double x[B][C][lat][lon]; Fortran: real(real32) or real(real64) ::
+ * x(nlon, lat, C, B); ndim 3 means B = 1) over this rank's latitude band
+ * (tessera_trainer_box): the bands of a tessera_decomp_create(comm_of_domain_group,
+ * nlat, nlon, domain, 1). f64 fields are rounded to f32, the model's precision, as they
+ * are read; predictions come back in the fields' dtype. Every tp rank of a replica passes
+ * the same fields; each dp replica passes its own B samples (the same B on every replica
+ * and, within one optimizer step, in every micro-batch), and the loss is averaged over
+ * the replicas.
  * ---------------------------------------------------------------------------------- */
 
 #include <mpi.h>
@@ -53,6 +64,17 @@ int tessera_trainer_create(const char* config_path, MPI_Comm comm, int64_t chann
                            int latitude_grid, tessera_trainer_t** trainer);
 int tessera_trainer_create_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat, int64_t nlon,
                              int latitude_grid, tessera_trainer_t** trainer);
+/* tessera_trainer_create for data.normalize (see "Normalisation" above): mean[channels]
+ * and std[channels], the same on every rank, in the fields' physical units (finite; std
+ * > 0). NULL for both is tessera_trainer_create. A config with data.normalize: false and
+ * statistics, or data.normalize (the default) without them, is TESSERA_ERR_CONFIG naming
+ * data.normalize; a bad value is TESSERA_ERR_INVALID_ARGUMENT naming mean[c] or std[c]. */
+int tessera_trainer_create_normalized(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat,
+                                      int64_t nlon, int latitude_grid, const double* mean, const double* std,
+                                      tessera_trainer_t** trainer);
+int tessera_trainer_create_normalized_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat,
+                                        int64_t nlon, int latitude_grid, const double* mean, const double* std,
+                                        tessera_trainer_t** trainer);
 int tessera_trainer_destroy(tessera_trainer_t** trainer);
 
 /* This rank's latitude band (0-based start and count) and longitudes. */
@@ -60,32 +82,46 @@ int tessera_trainer_box(const tessera_trainer_t* trainer, int64_t* lat_start, in
                         int64_t* lon_start, int64_t* lon_count);
 /* The mesh: sizes[3] = {dp, tp, domain} and this rank's coords[3] in them (0-based). */
 int tessera_trainer_mesh(const tessera_trainer_t* trainer, int* sizes, int* coords);
-/* Optimizer steps taken (restored ones included). */
+/* Optimizer steps taken (restored ones included). With optimizer.accumulate N it grows
+ * by one on every N-th tessera_trainer_step call, the one that updates the weights. */
 int tessera_trainer_steps(const tessera_trainer_t* trainer, int64_t* steps);
+/* Micro-batches accumulated towards the next optimizer step: 0 .. accumulate - 1 (always
+ * 0 with accumulate 1). 0 right after the call that updated the weights. */
+int tessera_trainer_pending(const tessera_trainer_t* trainer, int64_t* micro_batches);
 
-/* Collective over the mesh: one optimizer step on (input, target) -- see "Fields" above;
- * both arrays are read only. *loss (may be NULL) receives the step's loss averaged over
- * the dp replicas, the same on every rank. Argument errors (dtype not TESSERA_F32, a
- * shape that is not this rank's band, B = 0, replicas with different B) are returned on
- * every rank before any collective starts. */
+/* Collective over the mesh: one micro-batch on (input, target) -- see "Fields" above;
+ * both arrays are read only. With optimizer.accumulate N (1 by default) the N-th call
+ * since the last update reduces the gradients, averages them over the N micro-batches
+ * and updates the weights: N calls on B samples each are one step on the N B samples,
+ * as in tessera-run (tessera_trainer_steps and tessera_trainer_pending say where the
+ * calls stand). *loss (may be NULL) receives this micro-batch's loss (normalised units
+ * under data.normalize) averaged over the dp replicas, the same on every rank; the
+ * step's loss, as tessera-run logs it, is the mean of its N micro-batches' losses.
+ * Argument errors (dtype not TESSERA_F32 or TESSERA_F64, a shape that is not this rank's
+ * band, B = 0, replicas with different B, a B unlike the step's first micro-batch) are
+ * returned on every rank before any collective starts. */
 int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, tessera_dtype_t dtype,
                          tessera_order_t order, int ndim, const int64_t* shape, double* loss);
 /* Collective over the mesh (fsdp2 gathers its parameters over dp): the model's prediction
- * for `input` into `output` (the input's shape; may be the input array itself). No
- * gradient changes. */
+ * for `input` into `output` (the input's shape and dtype, f32 or f64; may be the input
+ * array itself), in physical units under data.normalize. No gradient changes: it may
+ * come between the micro-batches of a step. */
 int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void* output, tessera_dtype_t dtype,
                             tessera_order_t order, int ndim, const int64_t* shape);
 
 /* Collective over the mesh: saves the weights and the optimizer state as the checkpoint
  * of the current step under `dir` (NULL or "": the config's checkpoint.dir) --
  * dir/step_<steps>/, dir/latest -- with checkpoint.layout and checkpoint.keep_last. The
- * checkpoint is tessera-run's: tessera-run resumes it, tessera_model_load runs it. */
+ * checkpoint is tessera-run's: tessera-run resumes it, tessera_model_load runs it.
+ * Between the micro-batches of a step (tessera_trainer_pending > 0) it is
+ * TESSERA_ERR_INVALID_ARGUMENT: a checkpoint holds no partial gradients. */
 int tessera_trainer_save(tessera_trainer_t* trainer, const char* dir);
 /* Collective over the mesh: the weights, the optimizer state and the step count from
  * `path` (a checkpoint.h5, a step directory or a root whose latest is read; NULL or "":
  * checkpoint.dir's latest), saved at any layout. The training that follows is the one
  * that would have followed the save, bit for bit. A checkpoint of another architecture
- * is TESSERA_ERR_CONFIG naming the first difference, before any weight is read. */
+ * (normalisation statistics included) is TESSERA_ERR_CONFIG naming the first
+ * difference, before any weight is read. Micro-batches pending are dropped. */
 int tessera_trainer_restore(tessera_trainer_t* trainer, const char* path);
 
 #ifdef __cplusplus

@@ -7,6 +7,8 @@
 
 #include <mpi.h>
 
+#include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/models/load_model.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/train/run_config.hpp"
 #include "tessera/train/training_step.hpp"
 
@@ -27,6 +30,11 @@ struct tessera_trainer {
   std::unique_ptr<tessera::dp::DataParallel> data_parallel;
   std::unique_ptr<tessera::train::TrainingStep> step;
   std::int64_t steps = 0;
+  // optimizer.accumulate: the micro-batches of the next step taken so far, and the batch
+  // size B of its first one (every micro-batch of a step has as many samples, so that
+  // their average is the mean over the step's samples, as in tessera-run).
+  std::int64_t micro = 0;
+  std::int64_t micro_batch = 0;
 };
 
 using namespace tessera;
@@ -49,15 +57,45 @@ void check_trainer_config(const train::RunConfig& c) {
     throw ConfigError(c.source + ": model.type " + c.model_type +
                       ": the trainer trains a field emulator (model.type field_emulator)");
   }
-  if (c.optimizer.accumulate != 1) {
-    throw ConfigError(c.source + ": optimizer.accumulate (" + std::to_string(c.optimizer.accumulate) +
-                      ") must be 1 for the trainer: each tessera_trainer_step is one optimizer step on the arrays "
-                      "it is given (pass a larger batch instead)");
+}
+
+// data.normalize's statistics, which the caller gives (tessera-run reads the same numbers
+// from its data file): both or neither, exactly when the config normalises.
+void check_statistics(const train::RunConfig& c, std::int64_t channels, const double* mean, const double* std,
+                      train::FieldGrid& grid) {
+  if ((mean == nullptr) != (std == nullptr)) {
+    throw InvalidArgument(std::string("mean and std come together: ") + (mean ? "std" : "mean") + " is NULL");
+  }
+  if (mean == nullptr) {
+    if (c.data.normalize) {
+      throw ConfigError(c.source + ": data.normalize is true (the default), but no per-channel mean and std were "
+                        "given: pass them to tessera_trainer_create_normalized, or set data.normalize: false for "
+                        "fields that are already of order 1");
+    }
+    return;
+  }
+  if (!c.data.normalize) {
+    throw ConfigError(c.source + ": data.normalize is false, but a per-channel mean and std were given: set "
+                      "data.normalize: true or call tessera_trainer_create");
+  }
+  for (std::int64_t i = 0; i < channels; ++i) {
+    const double m = mean[i], s = std[i];
+    // As tessera-run refuses such file attributes: a constant channel (std 0), NaN or
+    // infinity cannot normalise.
+    if (!std::isfinite(m) || !std::isfinite(s) || !(s > 0)) {
+      const bool bad_mean = !std::isfinite(m);
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", bad_mean ? m : s);
+      throw InvalidArgument(std::string(bad_mean ? "mean[" : "std[") + std::to_string(i) + "] is " + value +
+                            ": normalisation needs a finite mean and a finite std > 0 per channel");
+    }
+    grid.mean.push_back(m);
+    grid.std.push_back(s);
   }
 }
 
 void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::int64_t nlat, std::int64_t nlon,
-            int latitude_grid, tessera_trainer_t** out) {
+            int latitude_grid, const double* mean, const double* std, tessera_trainer_t** out) {
   require(out, "the output handle pointer");
   *out = nullptr;
   capi::require_mpi();
@@ -72,6 +110,7 @@ void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::
     }
     t->config = train::parse_run_config(config_path, {});
     check_trainer_config(t->config);
+    check_statistics(t->config, channels, mean, std, grid);
     grid.channels = channels;
     grid.nlat = nlat;
     grid.nlon = nlon;
@@ -81,6 +120,23 @@ void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::
   });
   const train::RunConfig& cfg = t->config;
   t->mesh = std::make_unique<Mesh>(comm, cfg.parallelism, train::training_device(cfg, comm));
+  if (!t->arch.mean.empty()) {
+    // Ranks that normalise differently would train one model on different data: the
+    // largest of each value and of its negation must agree.
+    const std::size_t n = t->arch.mean.size();
+    std::vector<double> v(t->arch.mean);
+    v.insert(v.end(), t->arch.std.begin(), t->arch.std.end());
+    for (std::size_t i = 0; i < 2 * n; ++i) v.push_back(-v[i]);
+    Tensor extremes = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())});
+    t->mesh->world().all_reduce(extremes, ReduceOp::max);
+    const auto e = extremes.to_vector<double>();
+    for (std::size_t i = 0; i < 2 * n; ++i) {
+      if (e[i] != -e[2 * n + i]) {
+        throw InvalidArgument(std::string(i < n ? "mean[" : "std[") + std::to_string(i % n) +
+                              "] differs between the ranks; every rank must pass the same statistics");
+      }
+    }
+  }
   t->model = train::build_field_emulator(cfg, t->arch, *t->mesh).model;
   t->data_parallel = train::start_training(cfg, *t->model, *t->mesh);
   t->step = std::make_unique<train::TrainingStep>(cfg.optimizer, cfg.schedule.steps, *t->mesh, *t->model,
@@ -88,14 +144,18 @@ void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::
   *out = t.release();
 }
 
-// The caller's f32 (B, channels, band lat, nlon) fields as tensors; every argument error is
-// agreed over the mesh before the collectives that follow.
+// The caller's f32 or f64 (B, channels, band lat, nlon) fields as the model's f32 tensors
+// on its device (f64 rounded once, here), normalised when `normalize` (then always a copy:
+// the caller's arrays are read only); every argument error is agreed over the mesh before
+// the collectives that follow.
 std::vector<Tensor> fields(tessera_trainer& t, const std::vector<std::pair<const void*, const char*>>& arrays,
-                           tessera_dtype_t dtype, tessera_order_t order, int ndim, const std::int64_t* shape) {
+                           tessera_dtype_t dtype, tessera_order_t order, int ndim, const std::int64_t* shape,
+                           bool normalize) {
   std::vector<Tensor> out;
   agree_on_success(t.mesh->world().mpi_comm(), [&] {
-    if (dtype != TESSERA_F32) {
-      throw InvalidArgument("trainer fields must be TESSERA_F32 (0), got dtype " + std::to_string(dtype));
+    if (dtype != TESSERA_F32 && dtype != TESSERA_F64) {
+      throw InvalidArgument("dtype: trainer fields must be TESSERA_F32 (0) or TESSERA_F64 (1), got " +
+                            std::to_string(dtype));
     }
     for (const auto& [data, what] : arrays) {
       Tensor v = capi::array_view(const_cast<void*>(data), dtype, order, ndim, shape, what);
@@ -111,7 +171,13 @@ std::vector<Tensor> fields(tessera_trainer& t, const std::vector<std::pair<const
         throw InvalidArgument(std::string(what) + " " + shape_str(v.shape()) +
                               " (tessera view) has batch B = 0; pass at least one field");
       }
-      out.push_back(v.to(t.mesh->device()));
+      if (v.dtype() != DType::f32) v = ops::cast(v, DType::f32);
+      v = v.to(t.mesh->device());
+      if (normalize) {
+        v = v.data() == data ? v.contiguous().clone() : v.contiguous();
+        t.model->normalize(v);
+      }
+      out.push_back(v);
     }
   });
   return out;
@@ -124,13 +190,29 @@ extern "C" {
 int tessera_trainer_create(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat, int64_t nlon,
                            int latitude_grid, tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create",
-                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, trainer); });
+                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, nullptr, nullptr, trainer); });
 }
 
 int tessera_trainer_create_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat, int64_t nlon,
                              int latitude_grid, tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create_f", [&] {
-    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, trainer);
+    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, nullptr, nullptr,
+           trainer);
+  });
+}
+
+int tessera_trainer_create_normalized(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat,
+                                      int64_t nlon, int latitude_grid, const double* mean, const double* std,
+                                      tessera_trainer_t** trainer) {
+  return guarded("tessera_trainer_create_normalized",
+                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, mean, std, trainer); });
+}
+
+int tessera_trainer_create_normalized_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat,
+                                        int64_t nlon, int latitude_grid, const double* mean, const double* std,
+                                        tessera_trainer_t** trainer) {
+  return guarded("tessera_trainer_create_normalized_f", [&] {
+    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, mean, std, trainer);
   });
 }
 
@@ -178,12 +260,19 @@ int tessera_trainer_steps(const tessera_trainer_t* trainer, int64_t* steps) {
   });
 }
 
+int tessera_trainer_pending(const tessera_trainer_t* trainer, int64_t* micro_batches) {
+  return guarded("tessera_trainer_pending", [&] {
+    require(micro_batches, "micro_batches");
+    *micro_batches = trainer_of(trainer).micro;
+  });
+}
+
 int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, tessera_dtype_t dtype,
                          tessera_order_t order, int ndim, const int64_t* shape, double* loss) {
   return guarded("tessera_trainer_step", [&] {
     tessera_trainer& t = trainer_of(trainer);
     const std::vector<Tensor> xy = fields(t, {{input, "trainer input"}, {target, "trainer target"}}, dtype, order,
-                                          ndim, shape);
+                                          ndim, shape, !t.arch.mean.empty());
     // The replicas' losses are averaged as equals, and the dp gradient reduction averages
     // too: that is the mean over all samples only when every replica has as many.
     Tensor batch = Tensor::from_vector(std::vector<std::int64_t>{xy[0].size(0), -xy[0].size(0)}, {2});
@@ -193,12 +282,26 @@ int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const vo
       throw ShapeError("the ranks pass different batch sizes B (from " + std::to_string(-b[1]) + " to " +
                        std::to_string(b[0]) + "); every dp replica must train on as many samples");
     }
-    const std::int64_t step = t.steps + 1;
-    t.step->begin();
-    t.step->before_backward(0);
+    const std::int64_t accumulate = t.config.optimizer.accumulate;
+    if (t.micro > 0 && b[0] != t.micro_batch) {
+      throw ShapeError("batch size B " + std::to_string(b[0]) + " in micro-batch " + std::to_string(t.micro + 1) +
+                       " of " + std::to_string(accumulate) + " (optimizer.accumulate) of step " +
+                       std::to_string(t.steps + 1) + ", whose first micro-batch had B " +
+                       std::to_string(t.micro_batch) + "; every micro-batch of a step must have as many samples");
+    }
+    // TrainingStep's accumulation, spread over the calls: begin() zeroes the gradients
+    // before the first micro-batch, finish() reduces, averages and updates after the last.
+    if (t.micro == 0) {
+      t.step->begin();
+      t.micro_batch = b[0];
+    }
+    t.step->before_backward(t.micro);
     const double value = train::field_emulator_forward_backward(*t.model, xy[0], xy[1]);
-    t.step->finish(step, /*measure_norm=*/false);
-    t.steps = step;
+    if (++t.micro == accumulate) {
+      t.micro = 0;  // a failed update (divergence) leaves no half step behind
+      t.step->finish(t.steps + 1, /*measure_norm=*/false);
+      ++t.steps;
+    }
     Tensor mean = Tensor::from_vector(std::vector<double>{value}, {1});
     t.mesh->dp().all_reduce(mean, ReduceOp::avg);
     if (loss != nullptr) *loss = mean.to_vector<double>()[0];
@@ -209,14 +312,16 @@ int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void*
                             tessera_order_t order, int ndim, const int64_t* shape) {
   return guarded("tessera_trainer_predict", [&] {
     tessera_trainer& t = trainer_of(trainer);
-    Tensor in = fields(t, {{input, "trainer input"}}, dtype, order, ndim, shape)[0];
+    Tensor in = fields(t, {{input, "trainer input"}}, dtype, order, ndim, shape, /*normalize=*/false)[0];
     Tensor out;
     agree_on_success(t.mesh->world().mpi_comm(), [&] {
       out = capi::array_view(output, dtype, order, ndim, shape, "trainer output").reshape(in.shape());
     });
-    const Tensor x = in.clone();  // the output may be the input array
-    const Tensor y = t.model->forward(x);
+    // predict() copies the input first (the output may be the input array) and, under
+    // data.normalize, normalises it and returns physical units (without: scale 1, shift 0).
+    Tensor y = t.model->predict(in);
     if (t.data_parallel) t.data_parallel->finish_evaluation();
+    if (y.dtype() != out.dtype()) y = ops::cast(y, out.dtype());
     out.copy_from(y);
   });
 }
@@ -225,6 +330,13 @@ int tessera_trainer_save(tessera_trainer_t* trainer, const char* dir) {
   return guarded("tessera_trainer_save", [&] {
     tessera_trainer& t = trainer_of(trainer);
     const train::RunConfig& cfg = t.config;
+    if (t.micro > 0) {
+      throw InvalidArgument("tessera_trainer_save: " + std::to_string(t.micro) + " of the " +
+                            std::to_string(cfg.optimizer.accumulate) + " micro-batches (optimizer.accumulate) of step " +
+                            std::to_string(t.steps + 1) +
+                            " are accumulated, and a checkpoint holds no partial gradients: save after the step's "
+                            "last tessera_trainer_step");
+    }
     const std::string root = dir != nullptr && *dir != '\0' ? dir : cfg.checkpoint.dir;
     if (root.empty()) {
       throw ConfigError("tessera_trainer_save: no directory given and " + cfg.source + " sets no checkpoint.dir");
@@ -253,6 +365,7 @@ int tessera_trainer_restore(tessera_trainer_t* trainer, const char* path) {
                      [&] { train::check_saved_field_emulator(header, t.arch, "tessera_trainer_restore"); });
     const io::LoadResult loaded = io::load_checkpoint(header.file, *t.mesh, *t.model, &t.step->optimizer());
     t.steps = loaded.step;
+    t.micro = 0;  // the next call starts a step: begin() zeroes what was accumulated
   });
 }
 

@@ -5,9 +5,17 @@
 // the serial ones (float reductions in another order: relative 1e-5). Restart: save after
 // 3 steps, 3 more steps; a new trainer restores the save and its 3 steps give the same
 // losses and prediction bit for bit. The trainer's checkpoint runs in tessera_model_load
-// with the same prediction bit for bit. Error paths: wrong dtype, a shape off the band,
-// B = 0, replicas with different B, a config with optimizer.accumulate 2, a decoder, an
-// unknown key, restoring another architecture, NULL handles.
+// with the same prediction bit for bit. At every layout too: f64 fields of the same
+// values train bit for bit as the f32 ones (f32 -> f64 is exact) and predict into f64;
+// optimizer.accumulate 2 over 2 micro-batches per step matches the serial twin trained
+// on one batch twice as large (relative 1e-5), with the weights unchanged between the
+// micro-batches; data.normalize with a per-channel mean and std, on physical f64
+// fields, matches the un-normalised trainer fed the normalised fields (what tessera-run
+// trains on), predictions in physical units, and the checkpoint's tessera_model_predict
+// gives the trainer's prediction bit for bit. Error paths: wrong dtype, a shape off the
+// band, B = 0, replicas with different B, a micro-batch of another B, a save between
+// micro-batches, data.normalize without statistics or statistics without it, a bad std,
+// a decoder, an unknown key, restoring another architecture, NULL handles.
 // Runs at 1, 2 and 4 ranks (9 latitudes: uneven bands).
 
 #include <mpi.h>
@@ -32,14 +40,16 @@ constexpr std::int64_t kChannels = 2, kNlat = 9, kNlon = 8, kBatch = 2, kSteps =
 
 // The config of every layout: only the parallelism differs (and for the error cases one key).
 std::string write_config(const std::string& dir, const std::string& name, int dp, int tp, int domain,
-                         const std::string& extra = "") {
+                         const std::string& extra = "", int accumulate = 1, bool normalize = false) {
   const std::string path = dir + "/" + name + ".yaml";
   if (world_rank == 0) {
     std::ofstream out(path);
     out << "parallelism:\n  data: " << (dp > 1 ? "ddp" : "none") << "\n  tensor: " << tp << "\n  domain: " << domain
         << "\nmodel:\n  width: 6\n  mlp_hidden: 8\n  blocks: 1\n  kernel: 3\n"
-        << "optimizer:\n  type: adamw\n  lr: 0.01\n  clip_grad_norm: 1.0\n  warmup_steps: 2\n"
+        << "optimizer:\n  type: adamw\n  lr: 0.01\n  clip_grad_norm: 1.0\n  warmup_steps: 2\n  accumulate: "
+        << accumulate << "\n"
         << "schedule:\n  steps: 6\n  seed: 7\n"
+        << "data:\n  normalize: " << (normalize ? "true" : "false") << "\n"
         << "checkpoint:\n  dir: " << dir << "/" << name << "_ckpt\n"
         << extra;
   }
@@ -112,6 +122,155 @@ Run serial(const std::string& dir, const std::string& name, int dp) {
 
 bool close(double a, double b, double rel) { return std::fabs(a - b) <= rel * std::max(std::fabs(b), 1e-3); }
 
+tessera_trainer_t* create(const std::string& config, MPI_Comm comm, const double* mean = nullptr,
+                          const double* std = nullptr) {
+  tessera_trainer_t* t = nullptr;
+  EXPECT_STATUS(tessera_trainer_create_normalized(config.c_str(), comm, kChannels, kNlat, kNlon,
+                                                  TESSERA_LATITUDES_CELL_CENTRES, mean, std, &t),
+                TESSERA_OK);
+  return t;
+}
+
+// The statistics of data.normalize, far from 0 and 1 as a climate code's are (a
+// temperature in K, a small tendency).
+constexpr double kMean[kChannels] = {280.0, -3.0}, kStd[kChannels] = {15.0, 0.5};
+
+// x[B][C][lat][lon] as f64 fields: `physical` gives mean + std x per channel, the fields
+// whose normalisation is x; otherwise the same values (f32 -> f64 is exact).
+std::vector<double> as_f64(const std::vector<float>& x, std::int64_t nlat, bool physical) {
+  std::vector<double> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const auto c = static_cast<std::size_t>((static_cast<std::int64_t>(i) / (nlat * kNlon)) % kChannels);
+    out[i] = physical ? kMean[c] + kStd[c] * static_cast<double>(x[i]) : static_cast<double>(x[i]);
+  }
+  return out;
+}
+
+// f64 fields and data.normalize at one layout, against `parallel` (the f32 trainer of
+// the same config and samples, un-normalised).
+void check_f64_and_normalize(const std::string& dir, const std::string& name, int dp, int tp, int domain,
+                             int dp_rank, std::int64_t lat0, std::int64_t nlat, const Run& parallel) {
+  for (const bool normalize : {false, true}) {
+    const std::string config = write_config(dir, name + (normalize ? "_norm" : "_f64"), dp, tp, domain, "", 1,
+                                            normalize);
+    tessera_trainer_t* t = normalize ? create(config, MPI_COMM_WORLD, kMean, kStd) : create(config, MPI_COMM_WORLD);
+    const std::int64_t shape[4] = {kBatch, kChannels, nlat, kNlon};
+    double worst_loss = 0;
+    for (std::int64_t step = 1; step <= kSteps; ++step) {
+      const std::int64_t first = (step - 1) * kBatch * dp + dp_rank * kBatch;
+      const std::vector<double> x = as_f64(batch(first, kBatch, lat0, nlat), nlat, normalize);
+      const std::vector<double> y = as_f64(batch(first + 1, kBatch, lat0, nlat), nlat, normalize);
+      double loss = NAN;
+      EXPECT_STATUS(tessera_trainer_step(t, x.data(), y.data(), TESSERA_F64, TESSERA_ORDER_C, 4, shape, &loss),
+                    TESSERA_OK);
+      const double expected = parallel.losses[static_cast<std::size_t>(step - 1)];
+      worst_loss = std::max(worst_loss, std::fabs(loss - expected) / expected);
+      // f64 of f32 values: the same f32 numbers, so the same training bit for bit. Normalised:
+      // the fields round to f32 in physical units first, so their normalisation is x to
+      // about 280 / 15 f32 ulps.
+      CHECK(normalize ? close(loss, expected, 1e-5) : loss == expected);
+    }
+    std::vector<double> p = as_f64(batch(100, 1, lat0, nlat), nlat, normalize);
+    const std::int64_t one[3] = {kChannels, nlat, kNlon};
+    EXPECT_STATUS(tessera_trainer_predict(t, p.data(), p.data(), TESSERA_F64, TESSERA_ORDER_C, 3, one), TESSERA_OK);
+    const std::vector<double> expected = as_f64(parallel.prediction, nlat, normalize);  // physical units
+    double worst = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const auto c = static_cast<std::size_t>((static_cast<std::int64_t>(i) / (nlat * kNlon)) % kChannels);
+      worst = std::max(worst, std::fabs(p[i] - expected[i]) / (normalize ? kStd[c] : 1.0));
+    }
+    CHECK(normalize ? worst <= 1e-5 : worst == 0);
+    if (normalize) {
+      // The statistics travel with the checkpoint: tessera_model_predict takes physical fields.
+      EXPECT_STATUS(tessera_trainer_save(t, nullptr), TESSERA_OK);
+      std::vector<float> xf(p.size()), a(p.size()), b(p.size());
+      const std::vector<double> xd = as_f64(batch(100, 1, lat0, nlat), nlat, true);
+      for (std::size_t i = 0; i < xd.size(); ++i) xf[i] = static_cast<float>(xd[i]);
+      EXPECT_STATUS(tessera_trainer_predict(t, xf.data(), a.data(), TESSERA_F32, TESSERA_ORDER_C, 3, one), TESSERA_OK);
+      tessera_mesh_t* mesh = nullptr;
+      EXPECT_STATUS(tessera_mesh_create(MPI_COMM_WORLD, dp > 1 ? TESSERA_DATA_DDP : TESSERA_DATA_NONE, tp, domain,
+                                        &mesh),
+                    TESSERA_OK);
+      tessera_model_t* model = nullptr;
+      EXPECT_STATUS(tessera_model_load(mesh, (dir + "/" + name + "_norm_ckpt").c_str(), &model), TESSERA_OK);
+      EXPECT_STATUS(tessera_model_predict(model, xf.data(), b.data(), TESSERA_F32, TESSERA_ORDER_C, 3, one),
+                    TESSERA_OK);
+      CHECK(a == b);
+      EXPECT_STATUS(tessera_model_destroy(&model), TESSERA_OK);
+      EXPECT_STATUS(tessera_mesh_destroy(&mesh), TESSERA_OK);
+    }
+    if (world_rank == 0) {
+      std::printf("%s %s: losses within %.1e of f32 un-normalised, prediction within %.1e%s\n", name.c_str(),
+                  normalize ? "normalised f64" : "f64", worst_loss, worst, normalize ? " std" : "");
+    }
+    EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
+  }
+}
+
+// optimizer.accumulate 2: step k's two micro-batches of B samples per replica are the
+// serial twin's one batch of the 2 G samples [(k-1) 2G, k 2G), G = B dp.
+void check_accumulate(const std::string& dir, const std::string& name, int dp, int tp, int domain, int dp_rank,
+                      std::int64_t lat0, std::int64_t nlat) {
+  constexpr std::int64_t kMicro = 2;
+  const std::int64_t global = kBatch * dp;
+  tessera_trainer_t* t = create(write_config(dir, name + "_acc", dp, tp, domain, "", kMicro), MPI_COMM_WORLD);
+  tessera_trainer_t* serial = create(write_config(dir, name + "_acc_serial", 1, 1, 1), MPI_COMM_SELF);
+  const std::int64_t shape[4] = {kBatch, kChannels, nlat, kNlon};
+  double worst = 0;
+  for (std::int64_t step = 1; step <= kSteps; ++step) {
+    double loss = 0;
+    for (std::int64_t micro = 0; micro < kMicro; ++micro) {
+      std::int64_t pending = -1, steps = -1;
+      EXPECT_STATUS(tessera_trainer_pending(t, &pending), TESSERA_OK);
+      CHECK(pending == micro);
+      const std::vector<float> before = predict(t, lat0, nlat);
+      const std::int64_t first = (step - 1) * kMicro * global + micro * global + dp_rank * kBatch;
+      const std::vector<float> x = batch(first, kBatch, lat0, nlat), y = batch(first + 1, kBatch, lat0, nlat);
+      if (step == 1 && micro == 1) {
+        // Between micro-batches: another B and a save are refused on every rank, and change nothing.
+        const std::int64_t fewer[4] = {kBatch - 1, kChannels, nlat, kNlon};
+        EXPECT_STATUS(tessera_trainer_step(t, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, fewer, nullptr),
+                      TESSERA_ERR_SHAPE);
+        CHECK(std::string(tessera_last_error()).find("micro-batch 2 of 2") != std::string::npos);
+        EXPECT_STATUS(tessera_trainer_save(t, nullptr), TESSERA_ERR_INVALID_ARGUMENT);
+        CHECK(std::string(tessera_last_error()).find("optimizer.accumulate") != std::string::npos);
+      }
+      double micro_loss = NAN;
+      EXPECT_STATUS(tessera_trainer_step(t, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape, &micro_loss),
+                    TESSERA_OK);
+      loss += micro_loss / kMicro;
+      EXPECT_STATUS(tessera_trainer_steps(t, &steps), TESSERA_OK);
+      CHECK(steps == (micro + 1 == kMicro ? step : step - 1));
+      // The weights change on the last micro-batch only.
+      CHECK((predict(t, lat0, nlat) == before) == (micro + 1 < kMicro));
+    }
+    const std::int64_t first = (step - 1) * kMicro * global;
+    const std::vector<float> x = batch(first, kMicro * global, 0, kNlat), y = batch(first + 1, kMicro * global, 0, kNlat);
+    const std::int64_t whole[4] = {kMicro * global, kChannels, kNlat, kNlon};
+    double reference = NAN;
+    EXPECT_STATUS(tessera_trainer_step(serial, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, whole, &reference),
+                  TESSERA_OK);
+    worst = std::max(worst, std::fabs(loss - reference) / reference);
+    CHECK(close(loss, reference, 1e-5));
+  }
+  const std::vector<float> p = predict(t, lat0, nlat), q = predict(serial, 0, kNlat);
+  double worst_prediction = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const std::int64_t per_channel = nlat * kNlon, c = static_cast<std::int64_t>(i) / per_channel,
+                       rest = static_cast<std::int64_t>(i) % per_channel;
+    worst_prediction = std::max(worst_prediction, static_cast<double>(std::fabs(
+        p[i] - q[static_cast<std::size_t>(c * kNlat * kNlon + lat0 * kNlon + rest)])));
+  }
+  CHECK(worst_prediction <= 1e-5);
+  if (world_rank == 0) {
+    std::printf("%s accumulate %lld: step losses within %.1e of one batch of %lld, prediction within %.1e\n",
+                name.c_str(), static_cast<long long>(kMicro), worst, static_cast<long long>(kMicro * global),
+                worst_prediction);
+  }
+  EXPECT_STATUS(tessera_trainer_destroy(&serial), TESSERA_OK);
+  EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
+}
+
 void check_layout(const std::string& dir, int dp, int tp, int domain) {
   const std::string name = "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_dom" + std::to_string(domain);
   const std::string config = write_config(dir, name, dp, tp, domain);
@@ -154,6 +313,8 @@ void check_layout(const std::string& dir, int dp, int tp, int domain) {
     worst = std::max(worst, static_cast<double>(std::fabs(parallel.prediction[static_cast<std::size_t>(i)] - serial_value)));
   }
   CHECK(worst <= 1e-5);
+  check_f64_and_normalize(dir, name, dp, tp, domain, coords[0], lat0, nlat, parallel);
+  check_accumulate(dir, name, dp, tp, domain, coords[0], lat0, nlat);
 
   // Restart: a fresh trainer restores step 3 and repeats steps 4..6 bit for bit.
   tessera_trainer_t* again = nullptr;
@@ -201,8 +362,10 @@ void check_errors(const std::string& dir, int world_size) {
   EXPECT_STATUS(tessera_trainer_box(t, &lat0, &nlat, &lon0, &nlon), TESSERA_OK);
   std::vector<float> x = batch(0, 2, lat0, nlat);
   std::int64_t shape[4] = {2, kChannels, nlat, kNlon};
-  EXPECT_STATUS(tessera_trainer_step(t, x.data(), x.data(), TESSERA_F64, TESSERA_ORDER_C, 4, shape, nullptr),
+  EXPECT_STATUS(tessera_trainer_step(t, x.data(), x.data(), static_cast<tessera_dtype_t>(2), TESSERA_ORDER_C, 4,
+                                     shape, nullptr),
                 TESSERA_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(tessera_last_error()).find("dtype") != std::string::npos);
   // Off the band on rank 0 only: every rank returns the error.
   std::int64_t off[4] = {2, kChannels, world_rank == 0 ? nlat + 1 : nlat, kNlon};
   std::vector<float> big = batch(0, 2, lat0, nlat + 1);
@@ -243,10 +406,32 @@ void check_errors(const std::string& dir, int world_size) {
     CHECK(b == nullptr);
     CHECK(std::string(tessera_last_error()).find(key) != std::string::npos);
   };
-  refused("accumulate", "optimizer:\n  accumulate: 2\n", "optimizer.accumulate");
-  refused("unknown", "learning:\n  rate: 1\n", "unknown key 'learning'");
-  refused("width", "model:\n  width: 0\n", "model.width");
+  const std::string plain = "data:\n  normalize: false\n";
+  refused("unknown", plain + "learning:\n  rate: 1\n", "unknown key 'learning'");
+  refused("width", plain + "model:\n  width: 0\n", "model.width");
   refused("decoder", "model:\n  type: decoder\n", "model.type decoder");
+  refused("normalize", "", "data.normalize is true (the default)");  // and no statistics given
+  // Statistics: refused on every rank, naming the key or the argument.
+  const auto refused_statistics = [&](const std::string& text, const double* mean, const double* std, int status,
+                                      const char* key) {
+    const std::string cfg = dir + "/statistics.yaml";
+    if (world_rank == 0) std::ofstream(cfg) << "parallelism:\n  domain: " << world_size << "\n" << text;
+    MPI_Barrier(MPI_COMM_WORLD);
+    tessera_trainer_t* b = nullptr;
+    EXPECT_STATUS(tessera_trainer_create_normalized(cfg.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                                    TESSERA_LATITUDES_CELL_CENTRES, mean, std, &b),
+                  status);
+    CHECK(b == nullptr);
+    CHECK(std::string(tessera_last_error()).find(key) != std::string::npos);
+  };
+  const double zero_std[kChannels] = {1.0, 0.0};
+  const double rank_mean[kChannels] = {1.0, static_cast<double>(world_rank)};
+  refused_statistics(plain, kMean, kStd, TESSERA_ERR_CONFIG, "data.normalize is false");
+  refused_statistics("", kMean, zero_std, TESSERA_ERR_INVALID_ARGUMENT, "std[1] is 0");
+  refused_statistics("", kMean, nullptr, TESSERA_ERR_INVALID_ARGUMENT, "std is NULL");
+  if (world_size > 1) {
+    refused_statistics("", rank_mean, kStd, TESSERA_ERR_INVALID_ARGUMENT, "mean[1] differs between the ranks");
+  }
   EXPECT_STATUS(tessera_trainer_create(nullptr, MPI_COMM_WORLD, 1, 1, 1, 0, &t), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon, 7, &t),
                 TESSERA_ERR_INVALID_ARGUMENT);

@@ -53,7 +53,8 @@ contains
       write(unit, '(a,i0)') '  tensor: ', tp
       write(unit, '(a,i0)') '  domain: ', domain
       write(unit, '(a)') 'model:', '  width: 6', '  mlp_hidden: 8', '  blocks: 1', &
-        'optimizer:', '  type: adamw', '  lr: 0.01', '  warmup_steps: 1', 'schedule:', '  steps: 4', '  seed: 5'
+        'optimizer:', '  type: adamw', '  lr: 0.01', '  warmup_steps: 1', 'schedule:', '  steps: 4', '  seed: 5', &
+        'data:', '  normalize: false'
       close(unit)
     end if
     call MPI_Barrier(MPI_COMM_WORLD)
