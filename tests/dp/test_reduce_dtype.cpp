@@ -414,3 +414,35 @@ TEST(ReduceDtype, DomainSync) {
 }
 
 }  // namespace
+
+// Mixed precision under data parallelism: DataParallel replaces each unit by its hook
+// wrapper (whose inner layer is not a child), so set_compute_precision must reach the
+// inner layers through the wrapper when set after wrapping, and through Module::replace
+// when set before. Either way every rank's forward is bit for bit a plain net's in
+// bf16-mixed (ddp keeps the weights; fsdp2 gathers them whole before the forward) and
+// differs from the fp32 forward.
+TEST(ReduceDtype, ComputePrecisionReachesLayersInsideDataParallelUnits) {
+  for (DataParallelMode mode : {DataParallelMode::ddp, DataParallelMode::fsdp2}) {
+    ParallelismConfig config;
+    config.data = mode;
+    Mesh mesh(MPI_COMM_WORLD, config);
+    const Tensor x = input_of(mesh.dp().rank());
+    auto plain = make_net();
+    const Tensor fp32 = plain->forward(x).clone();
+    plain->set_compute_precision(Precision::bf16_mixed);
+    const Tensor bf16 = plain->forward(x).clone();
+    ASSERT_NE(fp32.to_vector<float>(), bf16.to_vector<float>()) << "the bf16 forward must differ from fp32";
+    for (const bool before : {true, false}) {
+      auto net = make_net();
+      if (before) net->set_compute_precision(Precision::bf16_mixed);
+      dp::DataParallel data_parallel(*net, mesh, mode, {.overlap = true});
+      if (!before) net->set_compute_precision(Precision::bf16_mixed);
+      ASSERT_FALSE(data_parallel.unit_paths().empty()) << "overlap wraps the units";
+      const Tensor y = net->forward(x);
+      EXPECT_EQ(y.to_vector<float>(), bf16.to_vector<float>())
+          << data_parallel_mode_name(mode) << ", precision set " << (before ? "before" : "after") << " wrapping";
+      net->backward(dy_of(mesh.dp().rank()));
+      data_parallel.finish_gradient_sync();
+    }
+  }
+}
