@@ -3,8 +3,15 @@
 ! MPI_COMM_WORLD (the type(MPI_Comm) form) trains 4 steps on x(nlon, lat band, C, B)
 ! fields, each dp replica its own samples; the same trainer on MPI_COMM_SELF at layout
 ! 1 x 1 x 1 trains on every replica's samples at once over the whole grid. Losses and the
-! prediction of each rank's band must agree to a relative 1e-5. Errors: a field of the
-! wrong channel count (TESSERA_ERR_SHAPE on every rank), a missing config (TESSERA_ERR_IO).
+! prediction of each rank's band must agree to a relative 1e-5. At every layout too:
+! real64 fields of the same values train and predict bit for bit as the real32 ones;
+! data.normalize with mean= and std= on physical real64 fields matches the real32
+! trainer fed the normalised fields, predictions in physical units; optimizer.accumulate
+! 2 over two micro-batches per step matches the serial twin on one batch twice as large,
+! with the step count and tessera_trainer_pending moving as documented. Errors: a field
+! of the wrong channel count (TESSERA_ERR_SHAPE on every rank), a missing config
+! (TESSERA_ERR_IO), data.normalize without mean and std (TESSERA_ERR_CONFIG), a mean of
+! the wrong length.
 program test_fortran_trainer
   use mpi_f08
   use tessera
@@ -12,7 +19,9 @@ program test_fortran_trainer
   use, intrinsic :: iso_fortran_env, only: real32, real64, output_unit
   implicit none
 
-  integer, parameter :: nlon = 8, nlat = 9, nchan = 2, nbatch = 2, nsteps = 4
+  integer, parameter :: nlon = 8, nlat = 9, nchan = 2, nbatch = 2, nsteps = 4, nmicro = 2
+  ! data.normalize's statistics, far from 0 and 1 as a climate code's are.
+  real(real64), parameter :: mean(nchan) = [280.0_real64, -3.0_real64], std(nchan) = [15.0_real64, 0.5_real64]
   character(len=512) :: dir
   integer :: nranks, dp, tp, total
 
@@ -36,9 +45,11 @@ program test_fortran_trainer
 
 contains
 
-  function config(name, dp, tp, domain) result(path)
+  function config(name, dp, tp, domain, accumulate, normalize) result(path)
     character(len=*), intent(in) :: name
     integer, intent(in) :: dp, tp, domain
+    integer, intent(in), optional :: accumulate
+    logical, intent(in), optional :: normalize
     character(len=:), allocatable :: path
     integer :: unit
     path = trim(dir) // '/trainer_f_' // name // '.yaml'
@@ -53,8 +64,15 @@ contains
       write(unit, '(a,i0)') '  tensor: ', tp
       write(unit, '(a,i0)') '  domain: ', domain
       write(unit, '(a)') 'model:', '  width: 6', '  mlp_hidden: 8', '  blocks: 1', &
-        'optimizer:', '  type: adamw', '  lr: 0.01', '  warmup_steps: 1', 'schedule:', '  steps: 4', '  seed: 5', &
-        'data:', '  normalize: false'
+        'optimizer:', '  type: adamw', '  lr: 0.01', '  warmup_steps: 1'
+      if (present(accumulate)) write(unit, '(a,i0)') '  accumulate: ', accumulate
+      write(unit, '(a)') 'schedule:', '  steps: 4', '  seed: 5', 'data:'
+      if (present(normalize)) then
+        if (normalize) write(unit, '(a)') '  normalize: true'
+        if (.not. normalize) write(unit, '(a)') '  normalize: false'
+      else
+        write(unit, '(a)') '  normalize: false'
+      end if
       close(unit)
     end if
     call MPI_Barrier(MPI_COMM_WORLD)
@@ -98,6 +116,130 @@ contains
     call check(ierr == TESSERA_OK, 'tessera_trainer_predict')
   end subroutine
 
+  ! run() with real64 fields of the same samples: physical (mean + std x per channel) or not.
+  subroutine run64(trainer, replicas, replica, batch, lat1, n, physical, losses, prediction)
+    type(tessera_trainer), intent(inout) :: trainer
+    integer, intent(in) :: replicas, replica, batch, lat1, n
+    logical, intent(in) :: physical
+    real(real64), intent(out) :: losses(nsteps)
+    real(real64), intent(out) :: prediction(:, :, :)
+    real(real32), allocatable :: x(:, :, :, :), y(:, :, :, :)
+    real(real64), allocatable :: x64(:, :, :, :), y64(:, :, :, :)
+    integer :: k, b, s, ierr
+    allocate(x(nlon, n, nchan, batch), y(nlon, n, nchan, batch))
+    allocate(x64(nlon, n, nchan, batch), y64(nlon, n, nchan, batch))
+    do k = 1, nsteps
+      do b = 1, batch
+        s = (k - 1) * batch * replicas + replica * batch + b - 1
+        call sample(s, lat1, n, x(:, :, :, b))
+        call sample(s + 1, lat1, n, y(:, :, :, b))
+      end do
+      x64 = physical_of(x, physical)
+      y64 = physical_of(y, physical)
+      call tessera_trainer_step(trainer, x64, y64, losses(k), ierr=ierr)
+      call check(ierr == TESSERA_OK, 'tessera_trainer_step real64')
+    end do
+    call sample(100, lat1, n, x(:, :, :, 1))
+    prediction = reshape(physical_of(x(:, :, :, 1:1), physical), shape(prediction))
+    call tessera_trainer_predict(trainer, prediction, prediction, ierr=ierr)
+    call check(ierr == TESSERA_OK, 'tessera_trainer_predict real64')
+  end subroutine
+
+  ! x as real64 (exact), or mean + std x per channel (dim 3).
+  pure function physical_of(x, physical) result(p)
+    real(real32), intent(in) :: x(:, :, :, :)
+    logical, intent(in) :: physical
+    real(real64) :: p(size(x, 1), size(x, 2), size(x, 3), size(x, 4))
+    integer :: c
+    p = real(x, real64)
+    if (physical) then
+      do c = 1, nchan
+        p(:, :, c, :) = mean(c) + std(c) * p(:, :, c, :)
+      end do
+    end if
+  end function
+
+  ! real64 fields (plain, and physical under data.normalize) against the real32 run.
+  subroutine check_kinds(name, dp, tp, domain, replica, lat1, n, losses, p)
+    character(len=*), intent(in) :: name
+    integer, intent(in) :: dp, tp, domain, replica, lat1, n
+    real(real64), intent(in) :: losses(nsteps)
+    real(real32), intent(in) :: p(:, :, :)
+    type(tessera_trainer) :: trainer
+    real(real64) :: l64(nsteps), q(nlon, n, nchan), expected(nlon, n, nchan, 1)
+    integer :: ierr, c
+    call tessera_trainer_create(trainer, config(name // '_f64', dp, tp, domain), MPI_COMM_WORLD, nlon, nlat, nchan)
+    call run64(trainer, dp, replica, nbatch, lat1, n, .false., l64, q)
+    call check(all(l64 == losses), 'real64 fields train as real32 ones, bit for bit')
+    call check(all(q == real(p, real64)), 'real64 prediction equals the real32 one')
+    call tessera_trainer_destroy(trainer)
+
+    call tessera_trainer_create(trainer, config(name // '_norm', dp, tp, domain, normalize=.true.), MPI_COMM_WORLD, &
+                                nlon, nlat, nchan, ierr=ierr, mean=mean, std=std)
+    call check(ierr == TESSERA_OK, 'tessera_trainer_create with mean and std')
+    call run64(trainer, dp, replica, nbatch, lat1, n, .true., l64, q)
+    ! The physical fields round to real32 before normalising: x to about 280 / 15 ulps.
+    call check(all(abs(l64 - losses) <= 1e-5_real64 * losses), 'normalised losses against the real32 run')
+    expected = physical_of(reshape(p, [nlon, n, nchan, 1]), .true.)
+    do c = 1, nchan
+      call check(maxval(abs(q(:, :, c) - expected(:, :, c, 1))) <= 1e-5_real64 * std(c), &
+                 'normalised prediction in physical units')
+    end do
+    if (rank == 0) write(output_unit, '(a,a,es9.2,a,es9.2)') name, ' normalised: losses within ', &
+      maxval(abs(l64 - losses) / losses), ', prediction within (std) ', &
+      maxval(abs(q(:, :, 1) - expected(:, :, 1, 1))) / std(1)
+    call tessera_trainer_destroy(trainer)
+  end subroutine
+
+  ! optimizer.accumulate 2: step k's two micro-batches of nbatch samples per replica are
+  ! the serial twin's one batch of 2 G samples, G = nbatch dp.
+  subroutine check_accumulate(name, dp, tp, domain, replica, lat1, n)
+    character(len=*), intent(in) :: name
+    integer, intent(in) :: dp, tp, domain, replica, lat1, n
+    type(tessera_trainer) :: trainer, serial
+    real(real32), allocatable :: x(:, :, :, :), y(:, :, :, :), xs(:, :, :, :), ys(:, :, :, :)
+    real(real64) :: loss, micro_loss, reference, worst
+    integer :: k, m, b, s, g, steps, pending, ierr
+    g = nbatch * dp
+    allocate(x(nlon, n, nchan, nbatch), y(nlon, n, nchan, nbatch))
+    allocate(xs(nlon, nlat, nchan, nmicro * g), ys(nlon, nlat, nchan, nmicro * g))
+    call tessera_trainer_create(trainer, config(name // '_acc', dp, tp, domain, accumulate=nmicro), MPI_COMM_WORLD, &
+                                nlon, nlat, nchan)
+    call tessera_trainer_create(serial, config(name // '_acc_serial', 1, 1, 1), MPI_COMM_SELF, nlon, nlat, nchan)
+    worst = 0
+    do k = 1, nsteps
+      loss = 0
+      do m = 1, nmicro
+        do b = 1, nbatch
+          s = (k - 1) * nmicro * g + (m - 1) * g + replica * nbatch + b - 1
+          call sample(s, lat1, n, x(:, :, :, b))
+          call sample(s + 1, lat1, n, y(:, :, :, b))
+        end do
+        call tessera_trainer_pending(trainer, pending)
+        call check(pending == m - 1, 'tessera_trainer_pending before a micro-batch')
+        call tessera_trainer_step(trainer, x, y, micro_loss, ierr=ierr)
+        call check(ierr == TESSERA_OK, 'tessera_trainer_step micro-batch')
+        loss = loss + micro_loss / nmicro
+        call tessera_trainer_steps(trainer, steps)
+        if (m < nmicro) then
+          call check(steps == k - 1, 'no optimizer step before the last micro-batch')
+        else
+          call check(steps == k, 'one optimizer step on the last micro-batch')
+        end if
+      end do
+      do b = 1, nmicro * g
+        call sample((k - 1) * nmicro * g + b - 1, 1, nlat, xs(:, :, :, b))
+        call sample((k - 1) * nmicro * g + b, 1, nlat, ys(:, :, :, b))
+      end do
+      call tessera_trainer_step(serial, xs, ys, reference)
+      call check(abs(loss - reference) <= 1e-5_real64 * reference, 'accumulated loss against one larger batch')
+      worst = max(worst, abs(loss - reference) / reference)
+    end do
+    if (rank == 0) write(output_unit, '(a,a,es9.2)') name, ' accumulate 2: losses within ', worst
+    call tessera_trainer_destroy(serial)
+    call tessera_trainer_destroy(trainer)
+  end subroutine
+
   subroutine check_layout(dp, tp, domain)
     integer, intent(in) :: dp, tp, domain
     character(len=32) :: name
@@ -127,6 +269,8 @@ contains
       ' serial ', reference(nsteps), ', prediction within ', maxval(abs(p - q(:, lat1:lat1 + n - 1, :)))
     call tessera_trainer_destroy(serial)
     call tessera_trainer_destroy(trainer)
+    call check_kinds(trim(name), dp, tp, domain, coords(1), lat1, n, losses, p)
+    call check_accumulate(trim(name), dp, tp, domain, coords(1), lat1, n)
   end subroutine
 
   subroutine check_errors()
@@ -148,6 +292,13 @@ contains
     call tessera_trainer_destroy(trainer)
     call tessera_trainer_create(trainer, trim(dir) // '/no_such.yaml', MPI_COMM_WORLD, nlon, nlat, nchan, ierr=ierr)
     call check(ierr == TESSERA_ERR_IO, 'a missing config is TESSERA_ERR_IO')
+    call tessera_trainer_create(trainer, config('normalize', 1, 1, nranks, normalize=.true.), MPI_COMM_WORLD, nlon, &
+                                nlat, nchan, ierr=ierr)
+    call check(ierr == TESSERA_ERR_CONFIG .and. index(tessera_last_error(), 'data.normalize') > 0, &
+               'data.normalize without mean and std is TESSERA_ERR_CONFIG naming the key')
+    call tessera_trainer_create(trainer, config('normalize', 1, 1, nranks, normalize=.true.), MPI_COMM_WORLD, nlon, &
+                                nlat, nchan, ierr=ierr, mean=mean(1:1), std=std)
+    call check(ierr /= TESSERA_OK .and. index(tessera_last_error(), 'mean') > 0, 'a short mean is refused naming it')
   end subroutine
 
 end program test_fortran_trainer
