@@ -15,7 +15,8 @@
 // gives the trainer's prediction bit for bit. Error paths: wrong dtype, a shape off the
 // band, B = 0, replicas with different B, a micro-batch of another B, a save between
 // micro-batches, data.normalize without statistics or statistics without it, a bad std,
-// a decoder, an unknown key, restoring another architecture, NULL handles.
+// ranks with different statistics, a decoder, an unknown key, restoring another
+// architecture or other statistics, NULL handles.
 // Runs at 1, 2 and 4 ranks (9 latitudes: uneven bands).
 
 #include <mpi.h>
@@ -391,6 +392,11 @@ void check_errors(const std::string& dir, int world_size) {
                 TESSERA_OK);
   EXPECT_STATUS(tessera_trainer_restore(other, (dir + "/errors_ckpt").c_str()), TESSERA_ERR_CONFIG);
   CHECK(std::string(tessera_last_error()).find("channels") != std::string::npos);
+  EXPECT_STATUS(tessera_trainer_destroy(&other), TESSERA_OK);
+  // ... and other normalisation statistics are another model (its inputs mean other things).
+  other = create(write_config(dir, "errors_normalized", 1, 1, world_size, "", 1, true), MPI_COMM_WORLD, kMean, kStd);
+  EXPECT_STATUS(tessera_trainer_restore(other, (dir + "/errors_ckpt").c_str()), TESSERA_ERR_CONFIG);
+  CHECK(std::string(tessera_last_error()).find("mean") != std::string::npos);
   EXPECT_STATUS(tessera_trainer_destroy(&other), TESSERA_OK);
   EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
 
