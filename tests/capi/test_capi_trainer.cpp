@@ -79,17 +79,36 @@ struct Run {
   std::vector<float> prediction;  // of sample 100 over this rank's band (the whole grid serially)
 };
 
-// Step `step` (1-based) trains on input samples [(step-1) G, step G) and their
-// successors as targets, G the global batch; this replica's share is its dp coordinate's.
-double train_step(tessera_trainer_t* t, std::int64_t step, int dp, int dp_rank, std::int64_t lat0,
-                  std::int64_t nlat) {
-  const std::int64_t first = (step - 1) * kBatch * dp + dp_rank * kBatch;
-  const std::vector<float> x = batch(first, kBatch, lat0, nlat), y = batch(first + 1, kBatch, lat0, nlat);
-  const std::int64_t shape[4] = {kBatch, kChannels, nlat, kNlon};
+// One tessera_trainer_step on samples [first, first + count) over latitudes [lat0, lat0 +
+// nlat), their successors as targets; returns the loss.
+double step_on(tessera_trainer_t* t, std::int64_t first, std::int64_t count, std::int64_t lat0, std::int64_t nlat) {
+  const std::vector<float> x = batch(first, count, lat0, nlat), y = batch(first + 1, count, lat0, nlat);
+  const std::int64_t shape[4] = {count, kChannels, nlat, kNlon};
   double loss = NAN;
   EXPECT_STATUS(tessera_trainer_step(t, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape, &loss),
                 TESSERA_OK);
   return loss;
+}
+
+// Step `step` (1-based) trains on input samples [(step-1) G, step G) and their
+// successors as targets, G the global batch; this replica's share is its dp coordinate's.
+double train_step(tessera_trainer_t* t, std::int64_t step, int dp, int dp_rank, std::int64_t lat0,
+                  std::int64_t nlat) {
+  return step_on(t, (step - 1) * kBatch * dp + dp_rank * kBatch, kBatch, lat0, nlat);
+}
+
+// The largest difference between this rank's band [lat0, lat0 + nlat) of a prediction and
+// the serial twin's over the whole grid.
+double band_difference(const std::vector<float>& band, const std::vector<float>& whole, std::int64_t lat0,
+                       std::int64_t nlat) {
+  double worst = 0;
+  for (std::size_t i = 0; i < band.size(); ++i) {
+    const std::int64_t per_channel = nlat * kNlon, c = static_cast<std::int64_t>(i) / per_channel,
+                       rest = static_cast<std::int64_t>(i) % per_channel;
+    const float serial_value = whole[static_cast<std::size_t>(c * kNlat * kNlon + lat0 * kNlon + rest)];
+    worst = std::max(worst, static_cast<double>(std::fabs(band[i] - serial_value)));
+  }
+  return worst;
 }
 
 std::vector<float> predict(tessera_trainer_t* t, std::int64_t lat0, std::int64_t nlat) {
@@ -108,13 +127,7 @@ Run serial(const std::string& dir, const std::string& name, int dp) {
                                        TESSERA_LATITUDES_CELL_CENTRES, &t),
                 TESSERA_OK);
   for (std::int64_t step = 1; step <= kSteps; ++step) {
-    const std::int64_t first = (step - 1) * kBatch * dp;
-    const std::vector<float> x = batch(first, kBatch * dp, 0, kNlat), y = batch(first + 1, kBatch * dp, 0, kNlat);
-    const std::int64_t shape[4] = {kBatch * dp, kChannels, kNlat, kNlon};
-    double loss = NAN;
-    EXPECT_STATUS(tessera_trainer_step(t, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape, &loss),
-                  TESSERA_OK);
-    r.losses.push_back(loss);
+    r.losses.push_back(step_on(t, (step - 1) * kBatch * dp, kBatch * dp, 0, kNlat));
   }
   r.prediction = predict(t, 0, kNlat);
   EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
@@ -245,23 +258,11 @@ void check_accumulate(const std::string& dir, const std::string& name, int dp, i
       // The weights change on the last micro-batch only.
       CHECK((predict(t, lat0, nlat) == before) == (micro + 1 < kMicro));
     }
-    const std::int64_t first = (step - 1) * kMicro * global;
-    const std::vector<float> x = batch(first, kMicro * global, 0, kNlat), y = batch(first + 1, kMicro * global, 0, kNlat);
-    const std::int64_t whole[4] = {kMicro * global, kChannels, kNlat, kNlon};
-    double reference = NAN;
-    EXPECT_STATUS(tessera_trainer_step(serial, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, whole, &reference),
-                  TESSERA_OK);
+    const double reference = step_on(serial, (step - 1) * kMicro * global, kMicro * global, 0, kNlat);
     worst = std::max(worst, std::fabs(loss - reference) / reference);
     CHECK(close(loss, reference, 1e-5));
   }
-  const std::vector<float> p = predict(t, lat0, nlat), q = predict(serial, 0, kNlat);
-  double worst_prediction = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const std::int64_t per_channel = nlat * kNlon, c = static_cast<std::int64_t>(i) / per_channel,
-                       rest = static_cast<std::int64_t>(i) % per_channel;
-    worst_prediction = std::max(worst_prediction, static_cast<double>(std::fabs(
-        p[i] - q[static_cast<std::size_t>(c * kNlat * kNlon + lat0 * kNlon + rest)])));
-  }
+  const double worst_prediction = band_difference(predict(t, lat0, nlat), predict(serial, 0, kNlat), lat0, nlat);
   CHECK(worst_prediction <= 1e-5);
   if (world_rank == 0) {
     std::printf("%s accumulate %lld: step losses within %.1e of one batch of %lld, prediction within %.1e\n",
@@ -307,12 +308,7 @@ void check_layout(const std::string& dir, int dp, int tp, int domain) {
     }
   }
   CHECK(reference.losses.back() < reference.losses.front());  // it learns
-  double worst = 0;
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(parallel.prediction.size()); ++i) {
-    const std::int64_t per_channel = nlat * kNlon, c = i / per_channel, rest = i % per_channel;
-    const float serial_value = reference.prediction[static_cast<std::size_t>(c * kNlat * kNlon + lat0 * kNlon + rest)];
-    worst = std::max(worst, static_cast<double>(std::fabs(parallel.prediction[static_cast<std::size_t>(i)] - serial_value)));
-  }
+  const double worst = band_difference(parallel.prediction, reference.prediction, lat0, nlat);
   CHECK(worst <= 1e-5);
   check_f64_and_normalize(dir, name, dp, tp, domain, coords[0], lat0, nlat, parallel);
   check_accumulate(dir, name, dp, tp, domain, coords[0], lat0, nlat);

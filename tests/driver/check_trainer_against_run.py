@@ -13,11 +13,12 @@ Usage: check_trainer_against_run.py MPIEXEC REPLAY TESSERA_RUN WORK NP LAYOUT
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import h5py
 import numpy as np
+
+from check_online_training import run  # the same launcher: echo, 500 s limit, FAILED on a bad exit
 
 STEPS, ACCUMULATE, LOCAL_BATCH = 6, 2, 2
 CHANNELS, NLAT, NLON = 2, 9, 8
@@ -29,14 +30,6 @@ def states(times):
     t, c, i, j = np.meshgrid(np.arange(times), np.arange(CHANNELS), np.arange(NLAT), np.arange(NLON), indexing="ij")
     wave = np.sin(0.7 * (j + t) + 0.3 * c) * np.cos(0.4 * i - 0.2 * t)
     return (MEAN[c] + SPREAD[c] * wave).astype(np.float32)
-
-
-def run(cmd):
-    print("+", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=500)
-    print(done.stdout, flush=True)
-    if done.returncode != 0:
-        sys.exit(f"FAILED: exit status {done.returncode}")
 
 
 def main():

@@ -94,20 +94,27 @@ contains
   end subroutine
 
   ! Step k: replica r's samples are (k - 1) G + r B + b, targets their successors.
+  subroutine step_samples(k, replicas, replica, lat1, n, x, y)
+    integer, intent(in) :: k, replicas, replica, lat1, n
+    real(real32), intent(out) :: x(:, :, :, :), y(:, :, :, :)
+    integer :: b, s
+    do b = 1, size(x, 4)
+      s = (k - 1) * size(x, 4) * replicas + replica * size(x, 4) + b - 1
+      call sample(s, lat1, n, x(:, :, :, b))
+      call sample(s + 1, lat1, n, y(:, :, :, b))
+    end do
+  end subroutine
+
   subroutine run(trainer, replicas, replica, batch, lat1, n, losses, prediction)
     type(tessera_trainer), intent(inout) :: trainer
     integer, intent(in) :: replicas, replica, batch, lat1, n
     real(real64), intent(out) :: losses(nsteps)
     real(real32), intent(out) :: prediction(:, :, :)
     real(real32), allocatable :: x(:, :, :, :), y(:, :, :, :)
-    integer :: k, b, s, ierr
+    integer :: k, ierr
     allocate(x(nlon, n, nchan, batch), y(nlon, n, nchan, batch))
     do k = 1, nsteps
-      do b = 1, batch
-        s = (k - 1) * batch * replicas + replica * batch + b - 1
-        call sample(s, lat1, n, x(:, :, :, b))
-        call sample(s + 1, lat1, n, y(:, :, :, b))
-      end do
+      call step_samples(k, replicas, replica, lat1, n, x, y)
       call tessera_trainer_step(trainer, x, y, losses(k), ierr=ierr)
       call check(ierr == TESSERA_OK, 'tessera_trainer_step')
     end do
@@ -125,15 +132,11 @@ contains
     real(real64), intent(out) :: prediction(:, :, :)
     real(real32), allocatable :: x(:, :, :, :), y(:, :, :, :)
     real(real64), allocatable :: x64(:, :, :, :), y64(:, :, :, :)
-    integer :: k, b, s, ierr
+    integer :: k, ierr
     allocate(x(nlon, n, nchan, batch), y(nlon, n, nchan, batch))
     allocate(x64(nlon, n, nchan, batch), y64(nlon, n, nchan, batch))
     do k = 1, nsteps
-      do b = 1, batch
-        s = (k - 1) * batch * replicas + replica * batch + b - 1
-        call sample(s, lat1, n, x(:, :, :, b))
-        call sample(s + 1, lat1, n, y(:, :, :, b))
-      end do
+      call step_samples(k, replicas, replica, lat1, n, x, y)
       x64 = physical_of(x, physical)
       y64 = physical_of(y, physical)
       call tessera_trainer_step(trainer, x64, y64, losses(k), ierr=ierr)
