@@ -18,45 +18,16 @@ set(consumer_build "${WORK_DIR}/consumer-build")
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
-# run_step(NAME name COMMAND ...): runs the command; on failure stops the test with its
-# output. Its stdout is left in STEP_OUTPUT.
-function(run_step)
-  cmake_parse_arguments(S "" "NAME" "COMMAND" ${ARGN})
-  string(REPLACE ";" " " shown "${S_COMMAND}")
-  message(STATUS "[${S_NAME}] ${shown}")
-  execute_process(COMMAND ${S_COMMAND}
-                  RESULT_VARIABLE rc
-                  OUTPUT_VARIABLE out
-                  ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "install_consumer: step '${S_NAME}' failed (exit status ${rc})\n"
-                        "command: ${shown}\n--- stdout ---\n${out}--- stderr ---\n${err}")
-  endif()
-  set(STEP_OUTPUT "${out}" PARENT_SCOPE)
-endfunction()
-
-function(expect_file path)
-  if(NOT EXISTS "${path}")
-    message(FATAL_ERROR "install_consumer: the install tree lacks ${path}")
-  endif()
-endfunction()
+set(INSTALL_TEST install_consumer)
+include("${CMAKE_CURRENT_LIST_DIR}/install_steps.cmake")
 
 # 1. Install the build tree into a private prefix.
 set(config_args)
 if(BUILD_CONFIG)
   set(config_args --config "${BUILD_CONFIG}")
 endif()
-run_step(NAME install
-         COMMAND "${CMAKE_COMMAND}" --install "${TESSERA_BUILD_DIR}" --prefix "${prefix}"
-                 ${config_args})
-
-file(GLOB_RECURSE package_configs "${prefix}/*/tesseraConfig.cmake")
-list(LENGTH package_configs n_configs)
-if(NOT n_configs EQUAL 1)
-  message(FATAL_ERROR "install_consumer: expected one tesseraConfig.cmake under ${prefix}, "
-                      "found: ${package_configs}")
-endif()
-get_filename_component(package_dir "${package_configs}" DIRECTORY)
+install_tessera(BUILD_DIR "${TESSERA_BUILD_DIR}" PREFIX "${prefix}" CONFIG "${BUILD_CONFIG}")
+set(package_dir "${TESSERA_PACKAGE_DIR}")
 expect_file("${package_dir}/tesseraConfigVersion.cmake")
 expect_file("${package_dir}/tesseraTargets.cmake")
 expect_file("${package_dir}/FindNCCL.cmake")
@@ -73,24 +44,11 @@ set(configure_args
   -S "${CONSUMER_SOURCE_DIR}" -B "${consumer_build}" -G "${GENERATOR}"
   "-DCMAKE_PREFIX_PATH=${prefix}"
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
-  "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
   "-DEXPECTED_TESSERA_DIR=${package_dir}"
   "-DEXPECTED_VERSION=${EXPECTED_VERSION}"
   "-DTESSERA_SHARED=${TESSERA_SHARED}")
-if(C_COMPILER)
-  list(APPEND configure_args "-DCMAKE_C_COMPILER=${C_COMPILER}")
-endif()
-if(BUILD_CONFIG)
-  list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${BUILD_CONFIG}")
-endif()
-foreach(var MPI_CXX_COMPILER MPI_C_COMPILER)
-  if(${var})
-    list(APPEND configure_args "-D${var}=${${var}}")
-  endif()
-endforeach()
-if(CUDA_ROOT)
-  list(APPEND configure_args "-DCUDAToolkit_ROOT=${CUDA_ROOT}")
-endif()
+toolchain_args(toolchain C CXX)
+list(APPEND configure_args ${toolchain})
 run_step(NAME configure COMMAND "${CMAKE_COMMAND}" ${configure_args})
 
 # 3. Build it.
@@ -202,20 +160,12 @@ else()
   if(NOT plugins)
     message(FATAL_ERROR "install_consumer: the install tree lacks the CUDA plugin libtessera_cuda.so")
   endif()
-  find_program(LDD ldd REQUIRED)
   set(cpu_consumers "${consumer_exe}")
   if(EXISTS "${WORK_DIR}/consumer_c-build/c_consumer")
     list(APPEND cpu_consumers "${WORK_DIR}/consumer_c-build/c_consumer")
   endif()
   foreach(program IN LISTS cpu_consumers)
-    run_step(NAME ldd COMMAND "${LDD}" "${program}")
-    if(NOT STEP_OUTPUT MATCHES "libtessera\\.so")
-      message(FATAL_ERROR "install_consumer: ldd ${program} does not list libtessera:\n${STEP_OUTPUT}")
-    endif()
-    if(STEP_OUTPUT MATCHES "(libcuda|libcudart|libcublas|libnccl|libtessera_cuda)[^ ]*")
-      message(FATAL_ERROR "install_consumer: the CPU consumer ${program} loads ${CMAKE_MATCH_0} at start-up; "
-                          "only the CUDA plugin may link it\n${STEP_OUTPUT}")
-    endif()
+    check_ldd(PROGRAM "${program}" PREFIX "${prefix}" NO_CUDA)
   endforeach()
   message(STATUS "install_consumer: no CUDA library in ldd of ${cpu_consumers}")
 endif()
