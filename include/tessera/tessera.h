@@ -261,6 +261,12 @@ int tessera_halo_add_field_staggered(tessera_halo_t* halo, void* data, tessera_d
                                      tessera_stagger_t stagger, int* index);
 /* Padded local extents of a field on `stagger`, and the global and owned (0-based start,
  * count) extents of its faces. Local. */
+/* tessera_halo_add_field_staggered for a field in any layout: `shape` and `strides` as
+ * for tessera_halo_add_field_strided (tessera's view: leading..., padded lat, padded
+ * lon, with the padded extents of tessera_halo_padded_staggered). Local. */
+int tessera_halo_add_field_staggered_strided(tessera_halo_t* halo, void* data, tessera_dtype_t dtype, int ndim,
+                                             const int64_t* shape, const int64_t* strides,
+                                             tessera_stagger_t stagger, int* index);
 int tessera_halo_padded_staggered(const tessera_halo_t* halo, tessera_stagger_t stagger, int64_t* lat,
                                   int64_t* lon);
 int tessera_halo_box_staggered(const tessera_halo_t* halo, tessera_stagger_t stagger, int64_t* global_lat,
@@ -343,6 +349,18 @@ int tessera_checkpoint_add_halo_field(tessera_checkpoint_t* checkpoint, const ch
 int tessera_checkpoint_add_halo_field_strided(tessera_checkpoint_t* checkpoint, const char* name,
                                               const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
                                               int ndim, const int64_t* shape, const int64_t* strides);
+/* Local. tessera_checkpoint_add_halo_field[_strided] for a field on `stagger` (shape as
+ * for tessera_halo_add_field_staggered[_strided]): the file holds the global face array
+ * (leading..., global lat, global lon of tessera_halo_box_staggered: nlat + 1 latitude
+ * faces with the pole faces), so a field saved at one decomposition loads at another. */
+int tessera_checkpoint_add_halo_field_staggered(tessera_checkpoint_t* checkpoint, const char* name,
+                                                const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
+                                                tessera_order_t order, int ndim, const int64_t* shape,
+                                                tessera_stagger_t stagger);
+int tessera_checkpoint_add_halo_field_staggered_strided(tessera_checkpoint_t* checkpoint, const char* name,
+                                                        const tessera_halo_t* halo, void* field,
+                                                        tessera_dtype_t dtype, int ndim, const int64_t* shape,
+                                                        const int64_t* strides, tessera_stagger_t stagger);
 /* Collective over the mesh: writes (atomically) or reads and verifies every array. */
 int tessera_checkpoint_commit(tessera_checkpoint_t* checkpoint);
 /* Save: the step given; load: the step read (after commit). */

@@ -17,6 +17,11 @@ using namespace tessera;
 using tessera::capi::guarded;
 using tessera::capi::require;
 
+namespace tessera::capi {
+// capi_halo.cpp: the plan of a halo's fields on `stagger` (a TESSERA_STAGGER_* value).
+const domain::HaloExchange& staggered_exchange_of(const tessera_halo* halo, int stagger);
+}  // namespace tessera::capi
+
 namespace {
 
 std::string trim(std::string s) {
@@ -129,7 +134,9 @@ void add(tessera_checkpoint_t& c, const std::string& name, Tensor value, Shape g
 
 // The interior of a padded halo field (tessera's view, any strides) as a block of the
 // global field: global shape (leading..., nlat, nlon), offset and placement (domain:
-// Shard(lat)) come from the halo's decomposition.
+// Shard(lat)) come from the decomposition of the plan `ex`: the cells' or, for a field
+// on faces, the faces' (global nlat + 1 latitude faces, each rank's owned ones), so the
+// file holds the global face array whatever the decomposition that wrote it.
 void add_halo_field(tessera_checkpoint_t& c, const std::string& name, const domain::HaloExchange& ex, const Tensor& padded) {
   capi::check_padded(ex, padded, "array '" + name + "'");
   const domain::Decomposition& d = ex.decomposition();
@@ -252,6 +259,30 @@ int tessera_checkpoint_add_halo_field_strided(tessera_checkpoint_t* checkpoint, 
     tessera_checkpoint_t& c = checkpoint_of(checkpoint);
     const std::string n = check_name(c, name);
     add_halo_field(c, n, capi::exchange_of(halo), capi::strided_view(field, dtype, ndim, shape, strides, "array '" + n + "'"));
+  });
+}
+
+int tessera_checkpoint_add_halo_field_staggered(tessera_checkpoint_t* checkpoint, const char* name,
+                                                const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
+                                                tessera_order_t order, int ndim, const int64_t* shape,
+                                                tessera_stagger_t stagger) {
+  return guarded_add("tessera_checkpoint_add_halo_field_staggered", checkpoint, name, [&] {
+    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    const std::string n = check_name(c, name);
+    add_halo_field(c, n, capi::staggered_exchange_of(halo, stagger),
+                   capi::array_view(field, dtype, order, ndim, shape, "array '" + n + "'"));
+  });
+}
+
+int tessera_checkpoint_add_halo_field_staggered_strided(tessera_checkpoint_t* checkpoint, const char* name,
+                                                        const tessera_halo_t* halo, void* field,
+                                                        tessera_dtype_t dtype, int ndim, const int64_t* shape,
+                                                        const int64_t* strides, tessera_stagger_t stagger) {
+  return guarded_add("tessera_checkpoint_add_halo_field_staggered_strided", checkpoint, name, [&] {
+    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    const std::string n = check_name(c, name);
+    add_halo_field(c, n, capi::staggered_exchange_of(halo, stagger),
+                   capi::strided_view(field, dtype, ndim, shape, strides, "array '" + n + "'"));
   });
 }
 

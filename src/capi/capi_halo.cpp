@@ -131,7 +131,27 @@ void register_field(tessera_halo* halo, Tensor view, Stagger stagger, int* index
   if (index != nullptr) *index = static_cast<int>(halo->fields.size()) - 1;
 }
 
+// Registers a field in any layout: `shape` is tessera's view (leading..., padded lat,
+// padded lon), `strides` the distance in elements along each of those dims.
+void register_strided(tessera_halo* halo, void* data, int dtype, int ndim, const int64_t* shape,
+                      const int64_t* strides, Stagger stagger, int* index) {
+  const std::string what = field_label(halo);
+  Tensor view = capi::strided_view(data, dtype, ndim, shape, strides, what);
+  if (view.dim() < 2) throw InvalidArgument(what + ": a field needs the two dims lat and lon");
+  register_field(halo, std::move(view), stagger, index);
+}
+
 }  // namespace
+
+namespace tessera::capi {
+
+// The plan of the fields on `stagger` (its decomposition gives the faces' global extents
+// and this rank's box): the checkpoint's staggered halo fields are blocks of it.
+const HaloExchange& staggered_exchange_of(const tessera_halo* halo, int stagger) {
+  return plan_of(state_of(halo), to_stagger(stagger));
+}
+
+}  // namespace tessera::capi
 
 extern "C" {
 
@@ -235,15 +255,17 @@ int tessera_halo_add_field_strided(tessera_halo_t* halo, void* data, tessera_dty
   return guarded("tessera_halo_add_field_strided", [&] {
     capi::exchange_of(halo);
     forget_agreed_count(halo);  // even if the registration fails below
-    const std::string what = field_label(halo);
-    const Shape s = capi::declared_shape(data, dtype, TESSERA_ORDER_C, ndim, shape, what);
-    if (ndim < 2) throw InvalidArgument(what + ": a field needs the two dims lat and lon");
-    require(strides, "the strides pointer");
-    const Shape st(strides, strides + ndim);
-    for (std::int64_t x : st) {
-      if (x < 1) throw InvalidArgument(what + ": stride " + std::to_string(x) + " is not positive");
-    }
-    register_field(halo, capi::caller_view(data, capi::to_dtype(dtype, what), s, st, what), Stagger::none, index);
+    register_strided(halo, data, dtype, ndim, shape, strides, Stagger::none, index);
+  });
+}
+
+int tessera_halo_add_field_staggered_strided(tessera_halo_t* halo, void* data, tessera_dtype_t dtype, int ndim,
+                                             const int64_t* shape, const int64_t* strides, tessera_stagger_t stagger,
+                                             int* index) {
+  return guarded("tessera_halo_add_field_staggered_strided", [&] {
+    capi::exchange_of(halo);
+    forget_agreed_count(halo);  // even if the registration fails below
+    register_strided(halo, data, dtype, ndim, shape, strides, to_stagger(stagger), index);
   });
 }
 

@@ -4,7 +4,9 @@
  * (tessera_halo_scatter_staggered), exchanged, every halo cell compared with a serial
  * reference computed from the faces' positions on the sphere, and gathered back; the
  * adjoint of the exchange is its transpose (dot-product identity). Every pole policy,
- * f64 and f32, latitude bands, longitude bands and 2 x 2 at 1, 2, 3 and 4 ranks. */
+ * f64 and f32, latitude bands, longitude bands and 2 x 2 at 1, 2, 3 and 4 ranks. The
+ * face fields in two other memory orders (strided) against the reference order, and a
+ * checkpoint of them written at every decomposition loaded at one rank (run_orders). */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -187,6 +189,161 @@ static void run(tessera_decomp_t* d, tessera_pole_t pole, int f32, int rank, con
   tessera_halo_destroy(&h);
 }
 
+/* Memory orders of a (LEAD, lat, lon) field: 0 the reference (l, i, j) in C order, 1
+ * (i, l, j) and 2 (i, j, l): q(j, k, i) and q(k, j, i) in Fortran terms. The strides of
+ * tessera's view (LEAD, padded lat, padded lon) in each. */
+static void strides_of(int order, int64_t pl, int64_t pn, int64_t st[3]) {
+  const int64_t all[3][3] = {{pl * pn, pn, 1}, {pn, LEAD * pn, 1}, {1, pn * LEAD, LEAD}};
+  memcpy(st, all[order], sizeof(all[order]));
+}
+static int64_t at(const int64_t st[3], int64_t l, int64_t a, int64_t b) { return l * st[0] + a * st[1] + b * st[2]; }
+
+static int has(const char* text) { return strstr(tessera_last_error(), text) != NULL; }
+
+/* Face fields in other memory orders (tessera_halo_add_field_staggered_strided) exchange
+ * to the reference order's values on every halo cell; a checkpoint of them written here
+ * (tessera_checkpoint_add_halo_field_staggered[_strided]) loads on rank 0 alone, one
+ * 1 x 1 decomposition, into the global face arrays. */
+static void run_orders(tessera_decomp_t* d, tessera_pole_t pole, int rank, int size, int step, const char* layout) {
+  enum { NF = 2, NORDERS = 3 };
+  const tessera_stagger_t faces[NF] = {TESSERA_STAGGER_LON_FACE, TESSERA_STAGGER_LAT_FACE};
+  tessera_halo_t* h = NULL;
+  CHECK(tessera_halo_create(d, 2, 1, 1, 2, 1, pole, &h) == TESSERA_OK, "halo: %s", tessera_last_error());
+  double* q[NF][NORDERS];
+  int64_t pl[NF], pn[NF], st[NF][NORDERS][3], gl[NF], gn, ls, lc, os, oc, cl, cn;
+  CHECK(tessera_halo_padded(h, &cl, &cn) == TESSERA_OK, "padded: %s", tessera_last_error());
+  for (int k = 0; k < NF; ++k) {
+    CHECK(tessera_halo_padded_staggered(h, faces[k], &pl[k], &pn[k]) == TESSERA_OK, "padded: %s",
+          tessera_last_error());
+    CHECK(tessera_halo_box_staggered(h, faces[k], &gl[k], &gn, &ls, &lc, &os, &oc) == TESSERA_OK, "box: %s",
+          tessera_last_error());
+    const int64_t n = LEAD * pl[k] * pn[k], shape[3] = {LEAD, pl[k], pn[k]};
+    for (int o = 0; o < NORDERS; ++o) {
+      q[k][o] = calloc((size_t)n, sizeof(double));
+      strides_of(o, pl[k], pn[k], st[k][o]);
+    }
+    double* global = calloc((size_t)(LEAD * gl[k] * NLON), sizeof(double));
+    for (int64_t e = 0; e < LEAD * gl[k] * NLON; ++e) global[e] = encode(e / (gl[k] * NLON), e / NLON % gl[k], e % NLON);
+    CHECK(tessera_halo_scatter_staggered(h, global, q[k][0], TESSERA_F64, TESSERA_ORDER_C, 3, shape, faces[k], 0) ==
+              TESSERA_OK,
+          "scatter: %s", tessera_last_error());
+    free(global);
+    for (int o = 1; o < NORDERS; ++o)
+      for (int64_t l = 0; l < LEAD; ++l)
+        for (int64_t a = 0; a < pl[k]; ++a)
+          for (int64_t b = 0; b < pn[k]; ++b) q[k][o][at(st[k][o], l, a, b)] = q[k][0][at(st[k][0], l, a, b)];
+    CHECK(tessera_halo_add_field_staggered(h, q[k][0], TESSERA_F64, TESSERA_ORDER_C, 3, shape, faces[k], NULL) ==
+              TESSERA_OK,
+          "add: %s", tessera_last_error());
+    for (int o = 1; o < NORDERS; ++o) {
+      CHECK(tessera_halo_add_field_staggered_strided(h, q[k][o], TESSERA_F64, 3, shape, st[k][o], faces[k], NULL) ==
+                TESSERA_OK,
+            "add strided: %s", tessera_last_error());
+    }
+  }
+  /* Errors name the argument: a stagger that is none, latitude faces with the cells'
+   * extents (they differ on the southernmost band). */
+  const int64_t cells[3] = {LEAD, cl, cn};
+  CHECK(tessera_halo_add_field_staggered_strided(h, q[0][1], TESSERA_F64, 3, cells, st[0][1], (tessera_stagger_t)7,
+                                                 NULL) == TESSERA_ERR_INVALID_ARGUMENT &&
+            has("stagger 7"),
+        "stagger 7: %s", tessera_last_error());
+  if (cl != pl[1]) {
+    int fields = 0;
+    tessera_halo_num_fields(h, &fields);
+    char label[32];
+    snprintf(label, sizeof label, "field %d:", fields);
+    CHECK(tessera_halo_add_field_staggered_strided(h, q[0][1], TESSERA_F64, 3, cells, st[0][1],
+                                                   TESSERA_STAGGER_LAT_FACE, NULL) == TESSERA_ERR_SHAPE &&
+              has(label),
+          "v with the cells' extents: %s", tessera_last_error());
+  }
+  CHECK(tessera_halo_exchange(h) == TESSERA_OK, "exchange: %s", tessera_last_error());
+  for (int k = 0; k < NF; ++k)
+    for (int o = 1; o < NORDERS; ++o) {
+      int wrong = 0;
+      for (int64_t l = 0; l < LEAD; ++l)
+        for (int64_t a = 0; a < pl[k]; ++a)
+          for (int64_t b = 0; b < pn[k]; ++b) wrong += q[k][o][at(st[k][o], l, a, b)] != q[k][0][at(st[k][0], l, a, b)];
+      CHECK(wrong == 0, "%s pole %d stagger %d order %d: %d cells differ from the reference order", layout, (int)pole,
+            (int)faces[k], o, wrong);
+    }
+
+  /* The checkpoint: u in the reference order, v in order 2. */
+  char root[64];
+  snprintf(root, sizeof root, "stagger_checkpoint_np%d", size);
+  tessera_mesh_t* mesh = NULL;
+  tessera_checkpoint_t* c = NULL;
+  CHECK(tessera_mesh_create(MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, size, &mesh) == TESSERA_OK, "mesh: %s",
+        tessera_last_error());
+  CHECK(tessera_checkpoint_begin_save(mesh, root, step, TESSERA_LAYOUT_SHARED, &c) == TESSERA_OK, "save: %s",
+        tessera_last_error());
+  const int64_t ushape[3] = {LEAD, pl[0], pn[0]}, vshape[3] = {LEAD, pl[1], pn[1]};
+  CHECK(tessera_checkpoint_add_halo_field_staggered(c, "u", h, q[0][0], TESSERA_F64, TESSERA_ORDER_C, 3, ushape,
+                                                    faces[0]) == TESSERA_OK,
+        "add u: %s", tessera_last_error());
+  CHECK(tessera_checkpoint_add_halo_field_staggered_strided(c, "v", h, q[1][2], TESSERA_F64, 3, vshape, st[1][2],
+                                                            faces[1]) == TESSERA_OK,
+        "add v: %s", tessera_last_error());
+  CHECK(tessera_checkpoint_add_halo_field_staggered(c, "w", h, q[0][0], TESSERA_F64, TESSERA_ORDER_C, 3, ushape,
+                                                    (tessera_stagger_t)7) == TESSERA_ERR_INVALID_ARGUMENT &&
+            has("stagger 7"),
+        "checkpoint stagger 7: %s", tessera_last_error());
+  if (cl != pl[1]) {
+    CHECK(tessera_checkpoint_add_halo_field_staggered_strided(c, "v2", h, q[1][2], TESSERA_F64, 3, cells, st[1][2],
+                                                              faces[1]) == TESSERA_ERR_SHAPE &&
+              has("array 'v2'"),
+          "checkpoint v with the cells' extents: %s", tessera_last_error());
+  }
+  CHECK(tessera_checkpoint_commit(c) == TESSERA_OK, "commit: %s", tessera_last_error());
+  tessera_checkpoint_destroy(&c);
+  tessera_mesh_destroy(&mesh);
+  for (int k = 0; k < NF; ++k)
+    for (int o = 0; o < NORDERS; ++o) free(q[k][o]);
+  tessera_halo_destroy(&h);
+
+  if (rank == 0) {
+    /* One rank, one box: u in order 1, v in the reference order. */
+    tessera_decomp_t* d1 = NULL;
+    tessera_halo_t* h1 = NULL;
+    CHECK(tessera_mesh_create(MPI_COMM_SELF, TESSERA_DATA_NONE, 1, 1, &mesh) == TESSERA_OK, "mesh: %s",
+          tessera_last_error());
+    CHECK(tessera_decomp_create(MPI_COMM_SELF, NLAT, NLON, 1, 1, &d1) == TESSERA_OK, "decomp: %s",
+          tessera_last_error());
+    CHECK(tessera_halo_create(d1, 1, 2, 2, 1, 1, pole, &h1) == TESSERA_OK, "halo: %s", tessera_last_error());
+    CHECK(tessera_checkpoint_begin_load(mesh, root, &c) == TESSERA_OK, "load: %s", tessera_last_error());
+    const int order[NF] = {1, 0};
+    double* r[NF];
+    for (int k = 0; k < NF; ++k) {
+      CHECK(tessera_halo_padded_staggered(h1, faces[k], &pl[k], &pn[k]) == TESSERA_OK, "padded: %s",
+            tessera_last_error());
+      CHECK(tessera_halo_box_staggered(h1, faces[k], &gl[k], &gn, &ls, &lc, &os, &oc) == TESSERA_OK, "box: %s",
+            tessera_last_error());
+      r[k] = calloc((size_t)(LEAD * pl[k] * pn[k]), sizeof(double));
+      strides_of(order[k], pl[k], pn[k], st[k][0]);
+      const int64_t shape[3] = {LEAD, pl[k], pn[k]};
+      CHECK(tessera_checkpoint_add_halo_field_staggered_strided(c, k == 0 ? "u" : "v", h1, r[k], TESSERA_F64, 3,
+                                                                shape, st[k][0], faces[k]) == TESSERA_OK,
+            "add: %s", tessera_last_error());
+    }
+    CHECK(tessera_checkpoint_commit(c) == TESSERA_OK, "load commit: %s", tessera_last_error());
+    for (int k = 0; k < NF; ++k) {
+      int wrong = 0;
+      for (int64_t l = 0; l < LEAD; ++l)
+        for (int64_t i = 0; i < gl[k]; ++i)
+          for (int64_t j = 0; j < NLON; ++j) wrong += r[k][at(st[k][0], l, i + 1, j + 2)] != encode(l, i, j);
+      CHECK(wrong == 0, "%s pole %d stagger %d: %d values loaded at 1 rank differ from the global field", layout,
+            (int)pole, (int)faces[k], wrong);
+      free(r[k]);
+    }
+    tessera_checkpoint_destroy(&c);
+    tessera_halo_destroy(&h1);
+    tessera_decomp_destroy(&d1);
+    tessera_mesh_destroy(&mesh);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
@@ -200,7 +357,10 @@ int main(int argc, char** argv) {
     CHECK(tessera_decomp_create(MPI_COMM_WORLD, NLAT, NLON, layouts[g][0], layouts[g][1], &d) == TESSERA_OK,
           "decomp: %s", tessera_last_error());
     for (int pole = TESSERA_POLE_ZERO; pole <= TESSERA_POLE_ACROSS_POLE_POINT; ++pole)
+    {
       for (int f32 = 0; f32 < 2; ++f32) run(d, (tessera_pole_t)pole, f32, rank, names[g]);
+      run_orders(d, (tessera_pole_t)pole, rank, size, 4 * g + pole, names[g]);
+    }
     tessera_decomp_destroy(&d);
   }
   int total = 0;
