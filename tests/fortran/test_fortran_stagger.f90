@@ -4,6 +4,9 @@
 ! serial reference from the faces' positions on the sphere, and gathered back; the
 ! adjoint is the exchange's transpose (dot-product identity). Every pole policy, real64
 ! and real32, latitude and longitude bands (and 2 x 2 at 4 ranks), at 1, 2, 3 and 4 ranks.
+! The face fields in the orders q(lev, lon, lat) and q(lon, lev, lat) (lon_dim=, lat_dim=)
+! against q(lon, lat, lev), and a checkpoint of them written at every decomposition and
+! loaded on one rank into the global face arrays (subroutine orders).
 program test_fortran_stagger
   use mpi
   use tessera
@@ -39,6 +42,7 @@ program test_fortran_stagger
       do kind32 = 0, 1
         call run(pole, kind32 == 1, layout)
       end do
+      call orders(pole, layout)
     end do
     call tessera_decomp_destroy(decomp)
   end do
@@ -231,6 +235,153 @@ contains
       if (associated(f(k)%q4)) deallocate(f(k)%q4)
     end do
   end subroutine
+
+  ! u (real64) and v (real32) registered as q(lon, lat, lev), q(lev, lon, lat) and
+  ! q(lon, lev, lat): after an exchange the other orders hold the first's values on every
+  ! cell. Then a checkpoint of u from q(lev, lon, lat) and v from q(lon, lev, lat), loaded
+  ! on rank 0 alone (one 1 x 1 box, other halo widths) into u(lon, lat, lev) and
+  ! v(lev, lon, lat): the global face arrays.
+  subroutine orders(pole, layout)
+    integer, intent(in) :: pole, layout
+    type(tessera_halo) :: halo, halo1
+    type(tessera_decomp) :: decomp1
+    type(tessera_mesh) :: mesh
+    type(tessera_checkpoint) :: ckpt
+    real(real64), allocatable, target :: u(:, :, :), u_kij(:, :, :), u_ikj(:, :, :), g8(:, :, :)
+    real(real32), allocatable, target :: v(:, :, :), v_kij(:, :, :), v_ikj(:, :, :), g4(:, :, :), cells(:, :, :)
+    integer :: upn, upl, vpn, vpl, cpn, cpl, nlon, unlat, vnlat, i1, n1, j1, m1, l, a, b, wrong, status
+    character(len=:), allocatable :: root
+
+    call tessera_halo_create(halo, decomp, LAT_BEFORE, LAT_AFTER, LON_BEFORE, LON_AFTER, .true., pole)
+    call tessera_halo_padded_staggered(halo, TESSERA_STAGGER_NONE, cpn, cpl)
+    call tessera_halo_padded_staggered(halo, TESSERA_STAGGER_LON_FACE, upn, upl)
+    call tessera_halo_padded_staggered(halo, TESSERA_STAGGER_LAT_FACE, vpn, vpl)
+    call tessera_halo_box_staggered(halo, TESSERA_STAGGER_LON_FACE, nlon, unlat, j1, m1, i1, n1)
+    call tessera_halo_box_staggered(halo, TESSERA_STAGGER_LAT_FACE, nlon, vnlat, j1, m1, i1, n1)
+    allocate(u(upn, upl, NLEV), v(vpn, vpl, NLEV))
+    u = -7; v = -7
+    call global_fields(nlon, unlat, vnlat, g8, g4)
+    call tessera_halo_scatter_staggered(halo, g8, u, TESSERA_STAGGER_LON_FACE, 0)
+    call tessera_halo_scatter_staggered(halo, g4, v, TESSERA_STAGGER_LAT_FACE, 0)
+    u_kij = reshape(u, [NLEV, upn, upl], order=[2, 3, 1])
+    u_ikj = reshape(u, [upn, NLEV, upl], order=[1, 3, 2])
+    v_kij = reshape(v, [NLEV, vpn, vpl], order=[2, 3, 1])
+    v_ikj = reshape(v, [vpn, NLEV, vpl], order=[1, 3, 2])
+    call tessera_halo_add_field_staggered(halo, u, TESSERA_STAGGER_LON_FACE)
+    call tessera_halo_add_field_staggered(halo, u_kij, TESSERA_STAGGER_LON_FACE, lon_dim=2, lat_dim=3)
+    call tessera_halo_add_field_staggered(halo, u_ikj, TESSERA_STAGGER_LON_FACE, lon_dim=1, lat_dim=3)
+    call tessera_halo_add_field_staggered(halo, v, TESSERA_STAGGER_LAT_FACE)
+    call tessera_halo_add_field_staggered(halo, v_kij, TESSERA_STAGGER_LAT_FACE, lon_dim=2, lat_dim=3)
+    call tessera_halo_add_field_staggered(halo, v_ikj, TESSERA_STAGGER_LAT_FACE, lon_dim=1, lat_dim=3)
+    ! Errors name the argument, in the caller's terms: a stagger that is none; latitude
+    ! faces with the cells' extents (they differ on the southernmost band).
+    call tessera_halo_add_field_staggered(halo, u_kij, 7, ierr=status, lon_dim=2, lat_dim=3)
+    call expect_error(status, TESSERA_ERR_INVALID_ARGUMENT, 'stagger 7', layout, pole)
+    if (cpl /= vpl) then
+      allocate(cells(NLEV, cpn, cpl))
+      call tessera_halo_add_field_staggered(halo, cells, TESSERA_STAGGER_LAT_FACE, ierr=status, lon_dim=2, lat_dim=3)
+      call expect_error(status, TESSERA_ERR_SHAPE, "tessera_halo_add_field_staggered: 'field': dims 2 (lon) and 3 " // &
+                        '(lat) have extents ' // itoa(cpn) // ' and ' // itoa(cpl) // '; this rank''s box plus the ' // &
+                        'halo is ' // itoa(vpn) // ' x ' // itoa(vpl) // ' (lon x lat, tessera_halo_padded_staggered)', &
+                        layout, pole)
+    end if
+    call tessera_halo_exchange(halo)
+    wrong = 0
+    do l = 1, NLEV
+      do b = 1, upl
+        do a = 1, upn
+          if (u_kij(l, a, b) /= u(a, b, l) .or. u_ikj(a, l, b) /= u(a, b, l)) wrong = wrong + 1
+        end do
+      end do
+      do b = 1, vpl
+        do a = 1, vpn
+          if (v_kij(l, a, b) /= v(a, b, l) .or. v_ikj(a, l, b) /= v(a, b, l)) wrong = wrong + 1
+        end do
+      end do
+    end do
+    if (wrong > 0) call fail('other dimension orders differ from q(lon, lat, lev)', wrong, layout, pole)
+
+    root = 'stagger_checkpoint_np' // itoa(nranks)
+    call tessera_mesh_create(mesh, MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, nranks)
+    call tessera_checkpoint_begin_save(ckpt, mesh, root, 4 * layout + pole, TESSERA_LAYOUT_SHARED)
+    call tessera_checkpoint_add_field_staggered(ckpt, 'u', halo, u_kij, TESSERA_STAGGER_LON_FACE, lon_dim=2, lat_dim=3)
+    call tessera_checkpoint_add_field_staggered(ckpt, 'v', halo, v_ikj, TESSERA_STAGGER_LAT_FACE, lon_dim=1, lat_dim=3)
+    call tessera_checkpoint_add_field_staggered(ckpt, 'w', halo, u, 7, status)
+    call expect_error(status, TESSERA_ERR_INVALID_ARGUMENT, 'stagger 7', layout, pole)
+    if (cpl /= vpl) then
+      call tessera_checkpoint_add_field_staggered(ckpt, 'v2', halo, cells, TESSERA_STAGGER_LAT_FACE, status, &
+                                                  lon_dim=2, lat_dim=3)
+      call expect_error(status, TESSERA_ERR_SHAPE, "tessera_checkpoint_add_field_staggered: field 'v2': dims 2 " // &
+                        '(lon) and 3 (lat)', layout, pole)
+    end if
+    call tessera_checkpoint_commit(ckpt)
+    call tessera_checkpoint_destroy(ckpt)
+    call tessera_mesh_destroy(mesh)
+    call tessera_halo_destroy(halo)
+    deallocate(u, v, v_kij)
+
+    if (rank == 0) then
+      call tessera_mesh_create(mesh, MPI_COMM_SELF, TESSERA_DATA_NONE, 1, 1)
+      call tessera_decomp_create(decomp1, MPI_COMM_SELF, NLAT, NLON, 1, 1)
+      call tessera_halo_create(halo1, decomp1, 1, 2, 2, 1, .true., pole)
+      call tessera_halo_padded_staggered(halo1, TESSERA_STAGGER_LON_FACE, upn, upl)
+      call tessera_halo_padded_staggered(halo1, TESSERA_STAGGER_LAT_FACE, vpn, vpl)
+      allocate(u(upn, upl, NLEV), v_kij(NLEV, vpn, vpl))
+      call tessera_checkpoint_begin_load(ckpt, mesh, root)
+      call tessera_checkpoint_add_field_staggered(ckpt, 'u', halo1, u, TESSERA_STAGGER_LON_FACE)
+      call tessera_checkpoint_add_field_staggered(ckpt, 'v', halo1, v_kij, TESSERA_STAGGER_LAT_FACE, lon_dim=2, &
+                                                  lat_dim=3)
+      call tessera_checkpoint_commit(ckpt)
+      call tessera_checkpoint_destroy(ckpt)
+      ! Interiors from (lon 3, lat 2): halo widths lon 2 before, lat 1 before.
+      wrong = count(u(3:2 + NLON, 2:1 + unlat, :) /= g8)
+      do l = 1, NLEV
+        wrong = wrong + count(v_kij(l, 3:2 + NLON, 2:1 + vnlat) /= g4(:, :, l))
+      end do
+      if (wrong > 0) call fail('checkpoint loaded at one rank', wrong, layout, pole)
+      call tessera_halo_destroy(halo1)
+      call tessera_decomp_destroy(decomp1)
+      call tessera_mesh_destroy(mesh)
+    end if
+    call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  end subroutine
+
+  ! The serial u (nlon x unlat faces, real64) and v (nlon x vnlat, real32).
+  subroutine global_fields(nlon, unlat, vnlat, g8, g4)
+    integer, intent(in) :: nlon, unlat, vnlat
+    real(real64), allocatable, intent(out) :: g8(:, :, :)
+    real(real32), allocatable, intent(out) :: g4(:, :, :)
+    integer :: l, i, j
+    allocate(g8(nlon, unlat, NLEV), g4(nlon, vnlat, NLEV))
+    do l = 0, NLEV - 1
+      do j = 0, nlon - 1
+        do i = 0, unlat - 1
+          g8(j + 1, i + 1, l + 1) = encode(l, i, j)
+        end do
+        do i = 0, vnlat - 1
+          g4(j + 1, i + 1, l + 1) = real(encode(l, i, j), real32)
+        end do
+      end do
+    end do
+  end subroutine
+
+  subroutine expect_error(status, code, text, layout, pole)
+    integer, intent(in) :: status, code, layout, pole
+    character(len=*), intent(in) :: text
+    if (status /= code .or. index(tessera_last_error(), text) == 0) then
+      write(error_unit, '(a, i0, a)') 'expected status ' // itoa(code) // ' and "' // text // '"; got ', status, &
+        ': "' // tessera_last_error() // '"'
+      call fail('error message', 0, layout, pole)
+    end if
+  end subroutine
+
+  pure function itoa(i) result(s)
+    integer, intent(in) :: i
+    character(len=:), allocatable :: s
+    character(len=24) :: buffer
+    write(buffer, '(i0)') i
+    s = trim(buffer)
+  end function
 
   subroutine put(c, values)
     type(field_t), intent(inout) :: c
