@@ -250,7 +250,7 @@ contains
     real(real64), allocatable, target :: u(:, :, :), u_kij(:, :, :), u_ikj(:, :, :), g8(:, :, :)
     real(real32), allocatable, target :: v(:, :, :), v_kij(:, :, :), v_ikj(:, :, :), g4(:, :, :), cells(:, :, :)
     integer :: upn, upl, vpn, vpl, cpn, cpl, nlon, unlat, vnlat, i1, n1, j1, m1, l, a, b, wrong, status
-    character(len=:), allocatable :: root
+    character(len=200) :: root, text
 
     call tessera_halo_create(halo, decomp, LAT_BEFORE, LAT_AFTER, LON_BEFORE, LON_AFTER, .true., pole)
     call tessera_halo_padded_staggered(halo, TESSERA_STAGGER_NONE, cpn, cpl)
@@ -280,10 +280,10 @@ contains
     if (cpl /= vpl) then
       allocate(cells(NLEV, cpn, cpl))
       call tessera_halo_add_field_staggered(halo, cells, TESSERA_STAGGER_LAT_FACE, ierr=status, lon_dim=2, lat_dim=3)
-      call expect_error(status, TESSERA_ERR_SHAPE, "tessera_halo_add_field_staggered: 'field': dims 2 (lon) and 3 " // &
-                        '(lat) have extents ' // itoa(cpn) // ' and ' // itoa(cpl) // '; this rank''s box plus the ' // &
-                        'halo is ' // itoa(vpn) // ' x ' // itoa(vpl) // ' (lon x lat, tessera_halo_padded_staggered)', &
-                        layout, pole)
+      write(text, '(4(a, i0), a)') "tessera_halo_add_field_staggered: 'field': dims 2 (lon) and 3 (lat) have " // &
+        'extents ', cpn, ' and ', cpl, '; this rank''s box plus the halo is ', vpn, ' x ', vpl, &
+        ' (lon x lat, tessera_halo_padded_staggered)'
+      call expect_error(status, TESSERA_ERR_SHAPE, trim(text), layout, pole)
     end if
     call tessera_halo_exchange(halo)
     wrong = 0
@@ -301,9 +301,9 @@ contains
     end do
     if (wrong > 0) call fail('other dimension orders differ from q(lon, lat, lev)', wrong, layout, pole)
 
-    root = 'stagger_checkpoint_np' // itoa(nranks)
+    write(root, '(a, i0)') 'stagger_checkpoint_np', nranks
     call tessera_mesh_create(mesh, MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, nranks)
-    call tessera_checkpoint_begin_save(ckpt, mesh, root, 4 * layout + pole, TESSERA_LAYOUT_SHARED)
+    call tessera_checkpoint_begin_save(ckpt, mesh, trim(root), 4 * layout + pole, TESSERA_LAYOUT_SHARED)
     call tessera_checkpoint_add_field_staggered(ckpt, 'u', halo, u_kij, TESSERA_STAGGER_LON_FACE, lon_dim=2, lat_dim=3)
     call tessera_checkpoint_add_field_staggered(ckpt, 'v', halo, v_ikj, TESSERA_STAGGER_LAT_FACE, lon_dim=1, lat_dim=3)
     call tessera_checkpoint_add_field_staggered(ckpt, 'w', halo, u, 7, status)
@@ -327,7 +327,7 @@ contains
       call tessera_halo_padded_staggered(halo1, TESSERA_STAGGER_LON_FACE, upn, upl)
       call tessera_halo_padded_staggered(halo1, TESSERA_STAGGER_LAT_FACE, vpn, vpl)
       allocate(u(upn, upl, NLEV), v_kij(NLEV, vpn, vpl))
-      call tessera_checkpoint_begin_load(ckpt, mesh, root)
+      call tessera_checkpoint_begin_load(ckpt, mesh, trim(root))
       call tessera_checkpoint_add_field_staggered(ckpt, 'u', halo1, u, TESSERA_STAGGER_LON_FACE)
       call tessera_checkpoint_add_field_staggered(ckpt, 'v', halo1, v_kij, TESSERA_STAGGER_LAT_FACE, lon_dim=2, &
                                                   lat_dim=3)
@@ -369,19 +369,11 @@ contains
     integer, intent(in) :: status, code, layout, pole
     character(len=*), intent(in) :: text
     if (status /= code .or. index(tessera_last_error(), text) == 0) then
-      write(error_unit, '(a, i0, a)') 'expected status ' // itoa(code) // ' and "' // text // '"; got ', status, &
+      write(error_unit, '(a, i0, a, i0, a)') 'expected status ', code, ' and "' // text // '"; got ', status, &
         ': "' // tessera_last_error() // '"'
       call fail('error message', 0, layout, pole)
     end if
   end subroutine
-
-  pure function itoa(i) result(s)
-    integer, intent(in) :: i
-    character(len=:), allocatable :: s
-    character(len=24) :: buffer
-    write(buffer, '(i0)') i
-    s = trim(buffer)
-  end function
 
   subroutine put(c, values)
     type(field_t), intent(inout) :: c
