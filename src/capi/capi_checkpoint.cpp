@@ -17,11 +17,6 @@ using namespace tessera;
 using tessera::capi::guarded;
 using tessera::capi::require;
 
-namespace tessera::capi {
-// capi_halo.cpp: the plan of a halo's fields on `stagger` (a TESSERA_STAGGER_* value).
-const domain::HaloExchange& staggered_exchange_of(const tessera_halo* halo, int stagger);
-}  // namespace tessera::capi
-
 namespace {
 
 std::string trim(std::string s) {

@@ -131,6 +131,8 @@ Tensor logical_view(void* data, DType dtype, const Shape& logical, const std::st
 const domain::Decomposition& decomposition_of(const tessera_decomp* d);
 domain::HaloExchange& exchange_of(tessera_halo* h);
 const domain::HaloExchange& exchange_of(const tessera_halo* h);
+// The plan of a halo's fields on `stagger` (a TESSERA_STAGGER_* value; capi_halo.cpp).
+const domain::HaloExchange& staggered_exchange_of(const tessera_halo* halo, int stagger);
 // Checks that a halo field's view has the padded lat/lon extents.
 void check_padded(const domain::HaloExchange& ex, const Tensor& field, const std::string& what);
 // Collective scatter (gather = false) or gather between root's `global` and every rank's
