@@ -14,6 +14,8 @@
 // bit-identical; through sbgemm only the order of the fp32 sums differs, so they must
 // agree within the bound on reordered fp32 sums (gemm_tolerance below).
 
+// The build's CBLAS header (tests/nn/CMakeLists.txt passes it as host_blas.cpp gets it).
+#include TESSERA_CBLAS_HEADER
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,21 +49,24 @@ std::int64_t sbgemm_calls = 0;
 // The BLAS's bf16 GEMM as OpenBLAS declares it (row- or column-major enum, transposes,
 // 32-bit BLAS integers; bf16 operands as raw 16-bit patterns, f32 C), written as the
 // reference: row-major only (the only order tessera passes), fp32 accumulation in index
-// order. Declared without cblas.h so the test does not depend on which BLAS header the
-// build found; the enum values are CBLAS's (RowMajor 101, NoTrans 111, Trans 112).
-extern "C" void cblas_sbgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                             const std::uint16_t* a, int lda, const std::uint16_t* b, int ldb, float beta,
-                             float* c, int ldc) {
-  if (order != 101) {
-    std::fprintf(stderr, "test cblas_sbgemm: only row-major (101) is implemented, got %d\n", order);
+// order. Its parameter types are those the library calls it through (host_blas.cpp's
+// SbgemmFn, from the build's CBLAS header, included here the same way): a definition
+// with plain ints would be called through a pointer of another function type, which
+// UBSan's -fsanitize=function reports.
+extern "C" void cblas_sbgemm(decltype(CblasRowMajor) order, decltype(CblasNoTrans) trans_a,
+                             decltype(CblasNoTrans) trans_b, blasint m, blasint n, blasint k, float alpha,
+                             const std::uint16_t* a, blasint lda, const std::uint16_t* b, blasint ldb, float beta,
+                             float* c, blasint ldc) {
+  if (order != CblasRowMajor) {
+    std::fprintf(stderr, "test cblas_sbgemm: only row-major is implemented, got %d\n", static_cast<int>(order));
     std::abort();
   }
   ++sbgemm_calls;
   const auto at = [&](std::int64_t i, std::int64_t l) {
-    return tessera::bfloat16::to_float(trans_a == 112 ? a[l * lda + i] : a[i * lda + l]);
+    return tessera::bfloat16::to_float(trans_a == CblasTrans ? a[l * lda + i] : a[i * lda + l]);
   };
   const auto bt = [&](std::int64_t l, std::int64_t j) {
-    return tessera::bfloat16::to_float(trans_b == 112 ? b[j * ldb + l] : b[l * ldb + j]);
+    return tessera::bfloat16::to_float(trans_b == CblasTrans ? b[j * ldb + l] : b[l * ldb + j]);
   };
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
