@@ -22,9 +22,11 @@ import sys
 NTRAIN, NINFER, NFIRST = 12, 4, 6
 
 
-def config(work, layout, data_dir):
+def model_and_optimizer(layout):
+    """The YAML both online-training checks share: the layout "dp:tp:domain", a small field
+    emulator and its optimizer (the caller appends further optimizer keys, then the rest)."""
     dp, tp, domain = (int(v) for v in layout.split(":"))
-    text = f"""parallelism:
+    return f"""parallelism:
   data: {"ddp" if dp > 1 else "none"}
   tensor: {tp}
   domain: {domain}
@@ -38,7 +40,11 @@ optimizer:
   lr: 0.005
   clip_grad_norm: 1.0
   warmup_steps: 2
-schedule:
+"""
+
+
+def config(work, layout, data_dir):
+    text = model_and_optimizer(layout) + f"""schedule:
   steps: {NTRAIN}
   seed: 11
   log_every: 1

@@ -18,7 +18,8 @@ import sys
 import h5py
 import numpy as np
 
-from check_online_training import run  # the same launcher: echo, 500 s limit, FAILED on a bad exit
+# The same launcher (echo, 500 s limit, FAILED on a bad exit) and the same model and optimizer.
+from check_online_training import model_and_optimizer, run
 
 STEPS, ACCUMULATE, LOCAL_BATCH = 6, 2, 2
 CHANNELS, NLAT, NLON = 2, 9, 8
@@ -34,7 +35,7 @@ def states(times):
 
 def main():
     mpiexec, replay, tessera_run, work, np_, layout = sys.argv[1:7]
-    dp, tp, domain = (int(v) for v in layout.split(":"))
+    dp = int(layout.split(":")[0])  # the ranks that split the samples
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     samples = STEPS * ACCUMULATE * LOCAL_BATCH * dp  # exactly one epoch, no padding
@@ -53,21 +54,7 @@ def main():
         f.write(" ".join(repr(float(v)) for v in list(mean) + list(std)) + "\n")
     cfg = os.path.join(work, "run.yaml")
     with open(cfg, "w") as f:
-        f.write(f"""parallelism:
-  data: {"ddp" if dp > 1 else "none"}
-  tensor: {tp}
-  domain: {domain}
-model:
-  width: 8
-  mlp_hidden: 8
-  blocks: 1
-  kernel: 3
-optimizer:
-  type: adamw
-  lr: 0.005
-  clip_grad_norm: 1.0
-  warmup_steps: 2
-  accumulate: {ACCUMULATE}
+        f.write(model_and_optimizer(layout) + f"""  accumulate: {ACCUMULATE}
 schedule:
   steps: {STEPS}
   seed: 11
