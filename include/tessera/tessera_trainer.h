@@ -72,9 +72,12 @@ int tessera_trainer_create_f(const char* config_path, MPI_Fint comm, int64_t cha
 int tessera_trainer_create_normalized(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat,
                                       int64_t nlon, int latitude_grid, const double* mean, const double* std,
                                       tessera_trainer_t** trainer);
+/* The Fortran module's form: also the lengths of the caller's mean and std arrays
+ * (-1: `channels`), checked with the rest on every rank, so a rank given statistics of
+ * another length fails the collective create on every rank instead of returning alone. */
 int tessera_trainer_create_normalized_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat,
-                                        int64_t nlon, int latitude_grid, const double* mean, const double* std,
-                                        tessera_trainer_t** trainer);
+                                        int64_t nlon, int latitude_grid, const double* mean, int64_t mean_count,
+                                        const double* std, int64_t std_count, tessera_trainer_t** trainer);
 int tessera_trainer_destroy(tessera_trainer_t** trainer);
 
 /* This rank's latitude band (0-based start and count) and longitudes. */

@@ -61,8 +61,16 @@ void check_trainer_config(const train::RunConfig& c) {
 
 // data.normalize's statistics, which the caller gives (tessera-run reads the same numbers
 // from its data file): both or neither, exactly when the config normalises.
-void check_statistics(const train::RunConfig& c, std::int64_t channels, const double* mean, const double* std,
-                      train::FieldGrid& grid) {
+// mean_count/std_count: the lengths of the caller's arrays, -1 where the caller cannot tell
+// (the C form, whose arrays are `channels` long by contract).
+void check_statistics(const train::RunConfig& c, std::int64_t channels, const double* mean,
+                      std::int64_t mean_count, const double* std, std::int64_t std_count, train::FieldGrid& grid) {
+  for (const auto& [count, name] : {std::pair{mean_count, "mean"}, std::pair{std_count, "std"}}) {
+    if (count >= 0 && count != channels) {
+      throw InvalidArgument(std::string(name) + " has " + std::to_string(count) + " values, channels is " +
+                            std::to_string(channels));
+    }
+  }
   if ((mean == nullptr) != (std == nullptr)) {
     throw InvalidArgument(std::string("mean and std come together: ") + (mean ? "std" : "mean") + " is NULL");
   }
@@ -95,7 +103,8 @@ void check_statistics(const train::RunConfig& c, std::int64_t channels, const do
 }
 
 void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::int64_t nlat, std::int64_t nlon,
-            int latitude_grid, const double* mean, const double* std, tessera_trainer_t** out) {
+            int latitude_grid, const double* mean, std::int64_t mean_count, const double* std,
+            std::int64_t std_count, tessera_trainer_t** out) {
   require(out, "the output handle pointer");
   *out = nullptr;
   capi::require_mpi();
@@ -110,7 +119,7 @@ void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::
     }
     t->config = train::parse_run_config(config_path, {});
     check_trainer_config(t->config);
-    check_statistics(t->config, channels, mean, std, grid);
+    check_statistics(t->config, channels, mean, mean_count, std, std_count, grid);
     grid.channels = channels;
     grid.nlat = nlat;
     grid.nlon = nlon;
@@ -190,13 +199,13 @@ extern "C" {
 int tessera_trainer_create(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat, int64_t nlon,
                            int latitude_grid, tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create",
-                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, nullptr, nullptr, trainer); });
+                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, nullptr, -1, nullptr, -1, trainer); });
 }
 
 int tessera_trainer_create_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat, int64_t nlon,
                              int latitude_grid, tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create_f", [&] {
-    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, nullptr, nullptr,
+    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, nullptr, -1, nullptr, -1,
            trainer);
   });
 }
@@ -205,14 +214,15 @@ int tessera_trainer_create_normalized(const char* config_path, MPI_Comm comm, in
                                       int64_t nlon, int latitude_grid, const double* mean, const double* std,
                                       tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create_normalized",
-                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, mean, std, trainer); });
+                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, mean, -1, std, -1, trainer); });
 }
 
 int tessera_trainer_create_normalized_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat,
-                                        int64_t nlon, int latitude_grid, const double* mean, const double* std,
-                                        tessera_trainer_t** trainer) {
+                                        int64_t nlon, int latitude_grid, const double* mean, int64_t mean_count,
+                                        const double* std, int64_t std_count, tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create_normalized_f", [&] {
-    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, mean, std, trainer);
+    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, mean, mean_count, std,
+           std_count, trainer);
   });
 }
 

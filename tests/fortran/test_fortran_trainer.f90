@@ -302,6 +302,17 @@ contains
     call tessera_trainer_create(trainer, config('normalize', 1, 1, nranks, normalize=.true.), MPI_COMM_WORLD, nlon, &
                                 nlat, nchan, ierr=ierr, mean=mean(1:1), std=std)
     call check(ierr /= TESSERA_OK .and. index(tessera_last_error(), 'mean') > 0, 'a short mean is refused naming it')
+    ! A short mean on rank 0 only: the create is collective, so every rank gets the error
+    ! (rank 0 used to return before the C call and leave the others waiting in it).
+    if (rank == 0) then
+      call tessera_trainer_create(trainer, config('normalize', 1, 1, nranks, normalize=.true.), MPI_COMM_WORLD, &
+                                  nlon, nlat, nchan, ierr=ierr, mean=mean(1:1), std=std)
+    else
+      call tessera_trainer_create(trainer, config('normalize', 1, 1, nranks, normalize=.true.), MPI_COMM_WORLD, &
+                                  nlon, nlat, nchan, ierr=ierr, mean=mean, std=std)
+    end if
+    call check(ierr /= TESSERA_OK, 'a short mean on rank 0 only fails the create on every rank')
+    if (rank == 0) call check(index(tessera_last_error(), 'mean has 1 values') > 0, 'the short mean is named')
   end subroutine
 
 end program test_fortran_trainer
