@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "../support/bf16_reorder_bound.hpp"
+#include "../support/emulator_config.hpp"
 #include "domain_test_support.hpp"
 #include "tessera/domain/decomposition.hpp"
 #include "tessera/domain/domain_conv2d.hpp"
@@ -47,7 +48,7 @@
 
 using namespace tessera;
 using namespace tessera::domain;
-using namespace tessera::testing;  // world(), grids(), fills, comparisons, the reorder bound
+using namespace tessera::testing;  // world(), self(), grids(), the emulator, fills, comparisons, the reorder bound
 
 namespace {
 
@@ -55,11 +56,6 @@ constexpr Precision kBf16 = Precision::bf16_mixed;
 
 Tensor box_of(const Tensor& global, const LocalBox& b) {
   return global.narrow(2, b.lat.start, b.lat.length).narrow(3, b.lon.start, b.lon.length).contiguous();
-}
-
-Communicator& self() {
-  static Communicator comm(MPI_COMM_SELF);
-  return comm;
 }
 
 struct ConvCase {
@@ -138,19 +134,6 @@ TEST(DomainMixedPrecision, DomainConv2dMatchesSerialBf16) {
 
 namespace {
 
-models::FieldEmulatorConfig emulator_config() {
-  models::FieldEmulatorConfig c;
-  c.channels = 2;
-  c.width = 8;
-  c.mlp_hidden = 8;
-  c.n_blocks = 2;
-  c.kernel = 3;
-  c.nlat = 10;
-  c.nlon = 16;
-  c.pole = PolePolicy::across_pole;
-  return c;
-}
-
 struct EmulatorRun {
   Tensor y, dx;
   std::vector<Tensor> grads;  // reassembled over tp, in named_parameters order
@@ -173,7 +156,7 @@ EmulatorRun run_emulator(models::FieldEmulator& model, const Mesh& mesh, const T
 }  // namespace
 
 TEST(DomainMixedPrecision, FieldEmulatorMatchesSerialBf16) {
-  const models::FieldEmulatorConfig config = emulator_config();
+  const models::FieldEmulatorConfig config = domain_emulator_config();
   const Shape global{2, config.channels, config.nlat, config.nlon};
   const Tensor x = random_tensor(global, 11), dy = random_tensor(global, 12);
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "domain_test_support.hpp"
 #include "mpi_test.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/domain/decomposition.hpp"
@@ -19,18 +20,11 @@
 
 using namespace tessera;
 using namespace tessera::domain;
+using tessera::testing::self;
+using tessera::testing::world;
 using tessera::testing::world_size;
 
 namespace {
-
-Communicator& world() {
-  static Communicator comm(MPI_COMM_WORLD);
-  return comm;
-}
-Communicator& self() {
-  static Communicator comm(MPI_COMM_SELF);
-  return comm;
-}
 
 // A field of wildly different magnitudes and signs: ordinary sums of it depend on order.
 Tensor global_field(const Shape& shape) {

@@ -11,8 +11,8 @@
 #include <mpi.h>
 
 #include <cmath>
-#include <sstream>
 
+#include "domain_test_support.hpp"
 #include "mpi_test.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/domain/decomposition.hpp"
@@ -20,78 +20,12 @@
 
 using namespace tessera;
 using namespace tessera::domain;
+using tessera::testing::check_coordinates;
+using tessera::testing::fill_coordinates;
+using tessera::testing::world;
 using tessera::testing::world_size;
 
 namespace {
-
-Communicator& world() {
-  static Communicator comm(MPI_COMM_WORLD);
-  return comm;
-}
-
-// (lead, global lat, global lon) -> a value exact in f32 for these sizes.
-double encode(std::int64_t lead, std::int64_t i, std::int64_t j) {
-  return 1.0 + static_cast<double>(lead) * 1.0e6 + static_cast<double>(i) * 1000.0 + static_cast<double>(j);
-}
-
-// The value the halo rule gives global cell (i, j), or 0 for a zero cell.
-double expected(std::int64_t lead, std::int64_t i, std::int64_t j, std::int64_t nlat, std::int64_t nlon,
-                const HaloSpec& spec) {
-  if (i < 0 || i >= nlat) {
-    if (spec.pole == PolePolicy::zero) return 0.0;
-    if (spec.pole == PolePolicy::replicate) {
-      i = i < 0 ? 0 : nlat - 1;
-    } else {
-      i = i < 0 ? -(i + 1) : (nlat - 1) - (i - nlat);
-      j += nlon / 2;
-    }
-  }
-  if (spec.periodic_lon) {
-    j = ((j % nlon) + nlon) % nlon;
-  } else if (j < 0 || j >= nlon) {
-    return 0.0;
-  }
-  return encode(lead, i, j);
-}
-
-template <class T>
-void fill(const HaloExchange& ex, Tensor& field) {
-  const LocalBox box = ex.decomposition().box();
-  const HaloWidths w = ex.spec().width;
-  const std::int64_t pl = field.size(field.dim() - 2), pn = field.size(field.dim() - 1), lead = field.numel() / (pl * pn);
-  T* p = field.data<T>();
-  for (std::int64_t l = 0; l < lead; ++l)
-    for (std::int64_t a = 0; a < pl; ++a)
-      for (std::int64_t b = 0; b < pn; ++b) {
-        const std::int64_t i = box.lat.start - w.lat_before + a, j = box.lon.start - w.lon_before + b;
-        const bool inside = i >= box.lat.start && i < box.lat.end() && j >= box.lon.start && j < box.lon.end();
-        p[(l * pl + a) * pn + b] = static_cast<T>(inside ? encode(l, i, j) : -7.0);
-      }
-}
-
-template <class T>
-std::string check(const HaloExchange& ex, const Tensor& field) {
-  const Decomposition& d = ex.decomposition();
-  const LocalBox box = d.box();
-  const HaloWidths w = ex.spec().width;
-  const std::int64_t pl = field.size(field.dim() - 2), pn = field.size(field.dim() - 1), lead = field.numel() / (pl * pn);
-  const T* p = field.data<T>();
-  std::ostringstream bad;
-  int errors = 0;
-  for (std::int64_t l = 0; l < lead; ++l)
-    for (std::int64_t a = 0; a < pl; ++a)
-      for (std::int64_t b = 0; b < pn; ++b) {
-        const std::int64_t i = box.lat.start - w.lat_before + a, j = box.lon.start - w.lon_before + b;
-        const double want = expected(l, i, j, d.global_lat(), d.global_lon(), ex.spec());
-        const double got = static_cast<double>(p[(l * pl + a) * pn + b]);
-        if (got != want && errors++ < 5) {
-          bad << " [rank " << d.rank() << " lead " << l << " (" << i << ", " << j << "): got " << got << " want "
-              << want << "]";
-        }
-      }
-  if (errors) bad << " (" << errors << " wrong)";
-  return bad.str();
-}
 
 std::vector<ProcessGrid> grids() {
   const int p = world_size();
@@ -119,9 +53,9 @@ TEST(HaloDirect, WideFieldsFollowTheRule) {
           std::vector<Tensor> fields = {ex.allocate(DType::f32, {1}), ex.allocate(DType::f64, {3}),
                                         ex.allocate(DType::f32, {3})};
           for (int round = 0; round < 2; ++round) {
-            fill<float>(ex, fields[0]);
-            fill<double>(ex, fields[1]);
-            fill<float>(ex, fields[2]);
+            fill_coordinates<float>(ex, fields[0]);
+            fill_coordinates<double>(ex, fields[1]);
+            fill_coordinates<float>(ex, fields[2]);
             if (round == 0) {
               ex.exchange(fields);
             } else {
@@ -130,9 +64,9 @@ TEST(HaloDirect, WideFieldsFollowTheRule) {
             }
             const std::string what = shape_str(d.global_shape()) + " on " + grid.str() + " " + width.str() + " " +
                                      std::string(pole_policy_name(pole)) + (periodic ? " periodic" : " bounded");
-            EXPECT_EQ(check<float>(ex, fields[0]), "") << what;
-            EXPECT_EQ(check<double>(ex, fields[1]), "") << what;
-            EXPECT_EQ(check<float>(ex, fields[2]), "") << what;
+            EXPECT_EQ(check_coordinates<float>(ex, fields[0]), "") << what;
+            EXPECT_EQ(check_coordinates<double>(ex, fields[1]), "") << what;
+            EXPECT_EQ(check_coordinates<float>(ex, fields[2]), "") << what;
           }
         }
 }
@@ -145,9 +79,9 @@ TEST(HaloDirect, NewFieldsGetNewDatatypes) {
   HaloExchange ex(d, spec);
   for (int k = 0; k < 3; ++k) {
     Tensor field = ex.allocate(DType::f32, {2});  // a new tensor (new memory) every time
-    fill<float>(ex, field);
+    fill_coordinates<float>(ex, field);
     ex.exchange({field});
-    EXPECT_EQ(check<float>(ex, field), "") << "field " << k;
+    EXPECT_EQ(check_coordinates<float>(ex, field), "") << "field " << k;
   }
 }
 

@@ -24,6 +24,8 @@
 
 #include <unistd.h>
 
+#include "../support/emulator_config.hpp"
+#include "domain_test_support.hpp"
 #include "mpi_test.hpp"
 #include "test_redistribution_fields.hpp"
 #include "tessera/backend.hpp"
@@ -40,18 +42,13 @@
 
 using namespace tessera;
 using namespace tessera::domain;
+using tessera::testing::small_emulator_config;
+using tessera::testing::world;
 using tessera::testing::world_rank;
 using tessera::testing::world_size;
 using namespace tessera::testing::redistribution;
 
 namespace {
-
-Communicator& world() {
-  static Communicator comm(MPI_COMM_WORLD);
-  return comm;
-}
-
-constexpr std::int64_t kLat = 9, kLon = 10;
 
 // The code layouts tried at this rank count.
 std::vector<ProcessGrid> code_grids() {
@@ -237,19 +234,6 @@ TEST(Redistribution, BadArgumentsFailOnEveryRankNamingTheArgument) {
 
 namespace {
 
-models::FieldEmulatorConfig emulator_config() {
-  models::FieldEmulatorConfig c;
-  c.channels = 2;
-  c.width = 4;
-  c.mlp_hidden = 8;
-  c.n_blocks = 1;
-  c.nlat = kLat;
-  c.nlon = kLon;
-  c.mean = {1.0, -2.0};
-  c.std = {2.0, 0.5};
-  return c;
-}
-
 // A checkpoint of an initialised emulator, written by rank 0 alone (its own mesh).
 std::string emulator_checkpoint() {
   static const std::string root = [] {
@@ -265,12 +249,9 @@ std::string emulator_checkpoint() {
     if (world_rank() == 0) {
       std::filesystem::remove_all(path);
       Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
-      models::FieldEmulator model(emulator_config(), self);
+      models::FieldEmulator model(small_emulator_config(kLat, kLon), self);
       nn::initialize_parameters(model, 17);
-      io::SaveOptions options;
-      options.step = 3;
-      options.metadata = models::model_metadata(emulator_config());
-      io::save_checkpoint(path, self, model, nullptr, options);
+      tessera::testing::save_emulator(path, self, model, /*step=*/3);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     return path;
@@ -319,7 +300,7 @@ TEST(CoupledModel, EqualsTheSerialModelOnTheGatheredField) {
     for (const Case& c : cases) {
       models::CoupledModel model(emulator_checkpoint(), code, ModelRanks::count(c.m), {c.tensor, true});
       EXPECT_EQ(model.runs_model(), model.plan().is_model_rank());
-      EXPECT_EQ(model.config(), emulator_config());
+      EXPECT_EQ(model.config(), small_emulator_config(kLat, kLon));
       const Tensor y = model.predict(x);
       const Tensor f = model.forward(x);
       const Tensor want = box_of(expected_predict, code.box());

@@ -1,11 +1,12 @@
 #pragma once
 // Fields and checks shared by the redistribution tests (test_redistribution.cpp and
-// test_redistribution_routes.cpp): a distinct value for every cell of every field, bit
-// comparisons, the round trip of several fields checked cell by cell, and an error
-// expected on every rank.
+// test_redistribution_routes.cpp): their global grid, a distinct value for every cell of
+// every field, bit comparisons, the round trip of several fields checked cell by cell,
+// and an error expected on every rank.
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -15,6 +16,9 @@
 #include "tessera/tensor.hpp"
 
 namespace tessera::testing::redistribution {
+
+// The global grid of the redistribution tests: 9 latitudes, 10 longitudes.
+inline constexpr std::int64_t kLat = 9, kLon = 10;
 
 // A distinct value for every (field, leading index, lat, lon), exact in f32.
 inline double value(int field, std::int64_t lead, std::int64_t i, std::int64_t j) {

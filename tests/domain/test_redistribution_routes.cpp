@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "domain_test_support.hpp"
 #include "mpi_test.hpp"
 #include "test_redistribution_fields.hpp"
 #include "tessera/backend.hpp"
@@ -29,19 +30,14 @@
 
 using namespace tessera;
 using namespace tessera::domain;
+using tessera::testing::world;  // its wait policy from the real node
 using tessera::testing::world_rank;
 using tessera::testing::world_size;
 using namespace tessera::testing::redistribution;
 
 namespace {
 
-constexpr std::int64_t kLat = 9, kLon = 10;
 using Route = RedistributionRoute;
-
-Communicator& world() {
-  static Communicator comm(MPI_COMM_WORLD);  // its wait policy from the real node
-  return comm;
-}
 
 // TESSERA_NODE_SIZE=k for one scope (unset for k = 0; `value` verbatim otherwise).
 class EmulatedNodes {
