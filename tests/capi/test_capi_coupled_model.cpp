@@ -25,45 +25,31 @@
 #include "tessera/nn/module.hpp"
 #include "tessera/optim.hpp"
 #include "tessera/tessera.h"
+#include "../support/emulator_config.hpp"
 #include "capi_check.hpp"
 
 namespace {
 
 using capi_test::failures;
 using capi_test::world_rank;
+using capi_test::world_size;
 
-constexpr std::int64_t kLat = 9, kLon = 8, kC = 2, kB = 2;
+constexpr std::int64_t kLat = 9, kLon = 8, kC = 2, kB = 2;  // kC: small_emulator_config's channels
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  const std::string root =
-      std::string(argc > 1 ? argv[1] : ".") + "/capi_coupled_model_np" + std::to_string(world_size);
+  const std::string root = capi_test::init_mpi(argc, argv, "capi_coupled_model");
   {
     using namespace tessera;
     // The checkpoint and the serial reference (every rank its own serial model).
-    models::FieldEmulatorConfig config;
-    config.channels = kC;
-    config.width = 4;
-    config.mlp_hidden = 8;
-    config.n_blocks = 1;
-    config.nlat = kLat;
-    config.nlon = kLon;
-    config.mean = {1.0, -2.0};
-    config.std = {2.0, 0.5};
+    const models::FieldEmulatorConfig config = tessera::testing::small_emulator_config(kLat, kLon);
     Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
     models::FieldEmulator serial(config, self);
     nn::initialize_parameters(serial, 23);
     if (world_rank == 0) {
       std::filesystem::remove_all(root);
-      io::SaveOptions options;
-      options.step = 1;
-      options.metadata = models::model_metadata(config);
-      io::save_checkpoint(root, self, serial, nullptr, options);
+      tessera::testing::save_emulator(root, self, serial, /*step=*/1);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     std::vector<float> global(static_cast<std::size_t>(kB * kC * kLat * kLon));
@@ -222,9 +208,5 @@ int main(int argc, char** argv) {
     tessera_decomp_destroy(&other);
     tessera_decomp_destroy(&d);
   }
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) std::printf("test_capi_coupled_model: %d ranks, %d failed checks\n", world_size, total);
-  MPI_Finalize();
-  return total == 0 ? 0 : 1;
+  return capi_test::finish("test_capi_coupled_model");
 }

@@ -25,6 +25,7 @@
 #include "tessera/models/load_model.hpp"
 #include "tessera/nn/module.hpp"
 #include "tessera/tessera.h"
+#include "../support/emulator_config.hpp"
 #include "capi_check.hpp"
 #include "tessera/tp/mappings.hpp"
 
@@ -179,11 +180,8 @@ void check_decoder(const tessera::models::DecoderConfig& config, const std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  const std::string dir = std::string(argc > 1 ? argv[1] : ".") + "/capi_decoder_np" + std::to_string(world_size);
+  const std::string dir = capi_test::init_mpi(argc, argv, "capi_decoder");
+  const int world_size = capi_test::world_size;
   {
     using namespace tessera;
     if (world_rank == 0) std::filesystem::remove_all(dir);
@@ -214,18 +212,9 @@ int main(int argc, char** argv) {
     // A field emulator's checkpoint: the token calls name its type.
     {
       Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, 1, world_size});
-      models::FieldEmulatorConfig config;
-      config.channels = 2;
-      config.width = 4;
-      config.mlp_hidden = 8;
-      config.n_blocks = 1;
-      config.nlat = 8;
-      config.nlon = 8;
-      models::FieldEmulator emulator(config, mesh);
+      models::FieldEmulator emulator(tessera::testing::small_emulator_config(8, 8), mesh);
       nn::initialize_parameters(emulator, 5);
-      io::SaveOptions options;
-      options.metadata = models::model_metadata(config);
-      io::save_checkpoint(dir + "/emulator", mesh, emulator, nullptr, options);
+      tessera::testing::save_emulator(dir + "/emulator", mesh, emulator, /*step=*/0);
       CHECK(throws_config_error([&] { (void)load_decoder(dir + "/emulator", mesh); }));
       CHECK(load_any_model(dir + "/emulator", mesh).type == models::ModelType::field_emulator);
     }
@@ -251,9 +240,5 @@ int main(int argc, char** argv) {
     }
     EXPECT_STATUS(tessera_mesh_destroy(&cmesh), TESSERA_OK);
   }
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) std::printf("%s: %d failure(s)\n", total == 0 ? "PASSED" : "FAILED", total);
-  MPI_Finalize();
-  return total == 0 ? 0 : 1;
+  return capi_test::finish("test_capi_decoder");
 }

@@ -20,12 +20,14 @@
 #include "tessera/models/load_model.hpp"
 #include "tessera/nn/module.hpp"
 #include "tessera/tessera.h"
+#include "../support/emulator_config.hpp"
 #include "capi_check.hpp"
 
 namespace {
 
 using capi_test::failures;
 using capi_test::world_rank;
+using capi_test::world_size;
 
 // Seen from C++, every C enum of the header holds any int: a caller's out-of-range value
 // (the C API rejects it with TESSERA_ERR_INVALID_ARGUMENT) must not be an invalid enum
@@ -41,12 +43,7 @@ static_assert(holds_every_int<tessera_dtype_t> && holds_every_int<tessera_order_
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  const std::string root =
-      std::string(argc > 1 ? argv[1] : ".") + "/capi_model_np" + std::to_string(world_size);
+  const std::string root = capi_test::init_mpi(argc, argv, "capi_model");
   {
     using namespace tessera;
     if (world_rank == 0) std::filesystem::remove_all(root);
@@ -54,21 +51,10 @@ int main(int argc, char** argv) {
 
     // The reference: the C++ model and its prediction on this rank's band.
     Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, 1, world_size});
-    models::FieldEmulatorConfig config;
-    config.channels = 2;
-    config.width = 4;
-    config.mlp_hidden = 8;
-    config.n_blocks = 1;
-    config.nlat = 9;
-    config.nlon = 8;
-    config.mean = {1.0, -2.0};
-    config.std = {2.0, 0.5};
+    const models::FieldEmulatorConfig config = tessera::testing::small_emulator_config(9, 8);
     models::FieldEmulator reference(config, mesh);
     nn::initialize_parameters(reference, 11);
-    io::SaveOptions options;
-    options.step = 5;
-    options.metadata = models::model_metadata(config);
-    io::save_checkpoint(root, mesh, reference, nullptr, options);
+    tessera::testing::save_emulator(root, mesh, reference, /*step=*/5);
 
     const domain::LocalBox box = reference.decomposition().box();
     const std::int64_t B = 2, C = 2, nl = box.lat.length, nn = box.lon.length;
@@ -177,9 +163,5 @@ int main(int argc, char** argv) {
     CHECK(model == nullptr);
     EXPECT_STATUS(tessera_mesh_destroy(&cmesh), TESSERA_OK);
   }
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0) std::printf("test_capi_model: %d ranks, %d failed checks\n", world_size, total);
-  MPI_Finalize();
-  return total == 0 ? 0 : 1;
+  return capi_test::finish("test_capi_model");
 }
