@@ -1,7 +1,7 @@
 #pragma once
 // Shared pieces of the checkpoint tests: the test model (column → row → serial Linear,
 // FQNs "0.*", "1.*", "2.*"), its serial twin, sub-meshes, scratch directories and
-// byte-exact comparisons.
+// byte-exact comparisons, of whole tensors and of a model's blocks with the serial masters.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -103,6 +103,19 @@ inline Tensor block_of(const Tensor& master, const Shape& offset, const Shape& s
   Tensor block = master;
   for (int d = 0; d < master.dim(); ++d) block = block.narrow(d, offset[d], shape[d]);
   return block.contiguous();
+}
+
+// Every parameter of `model` holds, byte for byte, its block of the same-named master of
+// `serial` (the FQNs in the same order).
+inline void expect_blocks_of(nn::Module& model, nn::Module& serial, const std::string& where) {
+  auto got = model.named_parameters(), want = serial.named_parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const Parameter& p = *got[i].second;
+    EXPECT_EQ(got[i].first, want[i].first);
+    EXPECT_TRUE(same_bytes(p.value, block_of(want[i].second->value, p.local_offset, p.value.shape())))
+        << where << ": " << got[i].first << " on rank " << world_rank();
+  }
 }
 
 // Deterministic gradients that depend only on (step, FQN, global index), so training

@@ -28,36 +28,17 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/load_model.hpp"
 #include "tessera/tp/parallelize.hpp"
+#include "../support/pytorch_parity.hpp"
 
 using namespace tessera;
+using tessera::testing::difference_and_scale;
+using tessera::testing::read_named;
 
 namespace {
 
 // fp32 rounding through a few layers, relative to the outputs' magnitude. A wrong key,
 // transpose or split moves the outputs by O(1).
 constexpr double kTolerance = 1e-5;
-
-Tensor read_io(const io::SafetensorsFile& file, const std::string& name) {
-  const io::SafetensorsEntry* e = file.find(name);
-  if (e == nullptr) throw IoError(file.path() + " has no tensor '" + name + "'");
-  return file.read(*e);
-}
-
-// max |a - b| and max |b| over two f32 tensors of one shape.
-std::pair<double, double> compare(const Tensor& got, const Tensor& want) {
-  if (got.shape() != want.shape()) {
-    throw ShapeError("tessera gives " + got.str() + ", PyTorch " + want.str());
-  }
-  const auto a = got.contiguous().to_vector<float>();
-  const auto b = want.contiguous().to_vector<float>();
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
-    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return {diff, scale};
-}
 
 std::pair<double, double> run_emulator(const std::string& checkpoint, const io::SafetensorsFile& io_file,
                                        const Mesh& mesh) {
@@ -66,8 +47,8 @@ std::pair<double, double> run_emulator(const std::string& checkpoint, const io::
   auto block = [&](const Tensor& t) {
     return t.narrow(2, box.lat.start, box.lat.length).narrow(3, box.lon.start, box.lon.length).contiguous();
   };
-  const Tensor y = model->forward(block(read_io(io_file, "input")));
-  return compare(y, block(read_io(io_file, "output")));
+  const Tensor y = model->forward(block(read_named(io_file, "input")));
+  return difference_and_scale(y, block(read_named(io_file, "output")), "output");
 }
 
 models::DecoderConfig decoder_config(const std::string& checkpoint) {
@@ -95,15 +76,15 @@ std::pair<double, double> run_decoder(const std::string& checkpoint, const io::S
     tp::parallelize(model, mesh, models::decoder_tp_plan(config, /*sequence_parallel=*/false).plan);
   }
   io::load_checkpoint(checkpoint, mesh, model);
-  const Tensor logits = model.forward(read_io(io_file, "ids"));
+  const Tensor logits = model.forward(read_named(io_file, "ids"));
   // Under tp the head is column-parallel: this rank holds the vocabulary block its
   // weight's shard covers.
   std::int64_t offset = 0;
   for (const auto& [name, p] : model.named_parameters()) {
     if (name == "head.weight" && !p->local_offset.empty()) offset = p->local_offset[0];
   }
-  const Tensor want = read_io(io_file, "logits").narrow(2, offset, logits.shape()[2]);
-  return compare(logits, want);
+  const Tensor want = read_named(io_file, "logits").narrow(2, offset, logits.shape()[2]);
+  return difference_and_scale(logits, want, "logits");
 }
 
 }  // namespace

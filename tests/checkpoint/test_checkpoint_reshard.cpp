@@ -19,15 +19,7 @@ std::string layout_name(io::CheckpointLayout l) { return std::string(io::checkpo
 
 // Each parameter of `model` equals its block of the serial twin's master (seed `seed`).
 void expect_blocks_of_serial(nn::Module& model, std::uint64_t seed, const std::string& where) {
-  auto serial = make_serial_model(seed);
-  auto got = model.named_parameters(), want = serial->named_parameters();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const Parameter& p = *got[i].second;
-    EXPECT_EQ(got[i].first, want[i].first);
-    EXPECT_TRUE(same_bytes(p.value, block_of(want[i].second->value, p.local_offset, p.value.shape())))
-        << where << ": " << got[i].first << " on rank " << world_rank();
-  }
+  expect_blocks_of(model, *make_serial_model(seed), where);
 }
 
 void save_on(int ranks, ParallelismConfig cfg, const std::string& root, io::CheckpointLayout layout, std::uint64_t seed) {

@@ -36,17 +36,6 @@ std::unique_ptr<models::Decoder> make_decoder(Communicator& tp, std::uint64_t se
   return model;
 }
 
-void expect_blocks_of(nn::Module& model, nn::Module& serial, const std::string& where) {
-  auto got = model.named_parameters(), want = serial.named_parameters();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const Parameter& p = *got[i].second;
-    EXPECT_EQ(got[i].first, want[i].first);
-    EXPECT_TRUE(same_bytes(p.value, block_of(want[i].second->value, p.local_offset, p.value.shape())))
-        << where << ": " << got[i].first << " on rank " << world_rank();
-  }
-}
-
 const io::CheckpointLayout kLayouts[] = {io::CheckpointLayout::per_rank, io::CheckpointLayout::shared};
 
 }  // namespace

@@ -25,34 +25,23 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/tp/parallelize.hpp"
 #include "tessera/tp/sharding.hpp"
+#include "../support/pytorch_parity.hpp"
 
 using namespace tessera;
+using tessera::testing::difference_and_scale;
+using tessera::testing::read_named;
 
 namespace {
 
+// Floating tensors as f32, the token ids as they are.
 Tensor read(const io::SafetensorsFile& file, const std::string& name) {
-  const io::SafetensorsEntry* e = file.find(name);
-  if (e == nullptr) throw IoError(file.path() + " has no tensor '" + name + "'");
-  return file.read(*e, name == "ids" ? std::nullopt : std::optional<DType>(DType::f32));
+  return read_named(file, name, name == "ids" ? std::nullopt : std::optional<DType>(DType::f32));
 }
 
 std::string meta(const io::SafetensorsFile& file, const std::string& key) {
   const auto it = file.metadata().find(key);
   if (it == file.metadata().end()) throw IoError(file.path() + ": __metadata__ has no '" + key + "'");
   return it->second;
-}
-
-// max |got - want| and max |want|.
-std::pair<double, double> compare(const Tensor& got, const Tensor& want, const std::string& what) {
-  if (got.shape() != want.shape()) throw ShapeError(what + ": tessera gives " + got.str() + ", PyTorch " + want.str());
-  const auto a = got.contiguous().to_vector<float>(), b = want.contiguous().to_vector<float>();
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
-    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return {diff, scale};
 }
 
 }  // namespace
@@ -90,7 +79,7 @@ int main(int argc, char** argv) {
       if (name == "head.weight" && size > 1) offset = p->local_offset[0];
     }
     const std::int64_t v_local = logits.size(2);
-    auto [diff, scale] = compare(logits, read(file, "logits").narrow(2, offset, v_local), "logits");
+    auto [diff, scale] = difference_and_scale(logits, read(file, "logits").narrow(2, offset, v_local), "logits");
     double worst[2] = {diff, scale};
     MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     bool ok = worst[0] <= 1e-5 * std::max(1.0, worst[1]);
@@ -107,7 +96,7 @@ int main(int argc, char** argv) {
     double worst_grad = 0;
     for (auto& [name, p] : model.named_parameters()) {
       const Tensor grad = tp::assemble_master(*p, p->grad, mesh.tp());
-      const auto [d, s] = compare(grad, read(file, "grad/" + name), name);
+      const auto [d, s] = difference_and_scale(grad, read(file, "grad/" + name), name);
       const double relative = d / std::max(s, 1e-30);
       worst_grad = std::max(worst_grad, relative);
       if (!(relative <= 1e-4)) {
