@@ -41,9 +41,7 @@ using namespace tessera;
 
 namespace {
 
-struct State {
-  std::unique_ptr<Communicator> comm;
-  MPI_Comm raw = MPI_COMM_NULL;
+struct State : bench::World {
   std::int64_t channels = 8;
   int lon_width = 0;
 };
@@ -201,21 +199,16 @@ void BM_core_to_core(benchmark::State& state) {
 }
 
 void register_all(const bench::Flags& flags) {
-  g.comm = std::make_unique<Communicator>(MPI_COMM_WORLD);
-  MPI_Comm_dup(MPI_COMM_WORLD, &g.raw);
+  g.open();
   g.channels = bench::int_list(flags.at("channels"), "channels").front();
   g.lon_width = static_cast<int>(bench::int_list(flags.at("lon_width"), "lon_width").front());
-  benchmark::AddCustomContext("wait_policy", std::string(wait_policy_name(g.comm->wait_policy())));
-  const auto lats = bench::int_list(flags.at("lat"), "lat");
-  const auto lons = bench::int_list(flags.at("lon"), "lon");
-  if (lats.size() != lons.size()) throw ConfigError("--lat and --lon need the same number of sizes");
   auto* halo = benchmark::RegisterBenchmark("halo/exchange", BM_halo);
   auto* raw = benchmark::RegisterBenchmark("halo/mpi_sendrecv", BM_raw);
-  for (std::size_t i = 0; i < lats.size(); ++i)
+  for (const auto& [lat, lon] : bench::lat_lon_sizes(flags))
     for (long w : bench::int_list(flags.at("width"), "width"))
       for (long f : bench::int_list(flags.at("fields"), "fields")) {
-        halo->Args({lats[i], lons[i], w, f});
-        raw->Args({lats[i], lons[i], w, f});
+        halo->Args({lat, lon, w, f});
+        raw->Args({lat, lon, w, f});
       }
   // Needs two ranks on one node; 46080 bytes is the 180 x 360, width 1, 4-field message.
   if (g.comm->size() >= 2) {

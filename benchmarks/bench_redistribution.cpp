@@ -46,9 +46,7 @@ using namespace tessera;
 
 namespace {
 
-struct State {
-  std::unique_ptr<Communicator> comm;
-  MPI_Comm raw = MPI_COMM_NULL;
+struct State : bench::World {
   std::int64_t channels = 8;
   std::int64_t emulator_lat = 64, emulator_lon = 128;
   std::string checkpoint;  // the emulator's, written once by rank 0 (which removes it)
@@ -243,15 +241,11 @@ void BM_inference(benchmark::State& state) {
 }
 
 void register_all(const bench::Flags& flags) {
-  g.comm = std::make_unique<Communicator>(MPI_COMM_WORLD);
-  MPI_Comm_dup(MPI_COMM_WORLD, &g.raw);
+  g.open();
   g.channels = bench::int_list(flags.at("channels"), "channels").front();
   g.emulator_lat = bench::int_list(flags.at("emulator_lat"), "emulator_lat").front();
   g.emulator_lon = bench::int_list(flags.at("emulator_lon"), "emulator_lon").front();
-  benchmark::AddCustomContext("wait_policy", std::string(wait_policy_name(g.comm->wait_policy())));
-  const auto lats = bench::int_list(flags.at("lat"), "lat");
-  const auto lons = bench::int_list(flags.at("lon"), "lon");
-  if (lats.size() != lons.size()) throw ConfigError("--lat and --lon need the same number of sizes");
+  const auto sizes = bench::lat_lon_sizes(flags);
   std::vector<long> models;
   for (long m : bench::int_list(flags.at("models"), "models")) {
     if (m <= g.comm->size()) models.push_back(m);  // M > N is no coupling
@@ -260,8 +254,8 @@ void register_all(const bench::Flags& flags) {
   const auto node_sizes = bench::int_list(flags.at("node_size"), "node_size");
   auto* redistribute = benchmark::RegisterBenchmark("coupling/redistribute", BM_redistribute);
   for (long k : node_sizes)
-    for (std::size_t i = 0; i < lats.size(); ++i)
-      for (long m : models) redistribute->Args({lats[i], lons[i], m, k});
+    for (const auto& [lat, lon] : sizes)
+      for (long m : models) redistribute->Args({lat, lon, m, k});
   redistribute->ArgNames({"lat", "lon", "models", "node_size"});
   auto* inference = benchmark::RegisterBenchmark("coupling/inference", BM_inference);
   for (long m : models) inference->Args({m});

@@ -7,6 +7,7 @@
 #include "tessera/node.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/version.hpp"
+#include "tessera/wait_policy.hpp"
 
 #ifndef TESSERA_GIT_HASH
 #define TESSERA_GIT_HASH "unknown"
@@ -47,6 +48,20 @@ std::vector<long> int_list(const std::string& text, const std::string& flag) {
   }
   if (out.empty()) throw ConfigError("--" + flag + ": empty list");
   return out;
+}
+
+std::vector<std::pair<long, long>> lat_lon_sizes(const Flags& flags) {
+  const std::vector<long> lats = int_list(flags.at("lat"), "lat"), lons = int_list(flags.at("lon"), "lon");
+  if (lats.size() != lons.size()) throw ConfigError("--lat and --lon need the same number of sizes");
+  std::vector<std::pair<long, long>> sizes;
+  for (std::size_t i = 0; i < lats.size(); ++i) sizes.emplace_back(lats[i], lons[i]);
+  return sizes;
+}
+
+void World::open(const WaitOptions& wait) {
+  comm = std::make_unique<Communicator>(MPI_COMM_WORLD, wait);
+  MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+  benchmark::AddCustomContext("wait_policy", std::string(wait_policy_name(comm->wait_policy())));
 }
 
 double max_over_ranks(double seconds, MPI_Comm comm) {

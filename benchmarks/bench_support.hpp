@@ -1,7 +1,8 @@
 #pragma once
 // What every tessera benchmark shares: MPI start-up, flags of its own beside Google
 // Benchmark's, rank-0-only reporting, context (ranks, mesh, backend, MPI and NCCL
-// versions, git hash, host threads), and iteration timing as the maximum over ranks.
+// versions, git hash, host threads), the world communicators of tessera and of its
+// plain-MPI peer, and iteration timing as the maximum over ranks.
 //
 // Timing rule: every timed iteration is barrier -> time the operation -> MPI_Allreduce
 // MAX of the elapsed time -> SetIterationTime. Every rank therefore reports the same
@@ -13,7 +14,9 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/comm.hpp"
@@ -24,6 +27,21 @@ using Flags = std::map<std::string, std::string>;  // --name=value of the progra
 
 // Comma-separated integers ("1,2,4").
 std::vector<long> int_list(const std::string& text, const std::string& flag);
+
+// The field sizes of --lat and --lon, paired in order (ConfigError when the lists differ
+// in length).
+std::vector<std::pair<long, long>> lat_lon_sizes(const Flags& flags);
+
+// The world as the communication benchmarks time it: tessera's communicator, and a
+// duplicate of MPI_COMM_WORLD for the plain-MPI peer measured beside it (a context of its
+// own, so that the peer's messages never match tessera's).
+struct World {
+  std::unique_ptr<Communicator> comm;
+  MPI_Comm raw = MPI_COMM_NULL;
+
+  // Creates both (tessera's with `wait`) and adds its wait policy to the context.
+  void open(const WaitOptions& wait = {});
+};
 
 // The slowest rank's value.
 double max_over_ranks(double seconds, MPI_Comm comm);
