@@ -12,6 +12,8 @@ import os
 import struct
 import sys
 
+from seed_files import write_files
+
 MESH, DECOMP, HALO, ADD_FIELD, ADD_STRIDED, EXCHANGE, CLEAR, SCATTER_GATHER, \
     CKPT_BEGIN, CKPT_ADD, CKPT_ADD_HALO, CKPT_COMMIT, DESTROY, MESH_FILE = range(14)
 F32, F64 = 0, 1
@@ -143,12 +145,7 @@ SEEDS = {
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus", "fuzz_capi_shapes")
-    os.makedirs(out, exist_ok=True)
-    for name, data in SEEDS.items():
-        path = os.path.join(out, name + ".bin")
-        with open(path, "wb") as f:
-            f.write(data)
-        print(f"{path} ({len(data)} bytes)")
+    write_files(out, {name + ".bin": data for name, data in SEEDS.items()})
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ valid checkpoints of both layouts; the fuzzer mutates them into hostile ones. (T
 import os
 import sys
 
+from seed_files import write_files
+
 GOOD = 0x00  # attribute selector: as the library writes it
 
 F32, F64, BF16, I64 = 0, 2, 3, 4  # stored_type selectors
@@ -113,19 +115,8 @@ FINDINGS = {
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus",
                                                              "fuzz_checkpoint_reader")
-    os.makedirs(out, exist_ok=True)
-    for name, data in SEEDS.items():
-        path = os.path.join(out, name + ".bin")
-        with open(path, "wb") as f:
-            f.write(data)
-        print(f"{path} ({len(data)} bytes)")
-    findings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "findings")
-    os.makedirs(findings, exist_ok=True)
-    for name, data in FINDINGS.items():
-        path = os.path.join(findings, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        print(f"{path} ({len(data)} bytes)")
+    write_files(out, {name + ".bin": data for name, data in SEEDS.items()})
+    write_files(os.path.join(os.path.dirname(os.path.abspath(__file__)), "findings"), FINDINGS)
 
 
 if __name__ == "__main__":
