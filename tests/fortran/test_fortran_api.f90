@@ -10,28 +10,18 @@ program test_fortran_api
   implicit none
 
   integer, parameter :: nlat = 45, nlon = 8, nlev = 3
-  integer :: total, nranks, ierr, status
+  integer :: nranks, ierr, status
   character(len=256) :: scratch
 
-  call MPI_Init(ierr)
-  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
-  call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
-  if (command_argument_count() >= 1) then
-    call get_command_argument(1, scratch)
-  else
-    scratch = '.'
-  end if
-  write(scratch, '(a,a,i0)') trim(scratch), '/fortran_api_np', nranks
+  call start_test(nranks)
+  scratch = scratch_directory('fortran_api', nranks)
 
   call test_strings_and_errors()
   call test_mesh_and_decomp()
   call test_halo()
   call test_checkpoint()
 
-  call MPI_Allreduce(failures, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
-  if (rank == 0) print '(a,i0,a,i0,a)', 'test_fortran_api: ', nranks, ' ranks, ', total, ' failed checks'
-  call MPI_Finalize(ierr)
-  if (total /= 0) error stop 1
+  call finish_test('test_fortran_api', nranks)
 
 contains
 
@@ -233,8 +223,19 @@ contains
     call check(q(0, 0, 1) == -7, 'scatter leaves the halo alone')
     call tessera_halo_gather(halo, q, gl, 0)
     if (rank == 0) call check(all(gl == g), 'halo gather')
-    call tessera_halo_gather(halo, q(:, :, 1:2), gl, 0, status)
+    ! A contiguous section gathers, into a global array of its levels (on the root).
+    gl = 0
+    if (rank == 0) then
+      call tessera_halo_gather(halo, q(:, :, 1:2), gl(:, :, 1:2), 0, status)
+      call check(all(gl(:, :, 1:2) == g(:, :, 1:2)) .and. all(gl(:, :, 3:) == 0), 'a section gathered')
+    else
+      call tessera_halo_gather(halo, q(:, :, 1:2), gl, 0, status)
+    end if
     call check(status == TESSERA_OK, 'a contiguous section gathers')
+    call tessera_halo_gather(halo, q(:, :, 1:2), gl, 0, status)
+    call check(status == TESSERA_ERR_SHAPE .and. index(tessera_last_error(), "tessera_halo_gather: gather: the " // &
+               "global array's other dims (3) are not the field's (2)") > 0, &
+               'a global array with other levels than the field''s: every rank fails')
     call tessera_halo_destroy(halo)
     call tessera_halo_exchange(halo, status)
     call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'exchange on a destroyed handle')

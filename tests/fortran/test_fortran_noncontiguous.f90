@@ -39,26 +39,16 @@ program test_fortran_noncontiguous
   integer, parameter :: nlat = 12, nlon = 8
   character(len=*), parameter :: not_contiguous = "is not contiguous (a strided section, or a component of an " // &
     "array of derived type such as pts%u); pass a whole array or a contiguous section"
-  integer :: total, nranks, ierr
+  integer :: nranks
   character(len=256) :: scratch
 
-  call MPI_Init(ierr)
-  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
-  call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
-  if (command_argument_count() >= 1) then
-    call get_command_argument(1, scratch)
-  else
-    scratch = '.'
-  end if
-  write(scratch, '(a,a,i0)') trim(scratch), '/fortran_noncontiguous_np', nranks
+  call start_test(nranks)
+  scratch = scratch_directory('fortran_noncontiguous', nranks)
 
   call test_halo()
   call test_checkpoint()
 
-  call MPI_Allreduce(failures, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
-  if (rank == 0) print '(a,i0,a,i0,a)', 'test_fortran_noncontiguous: ', nranks, ' ranks, ', total, ' failed checks'
-  call MPI_Finalize(ierr)
-  if (total /= 0) error stop 1
+  call finish_test('test_fortran_noncontiguous', nranks)
 
 contains
 
