@@ -1,8 +1,8 @@
 #pragma once
 // Shared pieces of the dp tests: a field model that exercises every mesh dimension
 // (a domain-parallel 3x3 conv, a tp channel-MLP block, a replicated 1x1 head), its
-// serial twin, the synthetic dataset, and comparisons of a rank's blocks with the
-// serial master tensors (cut at local_offset: no communication).
+// serial twin and the serial reference run, the synthetic dataset, and comparisons of a
+// rank's blocks with the serial master tensors (cut at local_offset: no communication).
 
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include "tessera/models/channel_mlp.hpp"
 #include "tessera/nn/conv2d.hpp"
 #include "tessera/ops.hpp"
+#include "tessera/optim.hpp"
 #include "../tp/tp_test_util.hpp"
 
 namespace tessera::testing {
@@ -86,6 +87,41 @@ inline Tensor mse_grad(const Tensor& y, const Tensor& t, double n) {
   ops::axpy(-1.0, t.contiguous(), dy);
   ops::scale(dy, 1.0 / n);
   return dy;
+}
+
+// "dp 2 x tp 1 x domain 2": the layout in failure messages.
+inline std::string layout_name(const Mesh& mesh) {
+  return "dp " + std::to_string(mesh.dp_size()) + " x tp " + std::to_string(mesh.tp_size()) + " x domain " +
+         std::to_string(mesh.domain_size());
+}
+
+// The serial reference of the dp tests: `steps` AdamW steps (lr 1e-2) of the serial
+// FieldNet from kSeed, step s on the union of the dp ranks' batches ids_of(r, s) for
+// r = 0 .. dp - 1 in rank order, the MSE loss normalised over that whole union.
+struct SerialRun {
+  std::vector<std::vector<Tensor>> values;  // [step][parameter]: after the step
+  std::vector<Tensor> outputs;              // [step]: the forward on the step's union
+};
+template <class BatchIds>
+SerialRun train_serial(int dp, int steps, BatchIds&& ids_of) {
+  FieldNet serial(nullptr);
+  nn::initialize_parameters(serial, kSeed);
+  AdamW optimizer(serial.named_parameters(), {.lr = 1e-2});
+  SerialRun run{std::vector<std::vector<Tensor>>(static_cast<std::size_t>(steps)),
+                std::vector<Tensor>(static_cast<std::size_t>(steps))};
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::int64_t> ids;
+    for (int r = 0; r < dp; ++r) {
+      for (std::int64_t id : ids_of(r, step)) ids.push_back(id);
+    }
+    optimizer.zero_grad();
+    const Tensor y = serial.forward(stack(ids, false));
+    run.outputs[static_cast<std::size_t>(step)] = y;
+    serial.backward(mse_grad(y, stack(ids, true), static_cast<double>(ids.size() * kOutC * kLat * kLon)));
+    optimizer.step();
+    for (Parameter* p : serial.parameters()) run.values[static_cast<std::size_t>(step)].push_back(p->value.clone());
+  }
+  return run;
 }
 
 // The block of `master` at `offset` with `shape`.

@@ -37,11 +37,6 @@ std::vector<ParallelismConfig> layouts() {
   return {{DataParallelMode::ddp, 1, 1}};
 }
 
-std::string layout_name(const Mesh& mesh) {
-  return "dp " + std::to_string(mesh.dp_size()) + " x tp " + std::to_string(mesh.tp_size()) + " x domain " +
-         std::to_string(mesh.domain_size());
-}
-
 // This rank's samples of `step`: batch `index` of `size` of its dp share of the epoch.
 std::vector<std::int64_t> batch_ids(const DataParallelCoords& coords, int step, std::int64_t index,
                                     std::int64_t size) {
@@ -84,21 +79,8 @@ TEST(GradientAccumulation, MicroBatchesEqualOneBigBatchWithOneReductionPerStep) 
 
     // Serial reference: one step on the union of every dp rank's big batch (kMicro x kBatch
     // samples per rank), the loss normalised over it.
-    FieldNet serial(nullptr);
-    nn::initialize_parameters(serial, kSeed);
-    AdamW serial_opt(serial.named_parameters(), {.lr = 1e-2});
-    std::vector<std::vector<Tensor>> serial_values(kSteps);
-    for (int step = 0; step < kSteps; ++step) {
-      std::vector<std::int64_t> ids;
-      for (int r = 0; r < P; ++r) {
-        for (std::int64_t id : batch_ids({r, P}, step, 0, kMicro * kBatch)) ids.push_back(id);
-      }
-      serial_opt.zero_grad();
-      const Tensor y = serial.forward(stack(ids, false));
-      serial.backward(mse_grad(y, stack(ids, true), static_cast<double>(ids.size() * kOutC * kLat * kLon)));
-      serial_opt.step();
-      for (Parameter* p : serial.parameters()) serial_values[step].push_back(p->value.clone());
-    }
+    const std::vector<std::vector<Tensor>> serial_values =
+        train_serial(P, kSteps, [&](int r, int step) { return batch_ids({r, P}, step, 0, kMicro * kBatch); }).values;
     FieldNet snapshot(nullptr);
 
     struct Variant {

@@ -35,11 +35,6 @@ std::vector<ParallelismConfig> layouts() {
   return {{DataParallelMode::ddp, 1, 1}};
 }
 
-std::string layout_name(const Mesh& mesh) {
-  return "dp " + std::to_string(mesh.dp_size()) + " x tp " + std::to_string(mesh.tp_size()) + " x domain " +
-         std::to_string(mesh.domain_size());
-}
-
 dp::SamplerOptions sampler_options() { return {.shuffle = true, .seed = 17, .drop_last = false}; }
 
 struct ParallelRun {
@@ -79,23 +74,7 @@ TEST(DataParallelTraining, DdpAndFsdp2TrackSerialOverlapOnAndOffIdentical) {
     const std::string where = layout_name(mesh);
 
     // Serial reference: the union of the dp batches, the loss normalised over it.
-    FieldNet serial(nullptr);
-    nn::initialize_parameters(serial, kSeed);
-    AdamW serial_opt(serial.named_parameters(), {.lr = 1e-2});
-    std::vector<std::vector<Tensor>> serial_values(kSteps);  // after each step
-    std::vector<Tensor> serial_outputs(kSteps);
-    for (int step = 0; step < kSteps; ++step) {
-      std::vector<std::int64_t> ids;
-      for (int r = 0; r < P; ++r) {
-        for (std::int64_t id : batch_ids({r, P}, step)) ids.push_back(id);
-      }
-      serial_opt.zero_grad();
-      const Tensor y = serial.forward(stack(ids, false));
-      serial_outputs[step] = y;
-      serial.backward(mse_grad(y, stack(ids, true), static_cast<double>(ids.size() * kOutC * kLat * kLon)));
-      serial_opt.step();
-      for (Parameter* p : serial.parameters()) serial_values[step].push_back(p->value.clone());
-    }
+    const SerialRun serial = train_serial(P, kSteps, [&](int r, int step) { return batch_ids({r, P}, step); });
     FieldNet snapshot(nullptr);  // holds the serial values of one step for comparisons
 
     struct Variant {
@@ -146,11 +125,11 @@ TEST(DataParallelTraining, DdpAndFsdp2TrackSerialOverlapOnAndOffIdentical) {
         if (step == 0) {
           EXPECT_EQ(c1 - c0, expected_collectives) << what;
           // This rank's output: its dp rows of the serial batch, its latitude rows.
-          const Tensor want = local_rows(serial_outputs[0].narrow(0, mesh.coords().dp * kBatch, kBatch), model);
+          const Tensor want = local_rows(serial.outputs[0].narrow(0, mesh.coords().dp * kBatch, kBatch), model);
           EXPECT_TRUE(tensors_close(y, want)) << what << ": output";
         }
         auto sp = snapshot.parameters();
-        for (std::size_t i = 0; i < sp.size(); ++i) sp[i]->value = serial_values[step][i];
+        for (std::size_t i = 0; i < sp.size(); ++i) sp[i]->value = serial.values[step][i];
         expect_tracks_serial(snapshot, model, what + " after step " + std::to_string(step));
       }
       // Placements: fsdp2 shards over dp on top of tp; ddp keeps dp Replicate.
