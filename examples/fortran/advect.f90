@@ -32,7 +32,7 @@ program advect
   type(tessera_checkpoint) :: ck
   real(real64), allocatable, target :: q(:, :), qn(:, :), gq(:, :)
   real(real32), allocatable, target :: c(:, :), cn(:, :), gc(:, :)
-  integer :: model_comm, nranks, rank, ierr, step, i, j, lat1, nlat_loc, lon1, nlon_loc, unit
+  integer :: model_comm, nranks, rank, ierr, step, i, j, lat1, nlat_loc, lon1, nlon_loc, unit, first(2), count(2)
   real(real64) :: phi, lam, cu, cv, dqx, dqy, dl, dp, mq, mc
   real(real32) :: fu, fv, dcx, dcy
 
@@ -50,9 +50,11 @@ program advect
 
   ! No ierr: any failure prints tessera's message and aborts the job.
   call tessera_mesh_create(mesh, model_comm, TESSERA_DATA_NONE, 1, nranks)
-  call tessera_decomp_create_from_mesh(decomp, mesh, nlat, nlon, 0, 0)
-  call tessera_halo_create(halo, decomp, 1, 1, 1, 1, .true., TESSERA_POLE_REPLICATE)
-  call tessera_decomp_box(decomp, lat1, nlat_loc, lon1, nlon_loc)
+  ! Lon first: [lon, lat] pairs. procs [0, 0]: latitude bands.
+  call tessera_decomp_create_from_mesh(decomp, mesh, [nlon, nlat], [0, 0])
+  call tessera_halo_create(halo, decomp, [1, 1], [1, 1], .true., TESSERA_POLE_REPLICATE)
+  call tessera_decomp_box(decomp, first, count)          ! 1-based first indices, counts
+  lon1 = first(1); lat1 = first(2); nlon_loc = count(1); nlat_loc = count(2)
 
   allocate(q(0:nlon_loc + 1, 0:nlat_loc + 1), qn(nlon_loc, nlat_loc))
   allocate(c(0:nlon_loc + 1, 0:nlat_loc + 1), cn(nlon_loc, nlat_loc))

@@ -21,8 +21,8 @@ program couple_emulator
   real(real64), allocatable, target :: t(:, :, :), t_model(:, :, :), t_back(:, :, :)
   real(real64), pointer :: p_code(:, :, :), p_model(:, :, :)
   integer :: ierr, nranks, rank, nmodel, model_rank, model_size, i, j, k
-  integer :: lat1, nlat, lon1, nlon, mlat1, mnlat, mlon1, mnlon, glat, glon
-  integer :: channels, gnlat, gnlon
+  integer :: lat1, nlat, lon1, nlon, first(2), count(2), procs(2), mfirst(2), mcount(2)
+  integer :: channels, global(2), gnlat, gnlon
   real(real64) :: worst, scale, loss, twin_loss, low, high
   real(real32), allocatable :: goal_all(:, :, :), goal(:, :, :), out(:, :, :), twin_out(:, :, :)
   integer :: step
@@ -34,7 +34,8 @@ program couple_emulator
   ! The reference: every rank runs the serial model on the whole field.
   call tessera_mesh_create(self_mesh, MPI_COMM_SELF, TESSERA_DATA_NONE, 1, 1)
   call tessera_model_load(serial, self_mesh, 'runs/emulator')
-  call tessera_model_info(serial, channels, gnlat, gnlon)
+  call tessera_model_info(serial, channels, global)                ! global = [nlon, nlat]
+  gnlon = global(1); gnlat = global(2)
   allocate(x_all(gnlon, gnlat, channels), y_all(gnlon, gnlat, channels))
   do i = 1, channels
     do j = 1, gnlat
@@ -46,10 +47,11 @@ program couple_emulator
   call tessera_model_predict(serial, x_all, y_all)
 
   ! The code's own decomposition: 2 x 2 blocks at 4 ranks (the automatic grid otherwise).
-  call tessera_decomp_auto_grid(nranks, gnlat, gnlon, glat, glon)
-  call tessera_decomp_create(decomp, MPI_COMM_WORLD, gnlat, gnlon, glat, glon)
-  call tessera_decomp_box(decomp, lat1, nlat, lon1, nlon)          ! this rank's block
-  if (rank == 0) print '(a,i0,a,i0)', 'code decomposition ', glat, ' x ', glon
+  call tessera_decomp_auto_grid(nranks, global, procs)             ! lon first: [lon, lat]
+  call tessera_decomp_create(decomp, MPI_COMM_WORLD, global, procs)
+  call tessera_decomp_box(decomp, first, count)                    ! this rank's block
+  lon1 = first(1); lat1 = first(2); nlon = count(1); nlat = count(2)
+  if (rank == 0) print '(a,i0,a,i0)', 'code decomposition ', procs(1), ' x ', procs(2)
   allocate(x(nlon, nlat, channels), y(nlon, nlat, channels))
   x = x_all(lon1:lon1 + nlon - 1, lat1:lat1 + nlat - 1, :)          ! the code's field
 
@@ -77,7 +79,7 @@ program couple_emulator
   goal_all = 0.5 * cshift(x_all, 1, dim=2)
   allocate(goal(nlon, nlat, channels), twin_out(gnlon, gnlat, channels))
   goal = goal_all(lon1:lon1 + nlon - 1, lat1:lat1 + nlat - 1, :)
-  call tessera_decomp_create(whole, MPI_COMM_SELF, gnlat, gnlon, 1, 1)
+  call tessera_decomp_create(whole, MPI_COMM_SELF, global, [1, 1])
   do nmodel = 1, min(2, nranks)
     call tessera_model_load_coupled(model, decomp, 'runs/emulator', nmodel)
     call tessera_model_load_coupled(twin, whole, 'runs/emulator', 1)
@@ -113,8 +115,8 @@ program couple_emulator
 
   ! The plan itself: a field t(lon, lat, level) to a model on 2 ranks and back.
   call tessera_redist_create(redist, decomp, min(2, nranks))
-  call tessera_redist_model_box(redist, mlat1, mnlat, mlon1, mnlon)   ! counts 0 off the model
-  allocate(t(nlon, nlat, 4), t_back(nlon, nlat, 4), t_model(mnlon, mnlat, 4))
+  call tessera_redist_model_box(redist, mfirst, mcount)            ! [lon, lat]; counts 0 off the model
+  allocate(t(nlon, nlat, 4), t_back(nlon, nlat, 4), t_model(mcount(1), mcount(2), 4))
   do j = 1, nlat
     t(:, j, :) = 1000 * (lat1 + j - 1)
   end do
@@ -125,7 +127,7 @@ program couple_emulator
   call tessera_redist_to_model(redist)
   call tessera_redist_model_rank(redist, model_rank)
   if (model_rank >= 0) then
-    if (any(t_model(1, :, 1) /= [(1000.0_real64 * (mlat1 + j - 1), j = 1, mnlat)])) then
+    if (any(t_model(1, :, 1) /= [(1000.0_real64 * (mfirst(2) + j - 1), j = 1, mcount(2))])) then
       print '(a,i0,a)', 'model rank ', model_rank, ': wrong band'
       call MPI_Abort(MPI_COMM_WORLD, 1, ierr)
     end if

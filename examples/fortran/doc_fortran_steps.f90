@@ -8,8 +8,8 @@ program doc_fortran_steps
   use, intrinsic :: iso_fortran_env, only: real32, real64
   implicit none
   integer, parameter :: nlat = 18, nlon = 36, nsteps = 3
-  integer :: model_comm, nranks, ierr, lat1, nlat_loc, lon1, nlon_loc, step, rank
-  integer :: nchan, nlat_m, nlon_m, nlat_b, nlon_b, calls
+  integer :: model_comm, nranks, ierr, first(2), count(2), nlat_loc, nlon_loc, step, rank
+  integer :: nchan, global_m(2), band(2), calls
   real(real64), target :: model_time
 
   call MPI_Init(ierr)
@@ -25,15 +25,16 @@ program doc_fortran_steps
 
     block
       type(tessera_decomp) :: decomp
-      call tessera_decomp_create_from_mesh(decomp, mesh, nlat, nlon, 0, 0)   ! 0, 0: latitude bands
-      call tessera_decomp_box(decomp, lat1, nlat_loc, lon1, nlon_loc)        ! 1-based first indices
+      call tessera_decomp_create_from_mesh(decomp, mesh, [nlon, nlat], [0, 0])   ! lon first; [0, 0]: latitude bands
+      call tessera_decomp_box(decomp, first, count)          ! [lon, lat]: 1-based first indices, counts
+      nlon_loc = count(1); nlat_loc = count(2)
 
       block
         real(real64), allocatable, target :: q(:, :)
         real(real32), allocatable, target :: c(:, :)
         type(tessera_halo) :: halo
-        call tessera_halo_create(halo, decomp, 1, 1, 1, 1, .true., TESSERA_POLE_REPLICATE)
-        !                                     lat before/after, lon before/after, periodic lon, poles
+        call tessera_halo_create(halo, decomp, [1, 1], [1, 1], .true., TESSERA_POLE_REPLICATE)
+        !                                     [lon, lat] before, [lon, lat] after, periodic lon, poles
         allocate(q(0:nlon_loc+1, 0:nlat_loc+1), c(0:nlon_loc+1, 0:nlat_loc+1))
         call tessera_halo_add_field(halo, q)     ! real64
         call tessera_halo_add_field(halo, c)     ! real32, same exchange
@@ -74,14 +75,14 @@ program doc_fortran_steps
             type(tessera_model) :: model
             real(real32), allocatable, target :: x(:, :, :)
             call tessera_model_load(model, mesh, 'runs/emulator')          ! trained with tessera-run
-            call tessera_model_info(model, nchan, nlat_m, nlon_m)
-            call tessera_model_box(model, lat1, nlat_b, lon1, nlon_b)      ! this rank's band
-            allocate(x(nlon_b, nlat_b, nchan))                             ! (lon, lat, channel[, batch])
+            call tessera_model_info(model, nchan, global_m)               ! global_m = [nlon, nlat]
+            call tessera_model_box(model, first, band)                     ! this rank's band, [lon, lat]
+            allocate(x(band(1), band(2), nchan))                           ! (lon, lat, channel[, batch])
             call fill_from_state(x)                                        ! your model state, in physical units
             call tessera_model_predict(model, x, x)                        ! next state, in place
             if (nchan /= 3 .or. any(x /= x)) call fail('the model prediction is not as expected')
             print '(a,i0,a,i0,a,i0,a,i0,a,i0,a)', 'rank ', rank, ': restart of step ', step, ', model band of ', &
-                  nlat_b, ' x ', nlon_b, ' x ', nchan, ' predicted'
+                  band(2), ' x ', band(1), ' x ', nchan, ' predicted'
             call tessera_model_destroy(model)
 
             call tessera_halo_destroy(halo)

@@ -15,23 +15,24 @@ program doc_layout
   type(tessera_decomp) :: decomp
   type(tessera_halo) :: halo
   type(tessera_checkpoint) :: ckpt
-  integer :: ierr, nranks, rank, lat1, nlat_loc, lon1, nlon_loc, i, j
+  integer :: ierr, nranks, rank, first(2), count(2), nlat_loc, nlon_loc, i, j
 
   call MPI_Init(ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call tessera_mesh_create(mesh, MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, nranks)
-  call tessera_decomp_create_from_mesh(decomp, mesh, nlat, nlon, 0, 0)
-  call tessera_decomp_box(decomp, lat1, nlat_loc, lon1, nlon_loc)
+  call tessera_decomp_create_from_mesh(decomp, mesh, [nlon, nlat], [0, 0])   ! lon first; latitude bands
+  call tessera_decomp_box(decomp, first, count)                              ! [lon, lat]
+  nlon_loc = count(1); nlat_loc = count(2)
   ! layout: begin
-  call tessera_halo_create(halo, decomp, 1, 1, 2, 2, .true., TESSERA_POLE_REPLICATE)
+  call tessera_halo_create(halo, decomp, [2, 1], [2, 1], .true., TESSERA_POLE_REPLICATE)   ! [lon, lat] widths
   allocate(state%q(nlev, -1:nlon_loc+2, 0:nlat_loc+1))            ! (lev, lon, lat) + halo
   call tessera_halo_add_field(halo, state%q, lon_dim=2, lat_dim=3)
   ! layout: end
   state%q = 0
   do j = 1, nlat_loc
     do i = 1, nlon_loc
-      state%q(:, i, j) = lat1 + j - 1                              ! the 1-based global row
+      state%q(:, i, j) = first(2) + j - 1                          ! the 1-based global row
     end do
   end do
   call tessera_halo_exchange(halo)

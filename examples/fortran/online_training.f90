@@ -77,8 +77,8 @@ program online_training
   call tessera_trainer_box(trainer, lon1, nlon_loc, lat1, nlat_loc)
   call tessera_mesh_create(mesh, MPI_COMM_WORLD, merge(TESSERA_DATA_DDP, TESSERA_DATA_NONE, sizes(1) > 1), &
                            sizes(2), sizes(3))
-  call tessera_decomp_create_from_mesh(decomp, mesh, nlat, nlon, sizes(3), 1)
-  call tessera_halo_create(halo, decomp, 1, 1, 1, 1, .true., TESSERA_POLE_REPLICATE)
+  call tessera_decomp_create_from_mesh(decomp, mesh, [nlon, nlat], [1, sizes(3)])   ! lon first
+  call tessera_halo_create(halo, decomp, [1, 1], [1, 1], .true., TESSERA_POLE_REPLICATE)
   allocate(q(0:nlon_loc + 1, 0:nlat_loc + 1), qn(nlon_loc, nlat_loc), x(nlon_loc, nlat_loc, 1), &
            y(nlon_loc, nlat_loc, 1), p(nlon_loc, nlat_loc, 1))
   q = 0

@@ -25,7 +25,10 @@
 !    TARGET (or be a pointer): that way a non-contiguous actual such as pts%u reaches
 !    them as itself and is rejected, instead of as a compiler temporary that dies on
 !    return (see "Procedures that keep the array's address" below).
-!  - Ranks and offsets are 0-based like MPI's; box() returns 1-based first indices.
+!  - Ranks and offsets are 0-based like MPI's; boxes are 1-based first indices.
+!  - Lon first: arguments that name lon and lat are [lon, lat] rank-1 arrays (global
+!    grid, process grid, halo widths, boxes, padded extents); the latitude-first scalar
+!    forms of the first releases are kept, deprecated (docs/fortran.md).
 !  - Strings are passed to C trimmed and NUL-terminated.
 module tessera
   use, intrinsic :: iso_c_binding
@@ -114,11 +117,47 @@ module tessera
     module procedure mesh_comm_f08
 #endif
   end interface
+  ! Every procedure whose integer arguments name lon and lat has a lon-first form taking
+  ! [lon, lat] rank-1 arrays (global = [nlon, nlat], procs = [plon, plat], first/count,
+  ! before/after widths, ...) beside the original latitude-first scalars, which are kept,
+  ! deprecated, so existing positional calls keep their meaning. The generic tells them
+  ! apart by the number of scalar integer arguments (unambiguous by the standard's rule,
+  ! positional or keyword), and both reach the same C entry point.
   interface tessera_decomp_create
-    module procedure decomp_create_int
+    module procedure decomp_create_int, decomp_create_lon_lat_int
 #ifdef TESSERA_HAVE_MPI_F08
-    module procedure decomp_create_f08
+    module procedure decomp_create_f08, decomp_create_lon_lat_f08
 #endif
+  end interface
+  interface tessera_decomp_create_from_mesh
+    module procedure decomp_create_from_mesh_lat_lon, decomp_create_from_mesh_lon_lat
+  end interface
+  interface tessera_decomp_global
+    module procedure decomp_global_lat_lon, decomp_global_lon_lat
+  end interface
+  interface tessera_decomp_grid
+    module procedure decomp_grid_lat_lon, decomp_grid_lon_lat
+  end interface
+  interface tessera_decomp_coords
+    module procedure decomp_coords_lat_lon, decomp_coords_lon_lat
+  end interface
+  interface tessera_decomp_box_of
+    module procedure decomp_box_of_lat_lon, decomp_box_of_lon_lat
+  end interface
+  interface tessera_decomp_auto_grid
+    module procedure decomp_auto_grid_lat_lon, decomp_auto_grid_lon_lat
+  end interface
+  interface tessera_halo_create
+    module procedure halo_create_lat_lon, halo_create_lon_lat
+  end interface
+  interface tessera_model_info
+    module procedure model_info_lat_lon, model_info_lon_lat
+  end interface
+  interface tessera_model_box
+    module procedure model_box_lat_lon, model_box_lon_lat
+  end interface
+  interface tessera_redist_model_box
+    module procedure redist_model_box_lat_lon, redist_model_box_lon_lat
   end interface
   interface tessera_decomp_comm
     module procedure decomp_comm_int
@@ -135,8 +174,6 @@ module tessera
   interface tessera_decomp_global_sum
     module procedure decomp_global_sum_r32, decomp_global_sum_r64
   end interface
-  ! Latitude-first scalars (the original order) or lon-first [lon, lat] pairs: the rank of
-  ! the second argument tells them apart, so existing calls keep their meaning.
   interface tessera_decomp_box
     module procedure decomp_box_lat_lon, decomp_box_lon_lat
   end interface

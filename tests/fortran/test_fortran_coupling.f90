@@ -69,9 +69,11 @@ contains
     real(real64), allocatable, target :: u(:, :), u_model(:, :), u_back(:, :)
     real(real32), pointer :: pt(:, :, :), pm(:, :, :)
     real(real64), pointer :: qu(:, :), qm(:, :)
-    integer :: mlat1, mnlat, mlon1, mnlon, i, j, k, count
+    integer :: mlat1, mnlat, mlon1, mnlon, i, j, k, count, first(2), box_count(2)
     logical :: flying
     call tessera_redist_model_box(redist, mlat1, mnlat, mlon1, mnlon)
+    call tessera_redist_model_box(redist, first, box_count)
+    call check(all(first == [mlon1, mlat1]) .and. all(box_count == [mnlon, mnlat]), 'model box, lon first')
     allocate(t(nlon, nlat, NLEV), t_back(nlon, nlat, NLEV), t_model(mnlon, mnlat, NLEV))
     allocate(u(nlon, nlat), u_back(nlon, nlat), u_model(mnlon, mnlat))
     do k = 1, NLEV

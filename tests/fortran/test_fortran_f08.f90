@@ -1,6 +1,7 @@
 ! The module from an mpi_f08 program: every procedure that takes or returns a
 ! communicator accepts type(MPI_Comm) as well as an integer handle, and both forms give
-! the same mesh, decomposition and communicators.
+! the same mesh, decomposition and communicators; the lon-first decomposition (global =
+! [nlon, nlat], procs = [plon, plat]) with type(MPI_Comm) is the latitude-first one.
 program test_fortran_f08
   use mpi_f08
   use tessera
@@ -8,9 +9,10 @@ program test_fortran_f08
   use, intrinsic :: iso_fortran_env, only: real64
   implicit none
   type(tessera_mesh) :: mesh, mesh_int
-  type(tessera_decomp) :: d, d_int
+  type(tessera_decomp) :: d, d_int, d_lon
   type(MPI_Comm) :: world, dcomm, domain_comm
-  integer :: nranks, total, status, n, t, dm, dd, grid_lat, grid_lon, dcomm_int
+  integer :: nranks, total, status, n, t, dm, dd, grid_lat, grid_lon, dcomm_int, r
+  integer :: first(2), count(2), lat_first, lat_count, lon_first, lon_count, procs(2)
   real(real64) :: one, sum
 
   call MPI_Init()
@@ -37,6 +39,17 @@ program test_fortran_f08
   call check(status == TESSERA_OK, 'decomp_create with an integer handle')
   call tessera_decomp_grid(d, grid_lat, grid_lon)
   call check(grid_lat == nranks .and. grid_lon == 1, 'decomp grid')
+  call tessera_decomp_create(d_lon, world, [12, 8], [1, nranks], status)
+  call check(status == TESSERA_OK, 'lon-first decomp_create with type(MPI_Comm)')
+  call tessera_decomp_grid(d_lon, procs)
+  call check(all(procs == [1, nranks]), 'lon-first decomp grid')
+  do r = 0, nranks - 1
+    call tessera_decomp_box_of(d_lon, r, first, count)
+    call tessera_decomp_box_of(d, r, lat_first, lat_count, lon_first, lon_count)
+    call check(all(first == [lon_first, lat_first]) .and. all(count == [lon_count, lat_count]), &
+               'lon-first decomposition over type(MPI_Comm): the same boxes')
+  end do
+  call tessera_decomp_destroy(d_lon)
   call tessera_decomp_comm(d, dcomm, status)
   call check(status == TESSERA_OK, 'decomp_comm into type(MPI_Comm)')
   call tessera_decomp_comm(d_int, dcomm_int, status)
