@@ -280,6 +280,21 @@ int tessera_halo_gather_staggered(const tessera_halo_t* halo, const void* field,
 int tessera_halo_scatter_staggered(const tessera_halo_t* halo, const void* global, void* field,
                                    tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* shape,
                                    tessera_stagger_t stagger, int root);
+/* tessera_halo_gather_staggered / _scatter_staggered for a field in any layout: `shape`
+ * and `strides` as for tessera_halo_add_field_staggered_strided (tessera's view: leading...,
+ * padded lat, padded lon); root's `global` is described the same way, its view's extents
+ * `global_shape` (the field's, with the faces' global lat and lon extents of
+ * tessera_halo_box_staggered, else TESSERA_ERR_SHAPE) and `strides` `global_strides` (both
+ * read on the root only). TESSERA_STAGGER_NONE: cell-centred fields. Collective; argument
+ * errors fail every rank. */
+int tessera_halo_gather_staggered_strided(const tessera_halo_t* halo, const void* field, void* global,
+                                          tessera_dtype_t dtype, int ndim, const int64_t* shape,
+                                          const int64_t* strides, const int64_t* global_shape,
+                                          const int64_t* global_strides, tessera_stagger_t stagger, int root);
+int tessera_halo_scatter_staggered_strided(const tessera_halo_t* halo, const void* global,
+                                           const int64_t* global_shape, const int64_t* global_strides, void* field,
+                                           tessera_dtype_t dtype, int ndim, const int64_t* shape,
+                                           const int64_t* strides, tessera_stagger_t stagger, int root);
 int tessera_halo_clear_fields(tessera_halo_t* halo);
 int tessera_halo_num_fields(const tessera_halo_t* halo, int* count);
 

@@ -86,26 +86,30 @@ namespace tessera::capi {
 
 // Shared by the decomposition's and the halo's scatter/gather: argument checks are
 // agreed, so a bad pointer on one rank fails every rank instead of hanging the others.
-void scatter_gather(const Decomposition& d, bool gather, const void* global, void* local_data, int dtype, int order,
-                    int ndim, const std::int64_t* shape, int root, const std::function<Tensor(Tensor)>& to_local,
-                    const std::string& what) {
+void scatter_gather(const Decomposition& d, bool gather, int root, const CallerArrays& arrays,
+                    const std::function<Tensor(Tensor)>& to_local, const std::string& what) {
   Tensor local, whole;
   agree_on_success(d.comm().mpi_comm(), [&] {
     check_root(d, root);
-    Tensor view = array_view(local_data, dtype, order, ndim, shape, what + ": the local array");
+    Tensor view = arrays.local();
     if (view.dim() < 2) throw InvalidArgument(what + ": the array needs the two dims lat and lon");
     local = to_local(view);
-    if (d.rank() == root) {
-      if (global == nullptr) throw InvalidArgument(what + ": the global array is NULL on the root rank");
-      whole = logical_view(const_cast<void*>(global), to_dtype(dtype, what), global_logical(d, local.shape()),
-                           what + ": the global array");
-    }
+    if (d.rank() == root) whole = arrays.global(global_logical(d, local.shape()));
   });
   if (gather) {
     d.gather(local, whole, root);
   } else {
     d.scatter(whole, local, root);
   }
+}
+
+CallerArrays contiguous_arrays(const void* global, void* local, int dtype, int order, int ndim,
+                               const std::int64_t* shape, const std::string& what) {
+  return {[=] { return array_view(local, dtype, order, ndim, shape, what + ": the local array"); },
+          [=](const Shape& logical) {
+            if (global == nullptr) throw InvalidArgument(what + ": the global array is NULL on the root rank");
+            return logical_view(const_cast<void*>(global), to_dtype(dtype, what), logical, what + ": the global array");
+          }};
 }
 
 }  // namespace tessera::capi
@@ -207,7 +211,8 @@ int tessera_decomp_comm_f(const tessera_decomp_t* decomp, MPI_Fint* comm) {
 int tessera_decomp_scatter(const tessera_decomp_t* decomp, const void* global, void* local, tessera_dtype_t dtype,
                            tessera_order_t order, int ndim, const int64_t* local_shape, int root) {
   return guarded("tessera_decomp_scatter", [&] {
-    capi::scatter_gather(capi::decomposition_of(decomp), false, global, local, dtype, order, ndim, local_shape, root,
+    capi::scatter_gather(capi::decomposition_of(decomp), false, root,
+                         capi::contiguous_arrays(global, local, dtype, order, ndim, local_shape, "scatter"),
                          [](Tensor t) { return t; }, "scatter");
   });
 }
@@ -240,8 +245,10 @@ int tessera_decomp_auto_grid(int ranks, int64_t nlat, int64_t nlon, int* grid_la
 int tessera_decomp_gather(const tessera_decomp_t* decomp, const void* local, void* global, tessera_dtype_t dtype,
                           tessera_order_t order, int ndim, const int64_t* local_shape, int root) {
   return guarded("tessera_decomp_gather", [&] {
-    capi::scatter_gather(capi::decomposition_of(decomp), true, global, const_cast<void*>(local), dtype, order, ndim,
-                         local_shape, root, [](Tensor t) { return t; }, "gather");
+    capi::scatter_gather(capi::decomposition_of(decomp), true, root,
+                         capi::contiguous_arrays(global, const_cast<void*>(local), dtype, order, ndim, local_shape,
+                                                 "gather"),
+                         [](Tensor t) { return t; }, "gather");
   });
 }
 

@@ -394,11 +394,11 @@ namespace {
 
 // Scatter (gather = false) or gather between root's global field and the interiors of
 // the ranks' padded fields on `stagger`.
-void scatter_gather_padded(const tessera_halo_t* halo, bool gather, const void* global, void* field, int dtype,
-                           int order, int ndim, const int64_t* shape, int stagger, int root) {
+void scatter_gather_padded(const tessera_halo_t* halo, bool gather, const capi::CallerArrays& arrays, int stagger,
+                           int root) {
   const std::string what = gather ? "gather" : "scatter";
   const HaloExchange& ex = plan_of(state_of(halo), to_stagger(stagger));
-  capi::scatter_gather(ex.decomposition(), gather, global, field, dtype, order, ndim, shape, root,
+  capi::scatter_gather(ex.decomposition(), gather, root, arrays,
                        [&](Tensor t) {
                          capi::check_padded(ex, t, what + ": the field");
                          return ex.interior(t);
@@ -406,12 +406,40 @@ void scatter_gather_padded(const tessera_halo_t* halo, bool gather, const void* 
                        what);
 }
 
+// Root's global array in any layout (`global_shape` and `global_strides` of its view, as
+// the field's): its extents must be the field's with the global lat/lon ones.
+capi::CallerArrays strided_arrays(const void* global, const int64_t* global_shape, const int64_t* global_strides,
+                                  void* field, int dtype, int ndim, const int64_t* shape, const int64_t* strides,
+                                  const std::string& what) {
+  return {[=] { return capi::strided_view(field, dtype, ndim, shape, strides, what + ": the field"); },
+          [=](const Shape& logical) {
+            if (global == nullptr) throw InvalidArgument(what + ": the global array is NULL on the root rank");
+            require(global_shape, "the global shape pointer");
+            const Shape given(global_shape, global_shape + ndim);
+            const std::size_t n = logical.size();
+            if (given[n - 1] != logical[n - 1] || given[n - 2] != logical[n - 2]) {
+              throw ShapeError(what + ": the global array's lon x lat extents " + std::to_string(given[n - 1]) + " x " +
+                               std::to_string(given[n - 2]) + " are not the field's global extents " +
+                               std::to_string(logical[n - 1]) + " x " + std::to_string(logical[n - 2]));
+            }
+            if (given != logical) {
+              const Shape others(given.begin(), given.end() - 2), expected(logical.begin(), logical.end() - 2);
+              throw ShapeError(what + ": the global array's other dims " + capi::caller_shape(others) +
+                               " are not the field's " + capi::caller_shape(expected));
+            }
+            return capi::strided_view(const_cast<void*>(global), dtype, ndim, global_shape, global_strides,
+                                      what + ": the global array");
+          }};
+}
+
 }  // namespace
 
 int tessera_halo_gather(const tessera_halo_t* halo, const void* field, void* global, tessera_dtype_t dtype,
                         tessera_order_t order, int ndim, const int64_t* shape, int root) {
   return guarded("tessera_halo_gather", [&] {
-    scatter_gather_padded(halo, true, global, const_cast<void*>(field), dtype, order, ndim, shape,
+    scatter_gather_padded(halo, true,
+                          capi::contiguous_arrays(global, const_cast<void*>(field), dtype, order, ndim, shape,
+                                                  "gather"),
                           TESSERA_STAGGER_NONE, root);
   });
 }
@@ -419,7 +447,8 @@ int tessera_halo_gather(const tessera_halo_t* halo, const void* field, void* glo
 int tessera_halo_scatter(const tessera_halo_t* halo, const void* global, void* field, tessera_dtype_t dtype,
                          tessera_order_t order, int ndim, const int64_t* shape, int root) {
   return guarded("tessera_halo_scatter", [&] {
-    scatter_gather_padded(halo, false, global, field, dtype, order, ndim, shape, TESSERA_STAGGER_NONE, root);
+    scatter_gather_padded(halo, false, capi::contiguous_arrays(global, field, dtype, order, ndim, shape, "scatter"),
+                          TESSERA_STAGGER_NONE, root);
   });
 }
 
@@ -427,7 +456,10 @@ int tessera_halo_gather_staggered(const tessera_halo_t* halo, const void* field,
                                   tessera_order_t order, int ndim, const int64_t* shape, tessera_stagger_t stagger,
                                   int root) {
   return guarded("tessera_halo_gather_staggered", [&] {
-    scatter_gather_padded(halo, true, global, const_cast<void*>(field), dtype, order, ndim, shape, stagger, root);
+    scatter_gather_padded(halo, true,
+                          capi::contiguous_arrays(global, const_cast<void*>(field), dtype, order, ndim, shape,
+                                                  "gather"),
+                          stagger, root);
   });
 }
 
@@ -435,7 +467,32 @@ int tessera_halo_scatter_staggered(const tessera_halo_t* halo, const void* globa
                                    tessera_dtype_t dtype, tessera_order_t order, int ndim, const int64_t* shape,
                                    tessera_stagger_t stagger, int root) {
   return guarded("tessera_halo_scatter_staggered", [&] {
-    scatter_gather_padded(halo, false, global, field, dtype, order, ndim, shape, stagger, root);
+    scatter_gather_padded(halo, false, capi::contiguous_arrays(global, field, dtype, order, ndim, shape, "scatter"),
+                          stagger, root);
+  });
+}
+
+int tessera_halo_gather_staggered_strided(const tessera_halo_t* halo, const void* field, void* global,
+                                          tessera_dtype_t dtype, int ndim, const int64_t* shape,
+                                          const int64_t* strides, const int64_t* global_shape,
+                                          const int64_t* global_strides, tessera_stagger_t stagger, int root) {
+  return guarded("tessera_halo_gather_staggered_strided", [&] {
+    scatter_gather_padded(halo, true,
+                          strided_arrays(global, global_shape, global_strides, const_cast<void*>(field), dtype, ndim,
+                                         shape, strides, "gather"),
+                          stagger, root);
+  });
+}
+
+int tessera_halo_scatter_staggered_strided(const tessera_halo_t* halo, const void* global,
+                                           const int64_t* global_shape, const int64_t* global_strides, void* field,
+                                           tessera_dtype_t dtype, int ndim, const int64_t* shape,
+                                           const int64_t* strides, tessera_stagger_t stagger, int root) {
+  return guarded("tessera_halo_scatter_staggered_strided", [&] {
+    scatter_gather_padded(halo, false,
+                          strided_arrays(global, global_shape, global_strides, field, dtype, ndim, shape, strides,
+                                         "scatter"),
+                          stagger, root);
   });
 }
 

@@ -135,11 +135,21 @@ const domain::HaloExchange& exchange_of(const tessera_halo* h);
 const domain::HaloExchange& staggered_exchange_of(const tessera_halo* halo, int stagger);
 // Checks that a halo field's view has the padded lat/lon extents.
 void check_padded(const domain::HaloExchange& ex, const Tensor& field, const std::string& what);
-// Collective scatter (gather = false) or gather between root's `global` and every rank's
-// local array, which `to_local` turns into the block it owns (the interior of a padded
-// field, or the array itself). Argument errors are agreed over the communicator.
-void scatter_gather(const domain::Decomposition& d, bool gather, const void* global, void* local_data, int dtype,
-                    int order, int ndim, const std::int64_t* shape, int root,
+// The caller's arrays of a scatter or gather, as tessera's views (leading..., lat, lon):
+// the local array, and root's global one given the extents its view must have (called on
+// the root only). Either may throw; the errors name the array.
+struct CallerArrays {
+  std::function<Tensor()> local;
+  std::function<Tensor(const Shape& global_view)> global;
+};
+// Contiguous arrays in `order`, the local one of extents shape[0..ndim) (the global one
+// the same layout with the global lat/lon extents).
+CallerArrays contiguous_arrays(const void* global, void* local, int dtype, int order, int ndim,
+                               const std::int64_t* shape, const std::string& what);
+// Collective scatter (gather = false) or gather between root's global array and every
+// rank's local array, which `to_local` turns into the block it owns (the interior of a
+// padded field, or the array itself). Argument errors are agreed over the communicator.
+void scatter_gather(const domain::Decomposition& d, bool gather, int root, const CallerArrays& arrays,
                     const std::function<Tensor(Tensor)>& to_local, const std::string& what);
 
 }  // namespace tessera::capi

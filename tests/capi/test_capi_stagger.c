@@ -5,7 +5,8 @@
  * reference computed from the faces' positions on the sphere, and gathered back; the
  * adjoint of the exchange is its transpose (dot-product identity). Every pole policy,
  * f64 and f32, latitude bands, longitude bands and 2 x 2 at 1, 2, 3 and 4 ranks. The
- * face fields in two other memory orders (strided) against the reference order, and a
+ * face fields in two other memory orders (strided) against the reference order (their
+ * scatter and gather against the serial global arrays in the same orders), and a
  * checkpoint of them written at every decomposition loaded at one rank (run_orders). */
 #include <math.h>
 #include <mpi.h>
@@ -200,6 +201,50 @@ static int64_t at(const int64_t st[3], int64_t l, int64_t a, int64_t b) { return
 
 static int has(const char* text) { return strstr(tessera_last_error(), text) != NULL; }
 
+/* Scatter and gather in memory order `order` (tessera_halo_scatter/gather_staggered_strided):
+ * root's global array in that order, encode() at every face, scattered into a zeroed field
+ * gives `expected` (the same field scattered in the reference order, copied into this
+ * order) on every cell, halo included, and gathered back it is the global array again. A
+ * global array one latitude too long on the root fails every rank with TESSERA_ERR_SHAPE. */
+static void scatter_gather_strided(tessera_halo_t* h, tessera_stagger_t face, int order, int64_t pl, int64_t pn,
+                                   int64_t gl, const double* expected, int rank) {
+  const int64_t n = LEAD * pl * pn, shape[3] = {LEAD, pl, pn}, gshape[3] = {LEAD, gl, NLON};
+  int64_t st[3], gst[3];
+  strides_of(order, pl, pn, st);
+  strides_of(order, gl, NLON, gst);
+  double* field = calloc((size_t)n, sizeof(double));
+  double* global = calloc((size_t)(LEAD * gl * NLON), sizeof(double));
+  double* back = calloc((size_t)(LEAD * gl * NLON), sizeof(double));
+  for (int64_t l = 0; l < LEAD; ++l)
+    for (int64_t i = 0; i < gl; ++i)
+      for (int64_t j = 0; j < NLON; ++j) global[at(gst, l, i, j)] = encode(l, i, j);
+  CHECK(tessera_halo_scatter_staggered_strided(h, global, gshape, gst, field, TESSERA_F64, 3, shape, st, face, 0) ==
+            TESSERA_OK,
+        "strided scatter, order %d: %s", order, tessera_last_error());
+  int wrong = 0;
+  for (int64_t e = 0; e < n; ++e) wrong += field[e] != expected[e];
+  CHECK(wrong == 0, "strided scatter, order %d, stagger %d: %d values differ", order, (int)face, wrong);
+  CHECK(tessera_halo_gather_staggered_strided(h, field, back, TESSERA_F64, 3, shape, st, gshape, gst, face, 0) ==
+            TESSERA_OK,
+        "strided gather, order %d: %s", order, tessera_last_error());
+  wrong = 0;
+  if (rank == 0)
+    for (int64_t e = 0; e < LEAD * gl * NLON; ++e) wrong += back[e] != global[e];
+  CHECK(wrong == 0, "strided gather, order %d, stagger %d: %d values differ", order, (int)face, wrong);
+  const int64_t longer[3] = {LEAD, gl + 1, NLON};
+  double* bad = calloc((size_t)(LEAD * (gl + 1) * NLON), sizeof(double));
+  int64_t bst[3];
+  strides_of(order, gl + 1, NLON, bst);
+  CHECK(tessera_halo_gather_staggered_strided(h, field, bad, TESSERA_F64, 3, shape, st, longer, bst, face, 0) ==
+                TESSERA_ERR_SHAPE &&
+            has("are not the field's global extents"),
+        "gather into a global array one latitude too long: %s", tessera_last_error());
+  free(bad);
+  free(back);
+  free(global);
+  free(field);
+}
+
 /* Face fields in other memory orders (tessera_halo_add_field_staggered_strided) exchange
  * to the reference order's values on every halo cell; a checkpoint of them written here
  * (tessera_checkpoint_add_halo_field_staggered[_strided]) loads on rank 0 alone, one
@@ -232,6 +277,7 @@ static void run_orders(tessera_decomp_t* d, tessera_pole_t pole, int rank, int s
       for (int64_t l = 0; l < LEAD; ++l)
         for (int64_t a = 0; a < pl[k]; ++a)
           for (int64_t b = 0; b < pn[k]; ++b) q[k][o][at(st[k][o], l, a, b)] = q[k][0][at(st[k][0], l, a, b)];
+    for (int o = 1; o < NORDERS; ++o) scatter_gather_strided(h, faces[k], o, pl[k], pn[k], gl[k], q[k][o], rank);
     CHECK(tessera_halo_add_field_staggered(h, q[k][0], TESSERA_F64, TESSERA_ORDER_C, 3, shape, faces[k], NULL) ==
               TESSERA_OK,
           "add: %s", tessera_last_error());

@@ -6,7 +6,8 @@
 ! and real32, latitude and longitude bands (and 2 x 2 at 4 ranks), at 1, 2, 3 and 4 ranks.
 ! The face fields in the orders q(lev, lon, lat) and q(lon, lev, lat) (lon_dim=, lat_dim=)
 ! against q(lon, lat, lev), and a checkpoint of them written at every decomposition and
-! loaded on one rank into the global face arrays (subroutine orders).
+! loaded on one rank into the global face arrays (subroutine orders); scatter and gather
+! in those orders against the serial global arrays (subroutine scatter_gather_orders).
 program test_fortran_stagger
   use mpi
   use tessera
@@ -263,6 +264,7 @@ contains
     call global_fields(nlon, unlat, vnlat, g8, g4)
     call tessera_halo_scatter_staggered(halo, g8, u, TESSERA_STAGGER_LON_FACE, 0)
     call tessera_halo_scatter_staggered(halo, g4, v, TESSERA_STAGGER_LAT_FACE, 0)
+    call scatter_gather_orders(halo, g8, g4, u, v, layout, pole)
     u_kij = reshape(u, [NLEV, upn, upl], order=[2, 3, 1])
     u_ikj = reshape(u, [upn, NLEV, upl], order=[1, 3, 2])
     v_kij = reshape(v, [NLEV, vpn, vpl], order=[2, 3, 1])
@@ -344,6 +346,53 @@ contains
       call tessera_mesh_destroy(mesh)
     end if
     call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  end subroutine
+
+  ! Scatter and gather in other dimension orders (lon_dim=, lat_dim=): u as
+  ! q(lev, lon, lat) and v as q(lon, lev, lat) from global arrays in the same orders get
+  ! the padded arrays of q(lon, lat, lev)'s scatter (u, v: halo cells -7), and gathered
+  ! back they are the serial global arrays on rank 0. A global array of the wrong extents
+  ! on the root fails every rank, naming them lon first.
+  subroutine scatter_gather_orders(halo, g8, g4, u, v, layout, pole)
+    type(tessera_halo), intent(in) :: halo
+    real(real64), intent(in) :: g8(:, :, :), u(:, :, :)
+    real(real32), intent(in) :: g4(:, :, :), v(:, :, :)
+    integer, intent(in) :: layout, pole
+    real(real64), allocatable :: u_kij(:, :, :), g8_kij(:, :, :), back8(:, :, :), bad(:, :, :)
+    real(real32), allocatable :: v_ikj(:, :, :), g4_ikj(:, :, :), back4(:, :, :)
+    integer :: nlon, unlat, vnlat, status, wrong
+    character(len=200) :: text
+    nlon = size(g8, 1); unlat = size(g8, 2); vnlat = size(g4, 2)
+    g8_kij = reshape(g8, [NLEV, nlon, unlat], order=[2, 3, 1])
+    g4_ikj = reshape(g4, [nlon, NLEV, vnlat], order=[1, 3, 2])
+    allocate(u_kij(NLEV, size(u, 1), size(u, 2)), source=-7.0_real64)
+    allocate(v_ikj(size(v, 1), NLEV, size(v, 2)), source=-7.0_real32)
+    call tessera_halo_scatter_staggered(halo, g8_kij, u_kij, TESSERA_STAGGER_LON_FACE, 0, status, lon_dim=2, &
+                                        lat_dim=3)
+    wrong = merge(0, 1, status == TESSERA_OK)
+    call tessera_halo_scatter_staggered(halo, g4_ikj, v_ikj, TESSERA_STAGGER_LAT_FACE, 0, status, lon_dim=1, &
+                                        lat_dim=3)
+    wrong = wrong + merge(0, 1, status == TESSERA_OK)
+    wrong = wrong + count(u_kij /= reshape(u, shape(u_kij), order=[2, 3, 1])) + &
+            count(v_ikj /= reshape(v, shape(v_ikj), order=[1, 3, 2]))
+    if (wrong > 0) call fail('scatter into q(lev, lon, lat) and q(lon, lev, lat)', wrong, layout, pole)
+
+    allocate(back8, mold=g8_kij)
+    allocate(back4, mold=g4_ikj)
+    back8 = 0; back4 = 0
+    call tessera_halo_gather_staggered(halo, u_kij, back8, TESSERA_STAGGER_LON_FACE, 0, status, lon_dim=2, lat_dim=3)
+    wrong = merge(0, 1, status == TESSERA_OK)
+    call tessera_halo_gather_staggered(halo, v_ikj, back4, TESSERA_STAGGER_LAT_FACE, 0, status, lon_dim=1, lat_dim=3)
+    wrong = wrong + merge(0, 1, status == TESSERA_OK)
+    if (rank == 0) wrong = wrong + count(back8 /= g8_kij) + count(back4 /= g4_ikj)
+    if (wrong > 0) call fail('gather from q(lev, lon, lat) and q(lon, lev, lat)', wrong, layout, pole)
+
+    allocate(bad(NLEV, nlon, unlat + 1))
+    bad = 0
+    call tessera_halo_gather_staggered(halo, u_kij, bad, TESSERA_STAGGER_LON_FACE, 0, status, lon_dim=2, lat_dim=3)
+    write(text, '(4(a, i0))') "tessera_halo_gather_staggered: gather: the global array's lon x lat extents ", nlon, &
+      ' x ', unlat + 1, ' are not the field''s global extents ', nlon, ' x ', unlat
+    call expect_error(status, TESSERA_ERR_SHAPE, trim(text), layout, pole)
   end subroutine
 
   ! The serial u (nlon x unlat faces, real64) and v (nlon x vnlat, real32).
