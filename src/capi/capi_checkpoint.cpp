@@ -300,7 +300,11 @@ int tessera_checkpoint_commit(tessera_checkpoint_t* checkpoint) {
     if (c.save) {
       io::save_checkpoint(c.path, *c.mesh, c.named, nullptr, c.save_options);
     } else {
-      const io::LoadResult r = io::load_checkpoint(c.path, *c.mesh, c.named, nullptr, c.load_options);
+      io::LoadOptions options = c.load_options;
+      // A Fortran caller reads the shapes in the load's messages as it declared its
+      // arrays: (lon, lat, ...), the reverse of tessera's view.
+      if (capi::caller_is_fortran()) options.describe_shape = capi::caller_shape;
+      const io::LoadResult r = io::load_checkpoint(c.path, *c.mesh, c.named, nullptr, options);
       c.loaded_step = r.step;
       c.loaded_metadata = r.metadata;
     }

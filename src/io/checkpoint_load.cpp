@@ -84,6 +84,9 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
     }
   }
 
+  const auto shape_text = [&](const Shape& s) {
+    return options.describe_shape ? options.describe_shape(s) : shape_str(s);
+  };
   LoadResult result;
   result.file = file;
   std::optional<CheckpointReader> reader;
@@ -145,14 +148,16 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
       if (t.dataset == nullptr) {
         if (options.strict) {
           throw InvalidArgument("checkpoint '" + file + "' has no dataset " + t.path() + " for " +
-                                (t.section == "model" ? "parameter '" : "optimizer state '") + t.name + "'");
+                                (t.section == "model" ? "parameter '" : "optimizer state '") + t.name +
+                                "' (global shape " + shape_text(t.global_shape) + ")");
         }
         result.missing.push_back(t.path());
         continue;
       }
       if (t.dataset->shape != t.global_shape) {
-        throw ShapeError("checkpoint '" + file + "': dataset " + t.path() + " has shape " + shape_str(t.dataset->shape) +
-                         " but '" + t.name + "' has global shape " + shape_str(t.global_shape));
+        throw ShapeError("checkpoint '" + file + "': dataset " + t.path() + " has shape " +
+                         shape_text(t.dataset->shape) + " but '" + t.name + "' has global shape " +
+                         shape_text(t.global_shape));
       }
       if (t.dataset->dtype != t.destination.dtype()) {
         throw ShapeError("checkpoint '" + file + "': dataset " + t.path() + " has dtype " +

@@ -8,7 +8,8 @@
 !    other layouts (q(k,i,j), q(i,j,k)) on longitude strips, compared cell by cell;
 !  - the lon-first forms of tessera_decomp_box and tessera_halo_padded;
 !  - the Fortran-worded errors: dims that name no lon/lat pair, extents that are not the
-!    padded ones (1-based dims, lon x lat), on every rank, registering nothing.
+!    padded ones (1-based dims, lon x lat), on every rank, registering nothing; a load's
+!    stored shape that is not the field's, and a missing dataset, with shapes lon first.
 program test_fortran_layouts
   use mpi
   use tessera
@@ -19,11 +20,11 @@ program test_fortran_layouts
     real(real64), allocatable :: q(:, :, :)   ! (lon, lev, lat)
   end type
   type(tessera_mesh) :: mesh
-  type(tessera_decomp) :: bands, strips
-  type(tessera_halo) :: halo, halo_strips
+  type(tessera_decomp) :: bands, strips, taller
+  type(tessera_halo) :: halo, halo_strips, halo_taller
   type(tessera_checkpoint) :: ckpt
   type(model_state), target :: st
-  real(real64), allocatable, target :: q_ijk(:, :, :), q2(:, :), load_kij(:, :, :), block(:, :)
+  real(real64), allocatable, target :: q_ijk(:, :, :), q2(:, :), load_kij(:, :, :), block(:, :), tall(:, :, :)
   real(real32), allocatable, target :: q_kij(:, :, :), load_ijk(:, :, :), wrong(:, :, :), whole(:, :, :)
   integer :: ierr, nranks, rank, failures, count
   integer :: lat1, nlat_loc, lon1, nlon_loc, i, j, k, nlat_b, nlon_b, lat1_b, lon1_b, first(2), extent(2)
@@ -158,6 +159,28 @@ program test_fortran_layouts
   call tessera_checkpoint_destroy(ckpt)
   call tessera_decomp_create(strips, MPI_COMM_WORLD, NLAT, NLON, nranks + 1, 1, ierr)
   call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_decomp_create: ")
+  ! A load's messages about the file: shapes as the Fortran caller declared them, lon
+  ! first. The file's q64 is (NLON, NLAT, NLEV); a grid two rows taller wants another.
+  call tessera_decomp_create_from_mesh(taller, mesh, [NLON, NLAT + 2], [1, nranks])
+  call tessera_halo_create(halo_taller, taller, [HLON, HLAT], [HLON, HLAT], .true., TESSERA_POLE_ZERO)
+  call tessera_halo_padded(halo_taller, extent)
+  allocate(tall(extent(1), extent(2), NLEV))
+  call tessera_checkpoint_begin_load(ckpt, mesh, root)
+  call tessera_checkpoint_add_field(ckpt, 'q64', halo_taller, tall)
+  call tessera_checkpoint_commit(ckpt, ierr)
+  call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_checkpoint_commit: checkpoint '")
+  call expect_error(ierr, TESSERA_ERR_SHAPE, "': dataset /model/q64 has shape (" // itoa(NLON) // ", " // &
+                    itoa(NLAT) // ", " // itoa(NLEV) // ") but 'q64' has global shape (" // itoa(NLON) // ", " // &
+                    itoa(NLAT + 2) // ", " // itoa(NLEV) // ")")
+  call tessera_checkpoint_destroy(ckpt)
+  call tessera_checkpoint_begin_load(ckpt, mesh, root)
+  call tessera_checkpoint_add_field(ckpt, 'absent', halo_taller, tall)
+  call tessera_checkpoint_commit(ckpt, ierr)
+  call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "' has no dataset /model/absent for parameter 'absent' " // &
+                    "(global shape (" // itoa(NLON) // ", " // itoa(NLAT + 2) // ", " // itoa(NLEV) // "))")
+  call tessera_checkpoint_destroy(ckpt)
+  call tessera_halo_destroy(halo_taller)
+  call tessera_decomp_destroy(taller)
 
   call tessera_halo_destroy(halo_strips)
   call tessera_halo_destroy(halo)

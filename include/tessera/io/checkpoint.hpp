@@ -24,6 +24,7 @@
 // dataset), to test that failures are agreed and leave earlier checkpoints intact.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,6 +63,10 @@ struct LoadOptions {
   // Load only these parameter FQNs (and their optimizer state); empty: all.
   std::vector<std::string> only;
   bool verify_checksums = true;
+  // How the messages of a load show a shape (the stored one, the tensor's): empty, as
+  // tessera's C-order extents "[a, b, c]"; the C API passes its Fortran callers'
+  // declaration order.
+  std::function<std::string(const Shape&)> describe_shape;
 };
 
 struct LoadResult {
