@@ -1,6 +1,6 @@
 #pragma once
-// What the CUDA twin suites share: ranks, seeded host data, and comparisons of a device
-// result with its host twin.
+// What the CUDA twin suites share: ranks, the fixture that picks this rank's device (or
+// skips), seeded host data, and comparisons of a device result with its host twin.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/backend.hpp"
 #include "tessera/tensor.hpp"
 
 namespace tessera::cuda_test {
@@ -27,6 +28,18 @@ inline int world_size() {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
 }
+
+// The fixture of the device twin suites: device_ is this rank's GPU (world rank modulo
+// the devices); without a GPU every test is skipped with the runtime's reason.
+class DeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const int count = cuda_device_count();
+    if (count == 0) GTEST_SKIP() << cuda_unavailable_reason();
+    device_ = Device::cuda(world_rank() % count);
+  }
+  Device device_;
+};
 
 // Uniform values in [-scale, scale) from `seed`, f32 or f64, on the host.
 inline Tensor random_host(const Shape& shape, DType dtype, unsigned seed, double scale = 1.0) {

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "../domain/domain_test_support.hpp"
+#include "../support/emulator_config.hpp"
 #include "cuda_test_util.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/bfloat16.hpp"
@@ -40,25 +42,10 @@ namespace {
 using namespace tessera;
 using namespace tessera::cuda_test;
 using domain::PolePolicy;
+using tessera::testing::self;
+using tessera::testing::world;
 
-Communicator& world() {
-  static Communicator comm(MPI_COMM_WORLD);
-  return comm;
-}
-
-Communicator& self() {
-  static Communicator comm(MPI_COMM_SELF);
-  return comm;
-}
-
-class CudaDomain : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason();
-    device_ = Device::cuda(world_rank() % cuda_device_count());
-  }
-  Device device_;
-};
+class CudaDomain : public DeviceTest {};
 
 // Latitude bands and longitude bands over every rank (one grid at 1 rank), and 2x2 at 4.
 std::vector<domain::ProcessGrid> grids() {
@@ -321,15 +308,9 @@ TEST_F(CudaDomain, LatitudeWeightedLossOnTheDeviceEqualsTheSerialLoss) {
   }
 }
 
+// The host domain twins' emulator, with a normalisation so that predict() has work to do.
 models::FieldEmulatorConfig emulator_config() {
-  models::FieldEmulatorConfig c;
-  c.channels = 2;
-  c.width = 8;
-  c.mlp_hidden = 8;
-  c.n_blocks = 2;
-  c.nlat = 10;
-  c.nlon = 16;
-  c.pole = PolePolicy::across_pole;
+  models::FieldEmulatorConfig c = tessera::testing::domain_emulator_config();
   c.mean = {0.5, -0.5};
   c.std = {2.0, 1.0};
   return c;

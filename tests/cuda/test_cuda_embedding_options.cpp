@@ -26,15 +26,7 @@ using namespace tessera::cuda_test;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-class CudaEmbeddingOptions : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const int count = cuda_device_count();
-    if (count == 0) GTEST_SKIP() << cuda_unavailable_reason();
-    device_ = Device::cuda(world_rank() % count);
-  }
-  Device device_;
-};
+class CudaEmbeddingOptions : public DeviceTest {};
 
 // Ids with repeats over a 12-row table; row 5 is never looked up.
 Tensor batch_ids() { return Tensor::from_vector<std::int64_t>({3, 0, 11, 3, 6, 1, 3, 2, 6, 4, 9, 10}, {3, 4}); }

@@ -18,15 +18,7 @@ using namespace tessera;
 using namespace tessera::cuda_test;
 namespace F = tessera::nn::functional;
 
-class CudaRopeGqa : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const int count = cuda_device_count();
-    if (count == 0) GTEST_SKIP() << cuda_unavailable_reason();
-    device_ = Device::cuda(world_rank() % count);
-  }
-  Device device_;
-};
+class CudaRopeGqa : public DeviceTest {};
 
 double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-5 : 1e-12; }
 
