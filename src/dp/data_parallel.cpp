@@ -55,7 +55,7 @@ class UnitWrapper final : public nn::Module {
     engine_->post_backward(unit_);
     return dx;
   }
-  void release_activations() override { inner_->release_activations(); }
+  void visit_activations(nn::ActivationVisitor& v) override { inner_->visit_activations(v); }
   void set_compute_precision(Precision precision) override {
     nn::Module::set_compute_precision(precision);
     inner_->set_compute_precision(precision);

@@ -44,9 +44,10 @@ class KvHeadsProjection final : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "KvHeadsProjection"; }
-  void release_activations() override {
-    input_ = selected_ = Tensor();
-    inner_->release_activations();
+  void visit_activations(nn::ActivationVisitor& v) override {
+    v.tensor(input_);
+    v.tensor(selected_);
+    inner_->visit_activations(v);
   }
   void set_compute_precision(Precision precision) override {
     nn::Module::set_compute_precision(precision);

@@ -38,9 +38,9 @@ Tensor ActivationCheckpoint::backward(const Tensor& grad_output) {
   return inner_->backward(grad_output);
 }
 
-void ActivationCheckpoint::release_activations() {
-  input_ = Tensor();
-  if (inner_) inner_->release_activations();
+void ActivationCheckpoint::visit_activations(ActivationVisitor& v) {
+  v.tensor(input_);
+  if (inner_) inner_->visit_activations(v);  // empty between forward and backward
 }
 
 std::vector<std::string> ActivationCheckpoint::tied_parameter_paths() const {

@@ -101,10 +101,6 @@ void Module::set_compute_precision(Precision precision) {
   for (auto& [name, c] : children_) c->set_compute_precision(precision);
 }
 
-void Module::release_activations() {
-  for (auto& [name, c] : children_) c->release_activations();
-}
-
 void Module::zero_grad() {
   for (Parameter* p : parameters()) p->zero_grad();
 }

@@ -38,6 +38,22 @@ StageSplit make_split(const nn::Module& model, int stages, const PipelineOptions
 
 }  // namespace
 
+std::string_view stage_activations_name(StageActivations activations) noexcept {
+  switch (activations) {
+    case StageActivations::stash: return "stash";
+    case StageActivations::recompute: return "recompute";
+  }
+  return "?";
+}
+
+StageActivations parse_stage_activations(std::string_view text, std::string_view key) {
+  for (auto a : {StageActivations::stash, StageActivations::recompute}) {
+    if (text == stage_activations_name(a)) return a;
+  }
+  throw InvalidArgument(std::string(key) + ": unknown pipeline activations '" + std::string(text) +
+                        "' (expected stash or recompute)");
+}
+
 Pipeline::Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options)
     : model_(model), mesh_(mesh), options_(std::move(options)) {
   if (options_.microbatches < 1) {
@@ -76,10 +92,13 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
   const int prev = stage_ - 1, next = stage_ + 1;
   times_ = {};
   recomputes_ = 0;
+  restores_ = 0;
+  const bool stash = options_.activations == StageActivations::stash;
 
   struct InFlight {
     Microbatch info;
-    Tensor input;        // the stage's input, kept for the recompute before backward
+    Tensor input;        // the stage's input (recompute: kept for the forward before backward)
+    std::vector<nn::ActivationStash> stash;  // per unit: the caches of its forward (stash)
     Tensor header;       // received header (stages after the first)
     CommRequest header_request, input_request, grad_request;
     bool input_posted = false;
@@ -138,6 +157,20 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
 
   double loss_sum = 0;
   int cached = -1;  // the microbatch whose forward the units' caches hold
+  // stash: moves the caches of the microbatch they hold aside before another forward or
+  // a restore would overwrite them.
+  auto set_aside = [&] {
+    if (!stash || cached < 0) return;
+    auto& held = mb[static_cast<std::size_t>(cached)].stash;
+    for (const std::string& path : units()) held.push_back(model_.at(path).stash_activations());
+    cached = -1;
+  };
+  auto restore = [&](InFlight& f) {
+    const auto& paths = units();
+    for (std::size_t u = 0; u < paths.size(); ++u) model_.at(paths[u]).restore_activations(std::move(f.stash[u]));
+    f.stash.clear();
+    ++restores_;
+  };
   for (const Action& action : actions_) {
     post_ready_inputs();
     const int j = action.microbatch;
@@ -150,8 +183,10 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
         f.input_request.wait();
       }
       const auto compute_start = Clock::now();
+      set_aside();
       Tensor y = stage_forward(f.input);
       cached = j;
+      if (stash) f.input = Tensor();  // the units keep what they need
       if (is_last()) {
         Tensor grad;
         loss_sum += loss_fn(y, f.info, grad);
@@ -186,10 +221,16 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
       if (!is_last()) f.grad_request.wait();
       const auto compute_start = Clock::now();
       if (cached != j) {
-        (void)stage_forward(f.input);  // bitwise the first forward: refills the caches
-        ++recomputes_;
+        if (stash) {
+          set_aside();
+          restore(f);
+        } else {
+          (void)stage_forward(f.input);  // bitwise the first forward: refills the caches
+          ++recomputes_;
+        }
       }
       Tensor dx = stage_backward(f.grad_output);
+      for (const std::string& path : units()) model_.at(path).release_activations();  // spent
       cached = -1;
       times_.compute_seconds += seconds_since(compute_start);
       if (!is_first()) sends.push_back(pp.isend(dx.contiguous(), prev, gradient_tag(j)));

@@ -182,9 +182,10 @@ void LoraLinear::set_compute_precision(Precision precision) {
   if (base_) base_->set_compute_precision(precision);
 }
 
-void LoraLinear::release_activations() {
-  input_ = scaled_u_ = Tensor();
-  if (base_) base_->release_activations();
+void LoraLinear::visit_activations(nn::ActivationVisitor& v) {
+  v.tensor(input_);
+  v.tensor(scaled_u_);
+  if (base_) base_->visit_activations(v);
 }
 
 std::unique_ptr<nn::Module> LoraLinear::release_base() {

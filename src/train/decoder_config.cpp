@@ -111,14 +111,11 @@ void check_decoder(const RunConfig& c) {
     fail("model.lora is not supported with parallelism.pipeline > 1");
   }
   // A pipeline (docs/pipeline.md) keeps each stage's parameters whole over the stages,
-  // sends replicated activations between them and recomputes forwards itself.
+  // and sends replicated activations between them.
   if (c.parallelism.pipeline > 1) {
     const std::string pp = "with parallelism.pipeline " + n(c.parallelism.pipeline);
     if (a.tie_embeddings) fail("model.tie_embeddings must be false " + pp + " (the table would live on two stages)");
     if (c.parallelism.data == DataParallelMode::fsdp2) fail("parallelism.data fsdp2 is not supported " + pp + " (use ddp)");
-    if (c.activation_checkpointing.enabled()) {
-      fail("model.activation_checkpointing must be none " + pp + " (the pipeline recomputes each stage's forward)");
-    }
     if (c.data.has_validation()) fail("data.validation is not supported " + pp + " (evaluation runs no pipeline yet)");
     if (a.n_layers + 3 < c.parallelism.pipeline) {
       fail("parallelism.pipeline (" + n(c.parallelism.pipeline) + ") exceeds the decoder's " + n(a.n_layers + 3) +

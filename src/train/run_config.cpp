@@ -207,6 +207,9 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
               c.pipeline.schedule = p.choice(x, kk, {"gpipe", "1f1b"});
             }},
            {"cut_points", [&](const YAML::Node& x, const std::string& kk) { c.pipeline.cut_points = p.strings(x, kk); }},
+           {"activations", [&](const YAML::Node& x, const std::string& kk) {
+              c.pipeline.activations = p.choice(x, kk, {"stash", "recompute"});
+            }},
          });
        }},
       {"logging", [&](const YAML::Node& v, const std::string& key) {

@@ -433,8 +433,9 @@ elseif(MODE STREQUAL "decoder_dry_run")
 elseif(MODE STREQUAL "decoder_pipeline")
   # parallelism.pipeline (docs/pipeline.md): the decoder trained at pipeline 2 (GPipe and
   # 1F1B, even split and a cut point), pipeline 2 x tp 2, pipeline 2 x ddp 2 and pipeline
-  # 4 ends with the weights and AdamW state of the same training without a pipeline, to
-  # fp32 rounding; the dry run's stage assignment; the keys' errors.
+  # 4, activations recomputed and blocks checkpointed, ends with the weights and AdamW
+  # state of the same training without a pipeline, to fp32 rounding; the dry run's stage
+  # assignment; the keys' errors.
   set(common ${dtiny} --set=checkpoint.interval=0 --set=optimizer.clip_grad_norm=0 --set=parallelism.tensor=1)
   expect_success(1 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp1")
   expect_success(2 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2" --set=parallelism.pipeline=2
@@ -448,13 +449,22 @@ elseif(MODE STREQUAL "decoder_pipeline")
                  --set=parallelism.data=ddp --set=pipeline.microbatches=2)
   expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp4" --set=parallelism.pipeline=4
                  --set=pipeline.microbatches=8)
+  # The stages' activations recomputed instead of stashed, and checkpointed blocks inside
+  # the stages (the stash then holds a checkpointed block's input only): the same training.
+  expect_success(2 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2recompute" --set=parallelism.pipeline=2
+                 --set=pipeline.schedule=gpipe --set=pipeline.microbatches=4 --set=pipeline.activations=recompute)
+  if(NOT last_output MATCHES "; activations: recompute")
+    message(FATAL_ERROR "pipeline 2 did not report recompute:\n${last_output}")
+  endif()
+  expect_success(2 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2ckpt" --set=parallelism.pipeline=2
+                 --set=pipeline.microbatches=4 --set=model.activation_checkpointing=blocks)
   # Clipping by the global norm: the stages hold disjoint parameters, and the norm's one
   # all-reduce over the world sums them (clip_grad_norm active: 0.5 < the first norms).
   expect_success(1 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp1clip" --set=optimizer.clip_grad_norm=0.5)
   expect_success(2 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2clip" --set=optimizer.clip_grad_norm=0.5
                  --set=parallelism.pipeline=2)
   expect_close("${WORK_DIR}/pp1clip" "${WORK_DIR}/pp2clip" 1e-5 "clipped pp1 and pp2")
-  foreach(other pp2 pp2tp2 pp2ddp2 pp4)
+  foreach(other pp2 pp2tp2 pp2ddp2 pp4 pp2recompute pp2ckpt)
     expect_close("${WORK_DIR}/pp1" "${WORK_DIR}/${other}" 1e-5 "pp1 and ${other}")
     message(STATUS "decoder pp1 vs ${other}: max abs difference ${last_difference}")
   endforeach()
@@ -494,6 +504,7 @@ elseif(MODE STREQUAL "decoder_pipeline")
   foreach(bad "--set=model.tie_embeddings=true|model.tie_embeddings must be false with parallelism.pipeline 2"
               "--set=pipeline.microbatches=9|pipeline.microbatches \\(9\\) exceeds the rows"
               "--set=pipeline.schedule=zigzag|pipeline.schedule"
+              "--set=pipeline.activations=keep|pipeline.activations"
               "--set=pipeline.cut_points=[nope]|pipeline.cut_points: .*'nope'")
     unpack("${bad}" arg expected)
     expect_error(2 "${expected}" ${common} --dry-run --set=parallelism.pipeline=2 ${arg})

@@ -25,6 +25,7 @@
 #include "tessera/models/decoder.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/nn/activation_checkpoint.hpp"
+#include "tessera/nn/linear.hpp"
 #include "tessera/optim.hpp"
 #include "tessera/tp/conv2d.hpp"
 #include "tessera/tp/cross_entropy.hpp"
@@ -336,4 +337,78 @@ TEST(ActivationCheckpoint, DataParallelDdpOverlapAndFsdp2BitIdentical) {
       expect_identical(*plain.model, *after.model, /*grads=*/false, at + " after the step (after dp)");
     }
   }
+}
+
+// Stashing (nn/activations.hpp, the pipeline's default): two microbatches' forwards,
+// each one's caches moved aside, then each put back before its backward, give the
+// gradients of one forward per backward bit for bit. Every caching layer of the decoder
+// takes part: attention with repeated key/value heads (KvHeadsProjection) and RoPE,
+// RMSNorm, SwiGLU, the tensor-parallel linears and embeddings, sequence parallelism's
+// scatter extents, the tied head's normed output and a checkpointed block's input.
+TEST(ActivationStash, TwoForwardsThenTwoBackwardsMatchOneForwardPerBackward) {
+  Communicator tp(MPI_COMM_WORLD);
+  Communicator self(MPI_COMM_SELF);
+  struct Variant {
+    bool tied;
+    bool sp;
+    std::int64_t every;  // activation checkpointing: 0 none
+  };
+  for (const Variant& v : {Variant{false, true, 0}, Variant{true, false, 0}, Variant{false, false, 2}}) {
+    const std::string what = std::string(v.tied ? "tied" : "gqa+rope") + (v.sp ? " sp" : "") + ", " +
+                             nn::CheckpointPolicy{v.every}.str() + ", tp " + std::to_string(tp.size());
+    const auto config = decoder_config(v.tied, 3);
+    models::Decoder plain(config), stashed(config);
+    nn::initialize_parameters(plain, kSeed);
+    nn::initialize_parameters(stashed, kSeed);
+    const auto plan = models::parallelize_decoder(plain, tp, v.sp);
+    (void)models::parallelize_decoder(stashed, tp, v.sp);
+    if (v.every > 0) {
+      (void)models::checkpoint_activations(plain, nn::CheckpointPolicy{v.every});
+      (void)models::checkpoint_activations(stashed, nn::CheckpointPolicy{v.every});
+    }
+    Communicator& loss_group = plan.vocab_sharded_logits ? tp : self;
+    plain.zero_grad();
+    stashed.zero_grad();
+    for (int salt : {0, 1}) (void)decoder_step(plain, loss_group, salt);
+
+    auto logit_grad = [&](const Tensor& logits, int salt) {
+      const auto ce = tp::vocab_parallel_cross_entropy(logits.reshape({kBatch * kSeq, logits.size(2)}),
+                                                       targets(salt), loss_group);
+      return ce.grad_logits.reshape(logits.shape());
+    };
+    const Tensor logits0 = stashed.forward(token_ids(0));
+    nn::ActivationStash first = stashed.stash_activations();
+    EXPECT_GT(first.tensor_count(), 0u) << what;
+    const Tensor logits1 = stashed.forward(token_ids(1));
+    nn::ActivationStash second = stashed.stash_activations();
+    // The tree holds nothing after a stash: a backward now is refused, not stale.
+    EXPECT_THROW((void)stashed.backward(logit_grad(logits1, 1)), InvalidArgument) << what;
+    stashed.zero_grad();
+    stashed.restore_activations(std::move(first));
+    stashed.backward(logit_grad(logits0, 0));
+    stashed.restore_activations(std::move(second));
+    stashed.backward(logit_grad(logits1, 1));
+    tp::sync_replicated_gradients(plain, tp);
+    tp::sync_replicated_gradients(stashed, tp);
+    expect_identical(plain, stashed, /*grads=*/true, what);
+  }
+}
+
+// A stash restores only into the tree it came from; anything else is an error that
+// leaves the tree released, never a mix of two forwards.
+TEST(ActivationStash, AStashFromAnotherTreeIsRefused) {
+  models::Decoder decoder(decoder_config(false, 2));
+  nn::initialize_parameters(decoder, kSeed);
+  (void)decoder.forward(token_ids(0));
+  nn::ActivationStash stash = decoder.stash_activations();
+  nn::Linear other(8, 8);
+  nn::initialize_parameters(other, kSeed);
+  const Tensor y = other.forward(Tensor::zeros(Shape{2, 8}, DType::f32));
+  try {
+    other.restore_activations(std::move(stash));
+    ADD_FAILURE() << "expected an InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("another module tree"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)other.backward(Tensor::zeros(y.shape(), y.dtype())), InvalidArgument);
 }

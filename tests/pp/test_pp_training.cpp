@@ -1,5 +1,6 @@
 // Pipeline training against its serial twin: a Sequential of Linear blocks trained for
-// kSteps steps with SGD (momentum) or AdamW, GPipe or 1F1B, 1, 3 or 4 microbatches. After
+// kSteps steps with SGD (momentum) or AdamW, GPipe or 1F1B, 1, 3 or 4 microbatches, the
+// stages keeping their activations in stashes or recomputing them. After
 // every step the reported loss (the same on every rank), every gradient and every master
 // weight the stage holds equal the serial model's trained on the whole batch, to fp32
 // rounding (relative 1e-5).
@@ -54,9 +55,26 @@ std::unique_ptr<Optimizer> make_optimizer(bool adamw, nn::Module& model) {
 Tensor batch_input(int step) { return random_tensor({kBatch, kWidth}, 700 + static_cast<std::uint64_t>(step)); }
 Tensor batch_target(int step) { return random_tensor({kBatch, kOut}, 900 + static_cast<std::uint64_t>(step)); }
 
-void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, bool adamw) {
+// How many of the stage's backward passes find another microbatch's caches in the
+// units (and so need a restore or a recompute), read off the action list.
+int backwards_after_another_forward(const std::vector<pp::Action>& actions) {
+  int count = 0, cached = -1;
+  for (const pp::Action& a : actions) {
+    if (a.kind == pp::Action::Kind::forward) {
+      cached = a.microbatch;
+    } else {
+      count += cached != a.microbatch;
+      cached = -1;
+    }
+  }
+  return count;
+}
+
+void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, bool adamw,
+              pp::StageActivations activations) {
   const std::string what = layout.name + ", " + std::string(pp::schedule_name(schedule)) + ", m " +
-                           std::to_string(microbatches) + (adamw ? ", AdamW" : ", SGD");
+                           std::to_string(microbatches) + (adamw ? ", AdamW" : ", SGD") + ", " +
+                           std::string(pp::stage_activations_name(activations));
   SCOPED_TRACE(what);
   Mesh mesh(MPI_COMM_WORLD, layout.config);
 
@@ -69,6 +87,7 @@ void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, boo
   pp::PipelineOptions options = layout.split;
   options.schedule = schedule;
   options.microbatches = microbatches;
+  options.activations = activations;
   pp::Pipeline pipeline(*model, mesh, options);
   nn::initialize_parameters(*model, kSeed);
   std::unique_ptr<dp::DataParallel> ddp;
@@ -117,13 +136,18 @@ void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, boo
     optimizer->step();
     expect_stage_matches(*serial, *model, false, what + " (weights)");
 
-    // Recomputation is exactly what the schedule needs: none on the last stage under
-    // 1F1B; GPipe re-runs every forward but the last microbatch's.
+    // Restores (stash) or recomputes are exactly what the schedule needs: none on the
+    // last stage under 1F1B; GPipe every microbatch but the last. The other count is 0:
+    // a stash never recomputes, and every forward runs once.
+    const int needed = backwards_after_another_forward(pipeline.actions());
     if (schedule == pp::Schedule::gpipe) {
-      EXPECT_EQ(pipeline.last_step_recomputes(), microbatches - 1);
+      EXPECT_EQ(needed, microbatches - 1);
     } else if (pipeline.is_last()) {
-      EXPECT_EQ(pipeline.last_step_recomputes(), 0);
+      EXPECT_EQ(needed, 0);
     }
+    const bool stash = activations == pp::StageActivations::stash;
+    EXPECT_EQ(pipeline.last_step_restores(), stash ? needed : 0);
+    EXPECT_EQ(pipeline.last_step_recomputes(), stash ? 0 : needed);
   }
 }
 
@@ -131,7 +155,10 @@ TEST(PipelineTraining, MatchesSerialTraining) {
   for (const Layout& layout : layouts()) {
     for (auto schedule : {pp::Schedule::gpipe, pp::Schedule::one_f_one_b}) {
       for (int m : {1, 3, 4}) {
-        for (bool adamw : {false, true}) run_case(layout, schedule, m, adamw);
+        // Both optimizers with the default stash; SGD alone covers recompute (the
+        // optimizer does not see how the stage kept its activations).
+        for (bool adamw : {false, true}) run_case(layout, schedule, m, adamw, pp::StageActivations::stash);
+        run_case(layout, schedule, m, false, pp::StageActivations::recompute);
       }
     }
   }

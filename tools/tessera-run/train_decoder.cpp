@@ -279,6 +279,7 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
     options.schedule = pp::parse_schedule(cfg.pipeline.schedule, "pipeline.schedule");
     options.microbatches = static_cast<int>(microbatches);
     options.cut_points = cfg.pipeline.cut_points;
+    options.activations = pp::parse_stage_activations(cfg.pipeline.activations, "pipeline.activations");
     try {
       pipeline = std::make_unique<pp::Pipeline>(*chain, mesh, options);
     } catch (const InvalidArgument& e) {
@@ -292,7 +293,8 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
     }
     log.info("pipeline: " + std::to_string(pp_size) + " stages, " + cfg.pipeline.schedule + ", " +
              std::to_string(microbatches) + " microbatches of a dp replica's " + std::to_string(local_batch) +
-             " rows; units per stage:" + units.substr(2));
+             " rows; units per stage:" + units.substr(2) + "; activations: " +
+             cfg.pipeline.activations);
   }
 
   const ShardRange rows = sp ? shard_range(seq_len, tp_size, mesh.coords().tp) : ShardRange{0, seq_len};

@@ -54,7 +54,7 @@ class DomainConv2d : public nn::Module {
   // local_lon] (complete: halo contributions of the other ranks are added). Collective.
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "DomainConv2d"; }
-  void release_activations() override { padded_input_ = Tensor(); }  // the halo step keeps nothing
+  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(padded_input_); }  // the halo step keeps nothing
   std::string describe() const;
 
   const HaloExchange& halo() const { return halo_.exchange(); }

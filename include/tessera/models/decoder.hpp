@@ -92,9 +92,9 @@ class Decoder : public nn::Module {
   Tensor forward(const Tensor& ids) override;
   Tensor backward(const Tensor& grad_logits) override;
   std::string type_name() const override { return "Decoder"; }
-  void release_activations() override {
-    normed_ = Tensor();
-    Module::release_activations();
+  void visit_activations(nn::ActivationVisitor& v) override {
+    v.tensor(normed_);
+    Module::visit_activations(v);
   }
   // With tie_embeddings the head reads "embed.weight" in the decoder's own forward.
   std::vector<std::string> tied_parameter_paths() const override;

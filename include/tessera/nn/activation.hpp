@@ -13,7 +13,7 @@ class GELU : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "GELU"; }
-  void release_activations() override { input_ = Tensor(); }
+  void visit_activations(ActivationVisitor& v) override { v.tensor(input_); }
 
  private:
   Tensor input_;
@@ -25,7 +25,7 @@ class SiLU : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "SiLU"; }
-  void release_activations() override { input_ = Tensor(); }
+  void visit_activations(ActivationVisitor& v) override { v.tensor(input_); }
 
  private:
   Tensor input_;

@@ -52,7 +52,7 @@ class ActivationCheckpoint : public Module {
   // "Checkpointed(TransformerBlock)".
   std::string type_name() const override;
   // The kept input, and whatever inner still caches.
-  void release_activations() override;
+  void visit_activations(ActivationVisitor& v) override;  // its input, then the block's
   std::vector<std::string> tied_parameter_paths() const override;
   void after_initialize() override;
   void set_compute_precision(Precision precision) override;  // this wrapper's and inner's

@@ -94,9 +94,13 @@ class MultiHeadAttention : public Module {
   // dx = the sum of the q, k and v projections' input gradients.
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "MultiHeadAttention"; }
-  void release_activations() override {
-    q_ = k_ = v_ = probs_ = Tensor();
-    Module::release_activations();  // q, k, v, o
+  void visit_activations(ActivationVisitor& v) override {
+    v.tensor(q_);
+    v.tensor(k_);
+    v.tensor(v_);
+    v.tensor(probs_);
+    v.count(local_heads_);
+    Module::visit_activations(v);  // q, k, v, o
   }
 
   std::int64_t d_model() const { return d_model_; }

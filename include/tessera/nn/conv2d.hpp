@@ -28,7 +28,7 @@ class Conv2d : public Module {
   // Accumulates weight.grad (and bias.grad) and returns dx; releases the cached input.
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "Conv2d"; }
-  void release_activations() override { input_ = Tensor(); }
+  void visit_activations(ActivationVisitor& v) override { v.tensor(input_); }
 
   std::int64_t in_channels() const { return in_channels_; }
   std::int64_t out_channels() const { return out_channels_; }

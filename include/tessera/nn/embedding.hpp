@@ -33,7 +33,7 @@ class Embedding : public Module {
   // undefined Tensor.
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "Embedding"; }
-  void release_activations() override { ids_ = Tensor(); }
+  void visit_activations(ActivationVisitor& v) override { v.tensor(ids_); }
 
   std::int64_t num_embeddings() const { return num_embeddings_; }
   std::int64_t embedding_dim() const { return embedding_dim_; }

@@ -22,7 +22,7 @@ class Linear : public Module {
   // Accumulates weight.grad (and bias.grad) and returns dx; releases the cached input.
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "Linear"; }
-  void release_activations() override { input_ = Tensor(); }
+  void visit_activations(ActivationVisitor& v) override { v.tensor(input_); }
 
   // PyTorch's defaults, shared with every layer that is "a Linear" (tensor-parallel
   // linears, 1x1 and kxk convolutions), so a converted model initialises identically.

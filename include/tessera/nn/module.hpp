@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/nn/activations.hpp"
 #include "tessera/parameter.hpp"
 #include "tessera/precision.hpp"
 #include "tessera/tensor.hpp"
@@ -73,14 +74,24 @@ class Module {
   // gradient only once the whole backward is done (dp/data_parallel.hpp).
   virtual std::vector<std::string> tied_parameter_paths() const { return {}; }
 
-  // Drops what forward cached for backward, in this module and every module below it
-  // (activation checkpointing, nn/activation_checkpoint.hpp: a checkpointed block keeps
-  // only its input and recomputes its forward before its backward). The default
-  // recurses into the children; a module that caches tensors overrides it to drop them
-  // and then calls Module::release_activations() (or, for a wrapper whose inner module
-  // is not a child, the inner's). A module that does not release keeps its cache: the
-  // recompute overwrites it, so only memory, never a result, depends on it. Local.
-  virtual void release_activations();
+  // ---- What forward caches for backward (nn/activations.hpp). A module that caches
+  // tensors (or counts describing its last forward) overrides visit_activations to hand
+  // each cached member to the visitor, then calls Module::visit_activations (its
+  // children) or, for a wrapper whose inner module is not a child, the inner's. The
+  // three operations below are built on it. All local, no communication.
+  virtual void visit_activations(ActivationVisitor& visitor);
+  // Drops every cache of the tree (activation checkpointing, nn/activation_checkpoint.hpp:
+  // a checkpointed block keeps only its input and recomputes its forward before its
+  // backward). A backward after a release is the layer's "without a preceding forward"
+  // error; only memory depends on a release, never a result.
+  void release_activations();
+  // Moves every cache of the tree into a stash (the tree is left as after a release)
+  // and puts a stash back (pipeline stages, pp/pipeline.hpp: a microbatch's caches wait
+  // for its backward while other microbatches run their forwards). A stash restores
+  // only into the tree it came from; one that does not fit is an InvalidArgument and
+  // leaves the tree released.
+  ActivationStash stash_activations();
+  void restore_activations(ActivationStash&& stash);
 
   // ---- Numerics of the module's matrix products (tessera/precision.hpp). Sets the
   // precision of this module and of every module below it; a wrapper whose inner module

@@ -20,7 +20,11 @@ class LayerNorm : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "LayerNorm"; }
-  void release_activations() override { input_ = mean_ = rstd_ = Tensor(); }
+  void visit_activations(ActivationVisitor& v) override {
+    v.tensor(input_);
+    v.tensor(mean_);
+    v.tensor(rstd_);
+  }
 
   std::int64_t normalized_size() const { return size_; }
   double eps() const { return eps_; }
@@ -45,7 +49,10 @@ class RMSNorm : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "RMSNorm"; }
-  void release_activations() override { input_ = rstd_ = Tensor(); }
+  void visit_activations(ActivationVisitor& v) override {
+    v.tensor(input_);
+    v.tensor(rstd_);
+  }
 
   std::int64_t normalized_size() const { return size_; }
   double eps() const { return eps_; }

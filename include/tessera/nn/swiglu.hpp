@@ -39,9 +39,10 @@ class SwiGLU : public Module {
   // dx = the sum of the gate and up projections' input gradients.
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "SwiGLU"; }
-  void release_activations() override {
-    gate_ = up_ = Tensor();
-    Module::release_activations();  // gate, up, down
+  void visit_activations(ActivationVisitor& v) override {
+    v.tensor(gate_);
+    v.tensor(up_);
+    Module::visit_activations(v);  // gate, up, down
   }
 
   std::int64_t d_model() const { return d_model_; }

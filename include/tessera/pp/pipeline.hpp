@@ -25,11 +25,20 @@
 // each rank sends to the rank of the next stage with the same dp, tp and domain
 // coordinates.
 //
-// Memory and recomputation: a tessera Module caches the state of its last forward only,
-// so a stage keeps the *input* of each microbatch in flight and, before a backward,
-// re-runs the stage's forward on that input when another microbatch's forward ran since
-// (full recomputation at stage granularity; the result is bitwise the same). The last
-// stage under 1F1B, and the last microbatch's backward under GPipe, need no recompute.
+// Activations: a tessera Module caches the state of its last forward only (the layers'
+// members), so a stage that runs another microbatch's forward before a backward must keep
+// the earlier microbatch's caches somewhere. Two ways (PipelineOptions::activations):
+//   stash      (default) after a forward, when another forward comes before this
+//              microbatch's backward, the stage's caches move into a per-microbatch
+//              stash (nn::Module::stash_activations, handles only, no copy) and move back
+//              before its backward: every forward runs once, and a stage holds the
+//              activations of its microbatches in flight (GPipe: m, 1F1B: at most p - s).
+//   recompute  the stage keeps only the *input* of each microbatch in flight and re-runs
+//              its forward on it before the backward (full recomputation at stage
+//              granularity, bitwise the same result): less memory, one more forward per
+//              microbatch on the stages that need it.
+// Both give bitwise the same gradients. The last stage under 1F1B, and the last
+// microbatch's backward under GPipe, need neither.
 //
 // Communication: every send is non-blocking (Communicator::isend) and is completed at
 // the end of the step; the receives of the gradients are posted as soon as the matching
@@ -40,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/mesh.hpp"
@@ -49,8 +59,15 @@
 
 namespace tessera::pp {
 
+// How a stage keeps a microbatch's activations until its backward (see above).
+enum class StageActivations { stash, recompute };
+std::string_view stage_activations_name(StageActivations activations) noexcept;  // "stash" | "recompute"
+// "stash" | "recompute"; InvalidArgument naming `key` and the value otherwise.
+StageActivations parse_stage_activations(std::string_view text, std::string_view key = "activations");
+
 struct PipelineOptions {
   Schedule schedule = Schedule::one_f_one_b;
+  StageActivations activations = StageActivations::stash;
   int microbatches = 1;                 // >= 1, at most the batch's rows
   std::vector<std::string> cut_points;  // where stages 1.. begin; empty: by layer count
   std::vector<int> units_per_stage;     // by layer count, given per stage; empty: even
@@ -93,8 +110,10 @@ class Pipeline {
   const PipelineOptions& options() const { return options_; }
   const std::vector<Action>& actions() const { return actions_; }
   const StepTimes& last_step_times() const { return times_; }
-  // Forward passes re-run before a backward in the last step (see above).
+  // Forward passes re-run before a backward in the last step (activations: recompute),
+  // and stashes put back before a backward (activations: stash); see above.
   int last_step_recomputes() const { return recomputes_; }
+  int last_step_restores() const { return restores_; }
 
   // This stage's forward and backward over its units (no communication besides the
   // units' own tp / domain collectives).
@@ -110,6 +129,7 @@ class Pipeline {
   std::vector<Action> actions_;
   StepTimes times_;
   int recomputes_ = 0;
+  int restores_ = 0;
 };
 
 }  // namespace tessera::pp

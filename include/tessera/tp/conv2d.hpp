@@ -61,7 +61,7 @@ class ColumnParallelConv2d : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "ColumnParallelConv2d"; }
-  void release_activations() override { input_ = Tensor(); }  // activation checkpointing
+  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(input_); }
   Tensor master_weight();
   Tensor master_bias();
   bool has_bias() const { return has_bias_; }
@@ -105,7 +105,7 @@ class RowParallelConv2d : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "RowParallelConv2d"; }
-  void release_activations() override { input_local_ = Tensor(); }  // activation checkpointing
+  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(input_local_); }
   Tensor master_weight();
   Tensor master_bias();
   bool has_bias() const { return has_bias_; }

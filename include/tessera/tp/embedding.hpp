@@ -45,7 +45,7 @@ class ParallelEmbedding : public nn::Module {
   Tensor forward(const Tensor& ids) override;
   Tensor backward(const Tensor& grad_y) override;  // returns an undefined tensor (ids)
   std::string type_name() const override { return "ParallelEmbedding"; }
-  void release_activations() override { ids_ = Tensor(); }  // activation checkpointing
+  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(ids_); }
   Tensor master_weight();
   std::int64_t num_embeddings() const { return num_; }
   std::int64_t embedding_dim() const { return dim_; }
@@ -77,7 +77,7 @@ class VocabParallelEmbedding : public nn::Module {
   Tensor forward(const Tensor& ids) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
-  void release_activations() override { ids_ = Tensor(); }  // activation checkpointing
+  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(ids_); }
   Tensor master_weight();
   std::int64_t num_embeddings() const { return num_; }
   std::int64_t embedding_dim() const { return dim_; }

@@ -70,7 +70,7 @@ class ColumnParallelLinear : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "ColumnParallelLinear"; }
-  void release_activations() override { input_ = Tensor(); }  // activation checkpointing
+  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(input_); }
 
   Tensor master_weight();  // collective over tp
   Tensor master_bias();    // collective over tp; undefined without bias
@@ -105,7 +105,7 @@ class RowParallelLinear : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "RowParallelLinear"; }
-  void release_activations() override { input_local_ = Tensor(); }  // activation checkpointing
+  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(input_local_); }
 
   Tensor master_weight();
   Tensor master_bias();  // the replicated bias (a copy; no communication)

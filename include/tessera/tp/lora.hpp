@@ -67,7 +67,7 @@ class LoraLinear : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "LoraLinear"; }
-  void release_activations() override;  // its caches and the base's (held, not a child)
+  void visit_activations(nn::ActivationVisitor& v) override;  // its caches and the base's (held, not a child)
   void set_compute_precision(Precision precision) override;  // its own and the base's
 
   // Fills A and B from their InitSpecs, keyed by `<fqn>.lora_A.weight` / `.lora_B.weight`

@@ -117,6 +117,7 @@ class Mapping : public nn::Module {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad) override;
   std::string type_name() const override;
+  void visit_activations(nn::ActivationVisitor& v) override { v.count(scattered_extent_); }
   Kind kind() const { return kind_; }
   int dim() const { return dim_; }
   ReduceOp op() const { return op_; }

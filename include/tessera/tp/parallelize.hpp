@@ -167,7 +167,7 @@ class LayoutWrapper : public nn::Module {
   // "SequenceParallel(RMSNorm)" (partial gradients), "SequenceSharded(Embedding)" (output
   // split only), else "Prepared(RowParallelLinear)".
   std::string type_name() const override;
-  void release_activations() override { inner_->release_activations(); }
+  void visit_activations(nn::ActivationVisitor& v) override { inner_->visit_activations(v); }
   void set_compute_precision(Precision precision) override {
     nn::Module::set_compute_precision(precision);
     inner_->set_compute_precision(precision);

@@ -137,6 +137,7 @@ struct PipelineRunConfig {
   std::int64_t microbatches = 0;          // per dp replica's batch; 0: parallelism.pipeline
   std::string schedule = "1f1b";          // gpipe | 1f1b
   std::vector<std::string> cut_points;    // dotted paths where stages 1, 2, ... begin; empty: even split
+  std::string activations = "stash";      // stash | recompute: how a stage keeps a microbatch's activations
 };
 
 struct RunConfig {
