@@ -121,10 +121,8 @@ void BM_halo(benchmark::State& state) {
   const double iterations = static_cast<double>(state.iterations());
   state.counters["bytes_sent"] = bytes;
   state.counters["GBps"] = bytes * iterations / total / 1e9;
-  state.counters["sendrecv_us"] = 1e6 * raw_total / iterations;
-  state.counters["vs_sendrecv"] = raw_total / total;
-  state.counters["sendrecv_unwritten_us"] = 1e6 * unwritten_total / iterations;
-  state.counters["vs_sendrecv_unwritten"] = unwritten_total / total;
+  bench::report_peer(state, "sendrecv", raw_total, total);
+  bench::report_peer(state, "sendrecv_unwritten", unwritten_total, total);
   state.counters["messages"] = halo.stats().send_messages;
   state.counters["ranks"] = g.comm->size();
   state.counters["lat"] = static_cast<double>(lat);

@@ -168,8 +168,7 @@ void BM_redistribute(benchmark::State& state) {
   const double iterations = static_cast<double>(state.iterations());
   state.counters["bytes"] = bytes;
   state.counters["GBps"] = bytes * iterations / total / 1e9;
-  state.counters["alltoallv_us"] = 1e6 * raw_total / iterations;
-  state.counters["vs_alltoallv"] = raw_total / total;
+  bench::report_peer(state, "alltoallv", raw_total, total);
   state.counters["node_aware_us"] = 1e6 * aware_total / iterations;
   state.counters["node_aware_vs_alltoallv"] = raw_total / aware_total;
   state.counters["node_aware_vs_direct"] = total / aware_total;  // > 1: node_aware is faster
@@ -231,9 +230,7 @@ void BM_inference(benchmark::State& state) {
     total += t;
     raw_total += bench::timed(*g.comm, [&] { (void)everywhere->predict(band); });
   }
-  const double iterations = static_cast<double>(state.iterations());
-  state.counters["all_ranks_us"] = 1e6 * raw_total / iterations;
-  state.counters["vs_all_ranks"] = raw_total / total;
+  bench::report_peer(state, "all_ranks", raw_total, total);
   state.counters["ranks"] = g.comm->size();
   state.counters["model_ranks"] = m;
   state.counters["lat"] = static_cast<double>(lat);

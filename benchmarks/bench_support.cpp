@@ -58,6 +58,11 @@ std::vector<std::pair<long, long>> lat_lon_sizes(const Flags& flags) {
   return sizes;
 }
 
+void report_peer(benchmark::State& state, const std::string& peer, double peer_total, double total) {
+  state.counters[peer + "_us"] = 1e6 * peer_total / static_cast<double>(state.iterations());
+  state.counters["vs_" + peer] = peer_total / total;
+}
+
 void World::open(const WaitOptions& wait) {
   comm = std::make_unique<Communicator>(MPI_COMM_WORLD, wait);
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);

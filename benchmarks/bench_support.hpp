@@ -46,6 +46,11 @@ struct World {
 // The slowest rank's value.
 double max_over_ranks(double seconds, MPI_Comm comm);
 
+// The peer timed beside the operation in the same run, from the totals over the state's
+// iterations: "<peer>_us", its mean time per iteration, and "vs_<peer>", its total over
+// the operation's (> 1: tessera is faster).
+void report_peer(benchmark::State& state, const std::string& peer, double peer_total, double total);
+
 // barrier, `op`, the slowest rank's elapsed seconds.
 template <class Op>
 double timed(Communicator& comm, Op&& op) {

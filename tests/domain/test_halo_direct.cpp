@@ -20,14 +20,12 @@
 
 using namespace tessera;
 using namespace tessera::domain;
-using tessera::testing::check_coordinates;
-using tessera::testing::fill_coordinates;
-using tessera::testing::world;
-using tessera::testing::world_size;
+using namespace tessera::testing;  // world(), world_size(), the halo rule's fill and check
 
 namespace {
 
-std::vector<ProcessGrid> grids() {
+// Latitude bands, and 2x2 at four ranks.
+std::vector<ProcessGrid> direct_grids() {
   const int p = world_size();
   std::vector<ProcessGrid> g{{p, 1}};
   if (p == 4) g.push_back({2, 2});
@@ -37,7 +35,7 @@ std::vector<ProcessGrid> grids() {
 }  // namespace
 
 TEST(HaloDirect, WideFieldsFollowTheRule) {
-  for (const ProcessGrid& grid : grids())
+  for (const ProcessGrid& grid : direct_grids())
     for (const HaloWidths& width : {HaloWidths::uniform(1), HaloWidths{2, 1, 2, 1}})
       for (PolePolicy pole : {PolePolicy::zero, PolePolicy::replicate, PolePolicy::across_pole})
         for (bool periodic : {true, false}) {
@@ -86,7 +84,7 @@ TEST(HaloDirect, NewFieldsGetNewDatatypes) {
 }
 
 TEST(HaloDirect, AdjointIsTheTransposeOfTheDirectForward) {
-  for (const ProcessGrid& grid : grids()) {
+  for (const ProcessGrid& grid : direct_grids()) {
     Decomposition d(world(), {2, 20, 160}, grid);
     HaloSpec spec;
     spec.width = {2, 1, 1, 2};

@@ -42,10 +42,7 @@
 
 using namespace tessera;
 using namespace tessera::domain;
-using tessera::testing::small_emulator_config;
-using tessera::testing::world;
-using tessera::testing::world_rank;
-using tessera::testing::world_size;
+using namespace tessera::testing;  // world(), world_rank(), world_size(), the small emulator
 using namespace tessera::testing::redistribution;
 
 namespace {
@@ -251,7 +248,7 @@ std::string emulator_checkpoint() {
       Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});
       models::FieldEmulator model(small_emulator_config(kLat, kLon), self);
       nn::initialize_parameters(model, 17);
-      tessera::testing::save_emulator(path, self, model, /*step=*/3);
+      save_emulator(path, self, model, /*step=*/3);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     return path;
