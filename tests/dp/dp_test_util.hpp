@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "tessera/domain/decomposition.hpp"
 #include "tessera/domain/domain_conv2d.hpp"
+#include "tessera/dp/data_parallel.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/models/channel_mlp.hpp"
 #include "tessera/nn/conv2d.hpp"
@@ -122,6 +124,19 @@ SerialRun train_serial(int dp, int steps, BatchIds&& ids_of) {
     for (Parameter* p : serial.parameters()) run.values[static_cast<std::size_t>(step)].push_back(p->value.clone());
   }
   return run;
+}
+
+// The fsdp2 units of `data_parallel` that hold a sharded parameter: each all-gathers in
+// every forward and every backward and reduce-scatters once per step.
+inline std::int64_t sharded_units(const dp::DataParallel& data_parallel) {
+  const std::vector<std::string> sharded = data_parallel.sharded_parameters();
+  std::int64_t units = 0;
+  for (const std::string& unit : data_parallel.unit_paths()) {
+    if (std::any_of(sharded.begin(), sharded.end(), [&](const std::string& n) { return n.rfind(unit + ".", 0) == 0; })) {
+      ++units;
+    }
+  }
+  return units;
 }
 
 // The block of `master` at `offset` with `shape`.

@@ -57,15 +57,9 @@ Expected expected_counts(const dp::DataParallel& data_parallel) {
   Expected e;
   e.reductions = static_cast<std::int64_t>(data_parallel.buckets().size());
   if (data_parallel.mode() != DataParallelMode::fsdp2) return e;
-  const auto sharded = data_parallel.sharded_parameters();
-  for (const std::string& unit : data_parallel.unit_paths()) {
-    const bool any = std::any_of(sharded.begin(), sharded.end(),
-                                 [&](const std::string& n) { return n.rfind(unit + ".", 0) == 0; });
-    if (any) {
-      e.gathers_per_micro += 2;
-      e.reductions += 1;
-    }
-  }
+  const std::int64_t units = sharded_units(data_parallel);
+  e.gathers_per_micro = 2 * units;
+  e.reductions += units;
   return e;
 }
 

@@ -100,12 +100,7 @@ TEST(DataParallelTraining, DdpAndFsdp2TrackSerialOverlapOnAndOffIdentical) {
       if (v.mode == DataParallelMode::ddp) {
         EXPECT_GE(run.data_parallel->buckets().size(), 2u) << what;
       } else {
-        const auto sharded = run.data_parallel->sharded_parameters();
-        for (const std::string& unit : run.data_parallel->unit_paths()) {
-          const bool any = std::any_of(sharded.begin(), sharded.end(),
-                                       [&](const std::string& n) { return n.rfind(unit + ".", 0) == 0; });
-          if (any) expected_collectives += 3;
-        }
+        expected_collectives += 3 * sharded_units(*run.data_parallel);
         EXPECT_EQ(run.data_parallel->unit_paths(), (std::vector<std::string>{"conv", "mlp.mlp.0", "mlp.mlp.2", "head"}))
             << what;
       }
