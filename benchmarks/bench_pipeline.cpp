@@ -5,16 +5,19 @@
 // stages; theory: (p - 1) / (m + p - 1), the schedules' bubble when a backward costs a
 // fixed multiple of a forward and messages are free.
 //
-//   mpiexec -n 2 bench_pipeline [--hidden=256] [--rows=32] [--layers=2] [--threads=1]
+//   mpiexec -n 2 bench_pipeline [--hidden=256] [--rows=32] [--layers=2]
+//                               [--activations=stash|recompute] [--threads=1]
 //
 // --rows is the rows of one microbatch (the batch grows with m, so the work per
-// microbatch is fixed); --layers the Linear + GELU pairs per stage. Run one rank per
+// microbatch is fixed); --layers the Linear + GELU pairs per stage; --activations how
+// the stages keep their activations (pp/pipeline.hpp). Run one rank per
 // core: a rank that shares its core with another stage is idle when it is descheduled,
 // not only in the bubble.
 //
 // The measured bubble sits above theory by what the schedule does not model: the
-// recompute before a backward (pp/pipeline.hpp) that 1F1B's last stage skips, the
-// stage-boundary messages and the loss on the last stage.
+// stage-boundary messages, the loss on the last stage and, with --activations=recompute,
+// the forward re-run before a backward that 1F1B's last stage skips (so the stages'
+// work differs by one forward per microbatch).
 
 #include <memory>
 #include <numeric>
@@ -33,6 +36,7 @@ namespace {
 struct State {
   std::unique_ptr<Mesh> mesh;
   std::int64_t hidden = 256, rows = 32, layers = 2;
+  pp::StageActivations activations = pp::StageActivations::stash;
 };
 State g;
 
@@ -47,6 +51,7 @@ void BM_pipeline(benchmark::State& state, pp::Schedule schedule) {
   pp::PipelineOptions options;
   options.schedule = schedule;
   options.microbatches = m;
+  options.activations = g.activations;
   pp::Pipeline pipeline(model, *g.mesh, options);
   nn::initialize_parameters(model, 1);
   const std::int64_t batch_rows = g.rows * m;
@@ -81,7 +86,9 @@ void register_all(const bench::Flags& flags) {
   g.hidden = bench::int_list(flags.at("hidden"), "hidden").front();
   g.rows = bench::int_list(flags.at("rows"), "rows").front();
   g.layers = bench::int_list(flags.at("layers"), "layers").front();
+  g.activations = pp::parse_stage_activations(flags.at("activations"), "--activations");
   benchmark::AddCustomContext("mesh", "pipeline " + std::to_string(config.pipeline));
+  benchmark::AddCustomContext("activations", std::string(pp::stage_activations_name(g.activations)));
   for (auto schedule : {pp::Schedule::gpipe, pp::Schedule::one_f_one_b}) {
     auto* b = benchmark::RegisterBenchmark(("pipeline_" + std::string(pp::schedule_name(schedule))).c_str(),
                                            BM_pipeline, schedule);
@@ -93,5 +100,5 @@ void register_all(const bench::Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run(argc, argv, "bench_pipeline", {{"hidden", "256"}, {"rows", "32"}, {"layers", "2"}}, register_all);
+  return bench::run(argc, argv, "bench_pipeline", {{"hidden", "256"}, {"rows", "32"}, {"layers", "2"}, {"activations", "stash"}}, register_all);
 }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <optional>
 
+#include "tessera/agree.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/error.hpp"
 #include "tessera/placement.hpp"
@@ -68,6 +69,14 @@ Pipeline::Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options)
   stage_ = mesh_.coords().pp;
   keep_stage(model_, split_, stage_);
   actions_ = stage_actions(options_.schedule, stage_, stages(), options_.microbatches);
+  // A stash that missed one layer's caches would give that layer another microbatch's
+  // backward: every stage checks its units before the first step, agreed over the mesh
+  // so a stage that refuses does not leave the others waiting for its messages.
+  if (options_.activations == StageActivations::stash) {
+    agree_on_success(mesh_.world().mpi_comm(), [&] {
+      for (const std::string& path : units()) nn::require_stashable(model_.at(path), path);
+    });
+  }
 }
 
 Tensor Pipeline::stage_forward(const Tensor& input) {

@@ -18,6 +18,7 @@
 #include "pp_test_util.hpp"
 #include "tessera/dp/data_parallel.hpp"
 #include "tessera/mesh.hpp"
+#include "tessera/ops.hpp"
 #include "tessera/optim.hpp"
 
 using namespace tessera;
@@ -165,3 +166,78 @@ TEST(PipelineTraining, MatchesSerialTraining) {
 }
 
 }  // namespace
+
+namespace {
+
+Tensor doubled(const Tensor& x) {
+  Tensor y = x.contiguous().clone();
+  ops::scale(y, 2.0);
+  return y;
+}
+
+// A user layer that caches its input but does not list it (no visit_activations).
+class UnlistedScale final : public nn::Module {
+ public:
+  Tensor forward(const Tensor& x) override {
+    input_ = x;
+    return doubled(x);
+  }
+  Tensor backward(const Tensor& dy) override {
+    if (!input_.defined()) throw InvalidArgument("UnlistedScale: backward without a forward");
+    return doubled(dy);
+  }
+  std::string type_name() const override { return "UnlistedScale"; }
+
+ private:
+  Tensor input_;
+};
+
+std::unique_ptr<nn::Sequential> model_with_unlisted_layer() {
+  auto root = std::make_unique<nn::Sequential>();
+  root->append(std::make_unique<nn::Linear>(kWidth, kWidth));
+  root->append(std::make_unique<UnlistedScale>());
+  root->append(std::make_unique<nn::Linear>(kWidth, kOut));
+  return root;
+}
+
+}  // namespace
+
+// A stash cannot see an unlisted layer's caches, so the pipeline refuses it before the
+// first step, on every rank (the stage without it too: no stage is left waiting), naming
+// the unit; recompute needs no list and trains it like the serial model.
+TEST(PipelineTraining, AnUnlistedLayerIsRefusedForStashAndTrainsWithRecompute) {
+  const int world = world_size();
+  ParallelismConfig config{DataParallelMode::none, world == 4 ? 2 : 1, 1, world == 4 ? 2 : world};
+  Mesh mesh(MPI_COMM_WORLD, config);
+  {
+    auto model = model_with_unlisted_layer();
+    try {
+      pp::Pipeline pipeline(*model, mesh, pp::PipelineOptions{.microbatches = 2});
+      ADD_FAILURE() << "expected an InvalidArgument for the unlisted layer";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'1' (UnlistedScale)"), std::string::npos) << what;
+      EXPECT_NE(what.find("visit_activations"), std::string::npos) << what;
+      EXPECT_NE(what.find("pipeline.activations: recompute"), std::string::npos) << what;
+    }
+  }
+  auto serial = model_with_unlisted_layer();
+  nn::initialize_parameters(*serial, kSeed);
+  const Tensor x = batch_input(0), t = batch_target(0);
+  Tensor dy;
+  const double serial_loss = mse_share(serial->forward(x), t, {0, 0, kBatch, kBatch}, dy);
+  serial->backward(dy);
+
+  auto model = model_with_unlisted_layer();
+  pp::Pipeline pipeline(*model, mesh,
+                        pp::PipelineOptions{.schedule = pp::Schedule::gpipe,
+                                            .activations = pp::StageActivations::recompute,
+                                            .microbatches = 4});
+  nn::initialize_parameters(*model, kSeed);
+  const double loss = pipeline.train_step(pipeline.is_first() ? x : Tensor(),
+                                          [&](const Tensor& out, const pp::Microbatch& mb, Tensor& grad) {
+                                            return mse_share(out, t, mb, grad);
+                                          });
+  EXPECT_NEAR(loss, serial_loss, 1e-5 * std::abs(serial_loss));
+  expect_stage_matches(*serial, *model, true, "unlisted layer, recompute (gradients)");
+}

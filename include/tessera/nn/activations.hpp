@@ -11,15 +11,20 @@
 // One mechanism serves all three: every module that caches lists its cached members to
 // an ActivationVisitor (Module::visit_activations); release, stash and restore are
 // visitors. The visiting order is the module tree's, so a stash taken from one tree
-// restores into the same tree only.
+// restores into the same tree only. A module without children that caches nothing
+// overrides visit_activations with an empty body; one that does not override it is
+// "unlisted", and a stash refuses it rather than leave its caches to the next forward.
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tessera/tensor.hpp"
 
 namespace tessera::nn {
+
+class Module;
 
 class ActivationVisitor {
  public:
@@ -28,6 +33,10 @@ class ActivationVisitor {
   virtual void tensor(Tensor& cached) = 0;
   // A cached count that describes the last forward (heads seen, an extent scattered).
   virtual void count(std::int64_t& cached) = 0;
+  // A module without children that does not list its caches (it did not override
+  // Module::visit_activations): it may cache members no visitor can see. Release keeps
+  // them (memory, never a result); a stash cannot move them, so it refuses the module.
+  virtual void unlisted(const Module& leaf) = 0;
 };
 
 // The caches of one forward, moved out of a module tree (Module::stash_activations) and
@@ -43,5 +52,10 @@ class ActivationStash {
   std::vector<Tensor> tensors_;
   std::vector<std::int64_t> counts_;
 };
+
+// InvalidArgument naming `path` and the module's type unless every module of the tree
+// lists its caches (no unlisted leaf), so a stash of it cannot miss one. Local; a
+// pipeline checks its stage this way, agreed over the mesh, before its first step.
+void require_stashable(Module& module, const std::string& path);
 
 }  // namespace tessera::nn

@@ -32,6 +32,10 @@ class Sequential : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output) override;
   std::string type_name() const override { return "Sequential"; }
+  // Its children's caches; an empty Sequential caches nothing (and is no unlisted leaf).
+  void visit_activations(ActivationVisitor& v) override {
+    for (const auto& [name, child] : children()) child->visit_activations(v);
+  }
 
  private:
   void check_appendable(const Module* module) const;
