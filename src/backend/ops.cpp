@@ -52,13 +52,29 @@ int resolve_channel_dim(const Tensor& y, int channel_dim, const char* op) {
   return d;
 }
 
-// Splits y's shape around dim d into (outer, channels, inner) element counts.
-void split_around(const Tensor& y, int d, std::int64_t& outer, std::int64_t& channels, std::int64_t& inner) {
-  outer = 1;
-  inner = 1;
-  for (int i = 0; i < d; ++i) outer *= y.shape()[i];
-  for (int i = d + 1; i < y.dim(); ++i) inner *= y.shape()[i];
-  channels = y.shape()[d];
+// y viewed as [outer, channels, inner] around its channel dim, in element counts.
+struct ChannelSplit {
+  std::int64_t outer = 1, channels = 1, inner = 1;
+};
+
+// What add_bias and accumulate_bias_grad check: y and `bias` (the bias or its gradient)
+// float tensors of one device and dtype, and one bias element per channel of y's
+// channel_dim. Returns y's split around that dim; errors name the two roles.
+ChannelSplit split_for_bias(const Tensor& y, const char* y_role, const Tensor& bias, const char* bias_role,
+                            int channel_dim, const char* op) {
+  require_float(y, op, y_role);
+  require_float(bias, op, bias_role);
+  require_same(y, bias, op);
+  const int d = resolve_channel_dim(y, channel_dim, op);
+  ChannelSplit split;
+  for (int i = 0; i < d; ++i) split.outer *= y.shape()[i];
+  for (int i = d + 1; i < y.dim(); ++i) split.inner *= y.shape()[i];
+  split.channels = y.shape()[d];
+  if (bias.numel() != split.channels) {
+    throw ShapeError(std::string("ops::") + op + ": " + bias_role + " " + bias.str() + " does not match dim " +
+                     std::to_string(d) + " of " + y.str());
+  }
+  return split;
 }
 
 }  // namespace
@@ -162,32 +178,16 @@ void scale(Tensor& y, double alpha) {
 }
 
 void add_bias(Tensor& y, const Tensor& bias, int channel_dim) {
-  require_float(y, "add_bias", "y");
-  require_float(bias, "add_bias", "bias");
-  require_same(y, bias, "add_bias");
-  const int d = resolve_channel_dim(y, channel_dim, "add_bias");
-  std::int64_t outer, channels, inner;
-  split_around(y, d, outer, channels, inner);
-  if (bias.numel() != channels) {
-    throw ShapeError("ops::add_bias: bias " + bias.str() + " does not match dim " + std::to_string(d) + " of " + y.str());
-  }
+  const ChannelSplit split = split_for_bias(y, "y", bias, "bias", channel_dim, "add_bias");
   compute_for(y, "add_bias", "y")
-      .add_bias(y.dtype(), y.data(), bias.data(), outer, channels, inner, y.device().index);
+      .add_bias(y.dtype(), y.data(), bias.data(), split.outer, split.channels, split.inner, y.device().index);
 }
 
 void accumulate_bias_grad(const Tensor& dy, Tensor& grad_bias, int channel_dim) {
-  require_float(dy, "accumulate_bias_grad", "dy");
-  require_float(grad_bias, "accumulate_bias_grad", "grad_bias");
-  require_same(dy, grad_bias, "accumulate_bias_grad");
-  const int d = resolve_channel_dim(dy, channel_dim, "accumulate_bias_grad");
-  std::int64_t outer, channels, inner;
-  split_around(dy, d, outer, channels, inner);
-  if (grad_bias.numel() != channels) {
-    throw ShapeError("ops::accumulate_bias_grad: grad_bias " + grad_bias.str() + " does not match dim " +
-                     std::to_string(d) + " of " + dy.str());
-  }
+  const ChannelSplit split = split_for_bias(dy, "dy", grad_bias, "grad_bias", channel_dim, "accumulate_bias_grad");
   compute_for(dy, "accumulate_bias_grad", "dy")
-      .accumulate_bias_grad(dy.dtype(), dy.data(), grad_bias.data(), outer, channels, inner, dy.device().index);
+      .accumulate_bias_grad(dy.dtype(), dy.data(), grad_bias.data(), split.outer, split.channels, split.inner,
+                            dy.device().index);
 }
 
 double sum(const Tensor& x) {

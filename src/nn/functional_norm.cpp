@@ -51,6 +51,19 @@ void check_eps(double eps, const char* fn) {
   }
 }
 
+// What both backward passes check first: input x [..., n], grad_y of x's dtype and
+// shape, gamma and grad_gamma [n] where defined. Returns n.
+std::int64_t check_backward_inputs(const Tensor& grad_y, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& grad_gamma, const char* fn) {
+  const std::int64_t n = check_norm_input(x, fn);
+  detail::require_float(grad_y, fn, "grad_y");
+  detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
+  detail::require_same_shape(x, "input", grad_y, "grad_y", fn);
+  check_vector(gamma, "gamma", x, n, fn);
+  check_vector(grad_gamma, "grad_gamma", x, n, fn);
+  return n;
+}
+
 // Untyped, for the compute entries (dtypes are checked by then).
 void* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
@@ -76,12 +89,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
 Tensor layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                            const Tensor& rstd, Tensor& grad_gamma, Tensor& grad_beta) {
   const char* fn = "layer_norm_backward";
-  const std::int64_t n = check_norm_input(x, fn);
-  detail::require_float(grad_y, fn, "grad_y");
-  detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
-  detail::require_same_shape(x, "input", grad_y, "grad_y", fn);
-  check_vector(gamma, "gamma", x, n, fn);
-  check_vector(grad_gamma, "grad_gamma", x, n, fn);
+  const std::int64_t n = check_backward_inputs(grad_y, x, gamma, grad_gamma, fn);
   check_vector(grad_beta, "grad_beta", x, n, fn);
   const std::int64_t rows = x.numel() / n;
   check_stat(mean, "mean", x, rows, fn);
@@ -110,12 +118,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& gamma, double eps, Tensor& rstd) 
 Tensor rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
                          Tensor& grad_gamma) {
   const char* fn = "rms_norm_backward";
-  const std::int64_t n = check_norm_input(x, fn);
-  detail::require_float(grad_y, fn, "grad_y");
-  detail::require_same_dtype(x, "input", grad_y, "grad_y", fn);
-  detail::require_same_shape(x, "input", grad_y, "grad_y", fn);
-  check_vector(gamma, "gamma", x, n, fn);
-  check_vector(grad_gamma, "grad_gamma", x, n, fn);
+  const std::int64_t n = check_backward_inputs(grad_y, x, gamma, grad_gamma, fn);
   const std::int64_t rows = x.numel() / n;
   check_stat(rstd, "rstd", x, rows, fn);
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());

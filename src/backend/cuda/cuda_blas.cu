@@ -160,7 +160,7 @@ void cuda_gemm(const GemmArgs& g, int device) {
                                     ldo, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void cuda_axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device) {
+void CudaCompute::axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device) {
   if (n == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
@@ -183,8 +183,8 @@ void cuda_scale(DType dtype, std::int64_t n, double alpha, void* y, int device) 
   TESSERA_CHECK_LAUNCH();
 }
 
-void cuda_add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,
-                   std::int64_t inner, int device) {
+void CudaCompute::add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,
+                           std::int64_t inner, int device) {
   const std::int64_t total = outer * channels * inner;
   if (total == 0) return;
   DeviceGuard guard(device);
@@ -197,8 +197,8 @@ void cuda_add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, s
   TESSERA_CHECK_LAUNCH();
 }
 
-void cuda_accumulate_bias_grad(DType dtype, const void* dy, void* grad, std::int64_t outer, std::int64_t channels,
-                               std::int64_t inner, int device) {
+void CudaCompute::accumulate_bias_grad(DType dtype, const void* dy, void* grad, std::int64_t outer,
+                                       std::int64_t channels, std::int64_t inner, int device) {
   if (channels == 0) return;
   DeviceGuard guard(device);
   cudaStream_t stream = compute_stream(guard.device());
@@ -210,20 +210,14 @@ void cuda_accumulate_bias_grad(DType dtype, const void* dy, void* grad, std::int
   TESSERA_CHECK_LAUNCH();
 }
 
-double cuda_dot(DType dtype, const void* x, const void* y, std::int64_t n, int device) {
-  if (n == 0) return 0.0;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  const unsigned blocks = grid_for(n);
-  DeviceScratch scratch((blocks + 1) * sizeof(double), guard.device());
-  double* partials = scratch.as<double>();
-  float_dispatch(dtype, "sum/dot", [&](auto tag) {
-    using T = decltype(tag);
-    dot_partials_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x),
-                                                                     static_cast<const T*>(y), n, partials);
+double CudaCompute::dot(DType dtype, const void* x, const void* y, std::int64_t n, int device) {
+  return two_pass_sum(n, device, [&](unsigned blocks, double* partials, cudaStream_t stream) {
+    float_dispatch(dtype, "sum/dot", [&](auto tag) {
+      using T = decltype(tag);
+      dot_partials_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x),
+                                                                       static_cast<const T*>(y), n, partials);
+    });
   });
-  TESSERA_CHECK_LAUNCH();
-  return sum_partials(partials, blocks, stream);
 }
 
 double sum_partials(double* partials, unsigned blocks, cudaStream_t stream) {
@@ -235,8 +229,9 @@ double sum_partials(double* partials, unsigned blocks, cudaStream_t stream) {
   return result;
 }
 
-double cuda_sum(DType dtype, const void* x, std::int64_t n, int device) {
-  return cuda_dot(dtype, x, nullptr, n, device);
+// dot's kernel with y null adds x alone.
+double CudaCompute::sum(DType dtype, const void* x, std::int64_t n, int device) {
+  return dot(dtype, x, nullptr, n, device);
 }
 
 // Precision::bf16_mixed on f32 operands: bf16 copies from the caching allocator

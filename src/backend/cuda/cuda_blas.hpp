@@ -1,7 +1,8 @@
 #pragma once
-// Private to src/backend/cuda: the BLAS-like entries of cuda_blas.cu, which
-// CudaCompute (cuda_compute.hpp) forwards to. Same contracts as the
-// Compute methods of the same names.
+// Private to src/backend/cuda: two functions of cuda_blas.cu that other CUDA files call.
+// cuda_gemm is Compute::gemm without the round_to_bf16 copies (attention's per-head
+// GEMMs call it); cuda_scale is Compute::scale for f32/f64 (CudaCompute::scale, in
+// cuda_optim.cu, adds bf16).
 
 #include <cstdint>
 
@@ -10,13 +11,6 @@
 namespace tessera::detail {
 
 void cuda_gemm(const GemmArgs& args, int device);
-void cuda_axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device);
 void cuda_scale(DType dtype, std::int64_t n, double alpha, void* y, int device);
-void cuda_add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,
-                   std::int64_t inner, int device);
-void cuda_accumulate_bias_grad(DType dtype, const void* dy, void* grad, std::int64_t outer, std::int64_t channels,
-                               std::int64_t inner, int device);
-double cuda_sum(DType dtype, const void* x, std::int64_t n, int device);
-double cuda_dot(DType dtype, const void* x, const void* y, std::int64_t n, int device);
 
 }  // namespace tessera::detail

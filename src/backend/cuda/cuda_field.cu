@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_compute.hpp"
 #include "backend/cuda/cuda_launch.cuh"
-#include "backend/cuda/cuda_field.hpp"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_runtime.hpp"
 
@@ -42,28 +42,22 @@ __global__ void channel_affine_kernel(T* x, const double* scale, const double* s
 
 }  // namespace
 
-double cuda_weighted_squared_error(DType dtype, const void* prediction, const void* target, const double* row_weights,
-                                   std::int64_t planes, std::int64_t rows, std::int64_t cols, double grad_scale,
-                                   void* grad, int device) {
+double CudaCompute::weighted_squared_error(DType dtype, const void* prediction, const void* target,
+                                           const double* row_weights, std::int64_t planes, std::int64_t rows,
+                                           std::int64_t cols, double grad_scale, void* grad, int device) {
   const std::int64_t count = planes * rows * cols;
-  if (count == 0) return 0.0;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  const unsigned blocks = grid_for(count);
-  DeviceScratch scratch((blocks + 1) * sizeof(double), guard.device());
-  double* partials = scratch.as<double>();
-  float_dispatch(dtype, "weighted_squared_error", [&](auto tag) {
-    using T = decltype(tag);
-    weighted_error_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(
-        static_cast<const T*>(prediction), static_cast<const T*>(target), row_weights, count, rows, cols, grad_scale,
-        static_cast<T*>(grad), partials);
+  return two_pass_sum(count, device, [&](unsigned blocks, double* partials, cudaStream_t stream) {
+    float_dispatch(dtype, "weighted_squared_error", [&](auto tag) {
+      using T = decltype(tag);
+      weighted_error_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(
+          static_cast<const T*>(prediction), static_cast<const T*>(target), row_weights, count, rows, cols,
+          grad_scale, static_cast<T*>(grad), partials);
+    });
   });
-  TESSERA_CHECK_LAUNCH();
-  return sum_partials(partials, blocks, stream);
 }
 
-void cuda_channel_affine(DType dtype, void* x, const double* scale, const double* shift, std::int64_t outer,
-                         std::int64_t channels, std::int64_t inner, int device) {
+void CudaCompute::channel_affine(DType dtype, void* x, const double* scale, const double* shift, std::int64_t outer,
+                                 std::int64_t channels, std::int64_t inner, int device) {
   const std::int64_t count = outer * channels * inner;
   if (count == 0) return;
   DeviceGuard guard(device);

@@ -1,12 +1,13 @@
 #pragma once
 // Private to the CUDA kernels: what every kernel file shares — the grid-stride loop,
-// the f32/f64 dtype dispatch, and the second pass of a two-pass reduction.
+// the f32/f64 dtype dispatch, and the two-pass reduction to one double.
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/cuda_runtime.hpp"
 #include "tessera/dtype.hpp"
 #include "tessera/error.hpp"
 
@@ -30,5 +31,22 @@ decltype(auto) float_dispatch(DType dtype, const char* what, F&& f) {
 // partials[0, blocks): adds them in one block in a fixed order (deterministic), and
 // returns the sum to the host (synchronising `stream`). partials[blocks] is scratch.
 double sum_partials(double* partials, unsigned blocks, cudaStream_t stream);
+
+// A two-pass reduction of `count` elements on `device` to one double on the host:
+// first_pass(blocks, partials, stream) launches, on the device's compute stream, a
+// kernel of `blocks` blocks (grid_for(count)) that leaves one double per block in
+// partials[0, blocks); sum_partials adds them. No elements sum to 0 with no launch.
+template <class FirstPass>
+double two_pass_sum(std::int64_t count, int device, FirstPass&& first_pass) {
+  if (count == 0) return 0.0;
+  DeviceGuard guard(device);
+  cudaStream_t stream = compute_stream(guard.device());
+  const unsigned blocks = grid_for(count);
+  DeviceScratch scratch((blocks + 1) * sizeof(double), guard.device());
+  double* partials = scratch.as<double>();
+  first_pass(blocks, partials, stream);
+  TESSERA_CHECK_LAUNCH();
+  return sum_partials(partials, blocks, stream);
+}
 
 }  // namespace tessera::detail

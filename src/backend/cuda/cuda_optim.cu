@@ -109,18 +109,13 @@ void for_any_float(DType dtype, F&& f) {
 }  // namespace
 
 double CudaCompute::sum_squares(DType dtype, const void* x, std::int64_t n, int device) {
-  if (n == 0) return 0.0;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  const unsigned blocks = grid_for(n);
-  DeviceScratch scratch((blocks + 1) * sizeof(double), guard.device());
-  double* partials = scratch.as<double>();
-  for_any_float(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    sum_squares_partials_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x), n, partials);
+  return two_pass_sum(n, device, [&](unsigned blocks, double* partials, cudaStream_t stream) {
+    for_any_float(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      sum_squares_partials_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(x), n,
+                                                                               partials);
+    });
   });
-  TESSERA_CHECK_LAUNCH();
-  return sum_partials(partials, blocks, stream);
 }
 
 void CudaCompute::scale(DType dtype, std::int64_t n, double alpha, void* y, int device) {

@@ -11,6 +11,19 @@
 #include "backend/host/host_compute.hpp"
 
 namespace tessera::detail {
+namespace {
+
+// Calls f(q, k, v) with the three inputs typed after dtype (f32 or f64): the dispatch
+// both passes start from.
+template <class F>
+void for_typed_inputs(DType dtype, const void* q, const void* k, const void* v, F&& f) {
+  for_float(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    f(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v));
+  });
+}
+
+}  // namespace
 
 void HostCompute::attention(DType dtype, const void* q, const void* k, const void* v, void* out, void* probs,
                             const AttentionShape& shape, int) {
@@ -18,11 +31,7 @@ void HostCompute::attention(DType dtype, const void* q, const void* k, const voi
   const std::int64_t KW = shape.kv_width(), group = shape.group();
   const bool causal = shape.causal;
   const double scale = shape.scale;
-  for_float(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* qs = static_cast<const T*>(q);
-    const T* ks = static_cast<const T*>(k);
-    const T* vs = static_cast<const T*>(v);
+  for_typed_inputs(dtype, q, k, v, [&]<class T>(const T* qs, const T* ks, const T* vs) {
     T* os = static_cast<T*>(out);
     T* ps = static_cast<T*>(probs);
     std::vector<double> p(static_cast<std::size_t>(S));
@@ -74,11 +83,7 @@ void HostCompute::attention_backward(DType dtype, const void* dout, const void* 
   const std::int64_t B = shape.batch, S = shape.seq, W = shape.width, heads = shape.heads, hd = shape.head_dim();
   const std::int64_t KW = shape.kv_width(), group = shape.group();
   const double scale = shape.scale;
-  for_float(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* qs = static_cast<const T*>(q);
-    const T* ks = static_cast<const T*>(k);
-    const T* vs = static_cast<const T*>(v);
+  for_typed_inputs(dtype, q, k, v, [&]<class T>(const T* qs, const T* ks, const T* vs) {
     const T* gs = static_cast<const T*>(dout);
     const T* ps = static_cast<const T*>(probs);
     T* dqs = static_cast<T*>(dq);
