@@ -68,8 +68,10 @@ void BM_pipeline(benchmark::State& state, pp::Schedule schedule) {
     model.zero_grad();
     const double t = bench::timed(g.mesh->world(), [&] { pipeline.train_step(batch, loss); });
     state.SetIterationTime(t);
+    // Against the step's time (the slowest rank's, as the schedule's model counts it),
+    // not the stage's own span: a stage that finishes early is idle until the step ends.
     const auto& times = pipeline.last_step_times();
-    Tensor idle = Tensor::from_vector<double>({1.0 - times.compute_seconds / times.total_seconds}, {1});
+    Tensor idle = Tensor::from_vector<double>({1.0 - times.compute_seconds / t}, {1});
     g.mesh->pp().all_reduce(idle, ReduceOp::avg);
     bubble_sum += idle.to_vector<double>()[0];
   }

@@ -180,7 +180,16 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     f.stash.clear();
     ++restores_;
   };
+  // Drives the sends still in flight: a large message moves in MPI's rendezvous
+  // protocol, which advances only inside MPI calls on both sides; a stage that went on
+  // computing would otherwise hold its neighbour's next input back until its next wait.
+  auto progress_sends = [&] {
+    for (CommRequest& r : sends) {
+      if (!r.done()) (void)r.test();
+    }
+  };
   for (const Action& action : actions_) {
+    progress_sends();
     post_ready_inputs();
     const int j = action.microbatch;
     auto& f = mb[static_cast<std::size_t>(j)];
