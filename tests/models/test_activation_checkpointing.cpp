@@ -103,6 +103,27 @@ double decoder_step(models::Decoder& model, Communicator& loss_group, int salt, 
   return ce.loss;
 }
 
+// A decoder variant of the bit-identity tests: tied or with repeated key/value heads and
+// RoPE, sequence parallel or not, every `every`-th block checkpointed (0: none).
+struct DecoderVariant {
+  bool tied;
+  bool sp;
+  std::int64_t every;
+  std::string name(const Communicator& tp) const {
+    return std::string(tied ? "tied" : "gqa+rope") + (sp ? " sp" : "") + ", " + nn::CheckpointPolicy{every}.str() +
+           ", tp " + std::to_string(tp.size());
+  }
+};
+
+// Two decoders with the same master weights, tensor-parallel over `tp`.
+models::DecoderTpPlan same_weights_at_tp(models::Decoder& a, models::Decoder& b, Communicator& tp, bool sp) {
+  nn::initialize_parameters(a, kSeed);
+  nn::initialize_parameters(b, kSeed);
+  const auto plan = models::parallelize_decoder(a, tp, sp);
+  (void)models::parallelize_decoder(b, tp, sp);
+  return plan;
+}
+
 }  // namespace
 
 TEST(ActivationCheckpointPolicy, ParsesAndNamesTheKey) {
@@ -183,20 +204,12 @@ TEST(ActivationCheckpoint, TensorParallelLayersReleaseTheirCaches) {
 TEST(ActivationCheckpoint, DecoderGradientsAndStepsBitIdenticalAtTp) {
   Communicator tp(MPI_COMM_WORLD);
   Communicator self(MPI_COMM_SELF);
-  struct Variant {
-    bool tied;
-    bool sp;
-    std::int64_t every;
-  };
-  for (const Variant& v : {Variant{false, true, 1}, Variant{false, false, 2}, Variant{true, false, 1}}) {
-    const std::string what = std::string(v.tied ? "tied" : "gqa+rope") + (v.sp ? " sp" : "") + ", " +
-                             nn::CheckpointPolicy{v.every}.str() + ", tp " + std::to_string(tp.size());
+  for (const DecoderVariant& v :
+       {DecoderVariant{false, true, 1}, DecoderVariant{false, false, 2}, DecoderVariant{true, false, 1}}) {
+    const std::string what = v.name(tp);
     const auto config = decoder_config(v.tied, 3);
     models::Decoder plain(config), checkpointed(config);
-    nn::initialize_parameters(plain, kSeed);
-    nn::initialize_parameters(checkpointed, kSeed);
-    const auto plan = models::parallelize_decoder(plain, tp, v.sp);
-    (void)models::parallelize_decoder(checkpointed, tp, v.sp);
+    const auto plan = same_weights_at_tp(plain, checkpointed, tp, v.sp);
     const auto paths = models::checkpoint_activations(checkpointed, nn::CheckpointPolicy{v.every});
     EXPECT_EQ(paths.size(), v.every == 1 ? 3u : 1u) << what;
     Communicator& loss_group = plan.vocab_sharded_logits ? tp : self;
@@ -348,20 +361,12 @@ TEST(ActivationCheckpoint, DataParallelDdpOverlapAndFsdp2BitIdentical) {
 TEST(ActivationStash, TwoForwardsThenTwoBackwardsMatchOneForwardPerBackward) {
   Communicator tp(MPI_COMM_WORLD);
   Communicator self(MPI_COMM_SELF);
-  struct Variant {
-    bool tied;
-    bool sp;
-    std::int64_t every;  // activation checkpointing: 0 none
-  };
-  for (const Variant& v : {Variant{false, true, 0}, Variant{true, false, 0}, Variant{false, false, 2}}) {
-    const std::string what = std::string(v.tied ? "tied" : "gqa+rope") + (v.sp ? " sp" : "") + ", " +
-                             nn::CheckpointPolicy{v.every}.str() + ", tp " + std::to_string(tp.size());
+  for (const DecoderVariant& v :
+       {DecoderVariant{false, true, 0}, DecoderVariant{true, false, 0}, DecoderVariant{false, false, 2}}) {
+    const std::string what = v.name(tp);
     const auto config = decoder_config(v.tied, 3);
     models::Decoder plain(config), stashed(config);
-    nn::initialize_parameters(plain, kSeed);
-    nn::initialize_parameters(stashed, kSeed);
-    const auto plan = models::parallelize_decoder(plain, tp, v.sp);
-    (void)models::parallelize_decoder(stashed, tp, v.sp);
+    const auto plan = same_weights_at_tp(plain, stashed, tp, v.sp);
     if (v.every > 0) {
       (void)models::checkpoint_activations(plain, nn::CheckpointPolicy{v.every});
       (void)models::checkpoint_activations(stashed, nn::CheckpointPolicy{v.every});
