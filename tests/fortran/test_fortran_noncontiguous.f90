@@ -13,7 +13,8 @@
 !    filled;
 !  - a field rejected on rank 0 only, after the first exchange, makes the next exchange
 !    fail on every rank with the same status instead of hanging, and the handle stays
-!    usable.
+!    usable; so does a strided array given to tessera_decomp_scatter / _gather on rank 0
+!    only.
 ! Exit status 1 on any failure.
 program test_fortran_noncontiguous
   use mpi
@@ -88,7 +89,7 @@ contains
     type(point), allocatable, target :: pts(:, :)
     real(real32), allocatable, target :: a(:, :), c3(:, :, :)
     real(real32), pointer :: pu(:, :)
-    real(real64), allocatable, target :: q(:, :), q2(:, :)
+    real(real64), allocatable, target :: q(:, :), q2(:, :), box(:, :), whole(:, :), strided(:, :)
     type(state), target :: st
     integer :: lat1, nl, lon1, nn, plat, plon, i, j, n, status
 
@@ -164,6 +165,34 @@ contains
       call tessera_halo_exchange(halo, status)
       call check(status == TESSERA_OK, 'exchange after registering alike again')
       call check(wrong_cells(q, lat1, lon1) == 0, 'halo filled after registering alike again')
+    end if
+
+    ! The decomposition's scatter and gather with a strided section (box-shaped) as the
+    ! local array on rank 0 only (pts%v would reach them as the compiler's contiguous
+    ! copy, which is correct for a call that uses the array only while it runs): every
+    ! rank fails with the same status (the others used to wait in the collective for
+    ! rank 0, which had returned), rank 0 with its own message; then both work again.
+    if (nranks > 1) then
+      allocate(box(nn, nl), whole(nlon, nlat), strided(nn, 2 * nl))
+      whole = 3; box = 0; strided = 0
+      if (rank == 0) then
+        call tessera_decomp_scatter(decomp, whole, strided(:, ::2), 0, status)
+        call check(tessera_last_error() == "tessera_decomp_scatter: argument 'local' " // not_contiguous, &
+                   'scatter: rank 0 keeps its own message')
+      else
+        call tessera_decomp_scatter(decomp, whole, box, 0, status)
+      end if
+      call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'scatter with a strided local on rank 0 fails everywhere')
+      if (rank == 0) then
+        call tessera_decomp_gather(decomp, strided(:, ::2), whole, 0, status)
+        call check(tessera_last_error() == "tessera_decomp_gather: argument 'local' " // not_contiguous, &
+                   'gather: rank 0 keeps its own message')
+      else
+        call tessera_decomp_gather(decomp, box, whole, 0, status)
+      end if
+      call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'gather with a strided local on rank 0 fails everywhere')
+      call tessera_decomp_scatter(decomp, whole, box, 0, status)
+      call check(status == TESSERA_OK .and. all(box == 3), 'scatter works again')
     end if
 
     call tessera_halo_destroy(halo)
