@@ -44,12 +44,15 @@ inline tp::ParallelizePlan blocks_tp_plan() {
           {"1.2", tp::ParallelStyle::rowwise()}};
 }
 
-// The share of 0.5 * sum((y - t)^2) / (rows * kOut) that the microbatch holds, and its
-// gradient. `targets` is the whole batch's.
-inline double mse_share(const Tensor& y, const Tensor& targets, const pp::Microbatch& mb, Tensor& grad) {
+// The share of 0.5 * sum((y - t)^2) / n that the microbatch holds, and its gradient;
+// n = the batch's rows times `row_elements` (the elements of one whole row; 0: y's last
+// dim, as for [rows, kOut] outputs). `targets` holds this rank's part of every row.
+inline double mse_share(const Tensor& y, const Tensor& targets, const pp::Microbatch& mb, Tensor& grad,
+                        std::int64_t row_elements = 0) {
   const Tensor t = targets.narrow(0, mb.begin, mb.end - mb.begin).contiguous();
-  const auto yv = y.to_vector<float>(), tv = t.to_vector<float>();
-  const double n = static_cast<double>(mb.batch_rows) * static_cast<double>(y.size(y.dim() - 1));
+  const auto yv = y.contiguous().to_vector<float>(), tv = t.to_vector<float>();
+  const double n = static_cast<double>(mb.batch_rows) *
+                   static_cast<double>(row_elements > 0 ? row_elements : y.size(y.dim() - 1));
   std::vector<float> g(yv.size());
   double loss = 0;
   for (std::size_t i = 0; i < yv.size(); ++i) {

@@ -50,18 +50,7 @@ Tensor local_rows(const Tensor& field, const domain::Decomposition& d) {
 
 // 0.5 * sum((y - t)^2) / n over this rank's rows, n the whole batch's element count.
 double field_mse(const Tensor& y, const Tensor& t, const pp::Microbatch& mb, Tensor& grad) {
-  const Tensor tt = t.narrow(0, mb.begin, mb.end - mb.begin).contiguous();
-  const auto yv = y.contiguous().to_vector<float>(), tv = tt.to_vector<float>();
-  const double n = static_cast<double>(mb.batch_rows * kOutC * kLat * kLon);
-  std::vector<float> g(yv.size());
-  double loss = 0;
-  for (std::size_t i = 0; i < yv.size(); ++i) {
-    const double d = static_cast<double>(yv[i]) - static_cast<double>(tv[i]);
-    loss += 0.5 * d * d / n;
-    g[i] = static_cast<float>(d / n);
-  }
-  grad = Tensor::from_vector(g, y.shape());
-  return loss;
+  return mse_share(y, t, mb, grad, kOutC * kLat * kLon);
 }
 
 TEST(PipelineDomain, MatchesSerialTraining) {
