@@ -93,10 +93,15 @@ struct StepTimes {
 class Pipeline {
  public:
   // Splits `model` (a Sequential: pp/stages.hpp) into mesh.pp_size() stages and keeps
-  // this rank's (keep_stage). Collective over mesh.pp() only in that every stage must
-  // make the same split: the split is computed from the same model on every rank, and
-  // a split whose stage count differs from the mesh's is an InvalidArgument. The model
-  // and the mesh must outlive the pipeline.
+  // this rank's (keep_stage). Every stage must make the same split: the split is
+  // computed from the same model on every rank, and a split whose stage count differs
+  // from the mesh's is an InvalidArgument. With activations `stash` the constructor is
+  // collective over mesh.world(): each stage checks that its units list their caches
+  // (nn::require_stashable) and the verdict is agreed, so a refused layer is the same
+  // InvalidArgument on every rank. A unit replaced after construction (a data-parallel
+  // wrapper) must list its caches too (the library's wrappers do): the check is not
+  // repeated per step, and a stage meeting an unlisted layer mid-step fails alone. The
+  // model and the mesh must outlive the pipeline.
   Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options = {});
 
   double train_step(const Tensor& batch, const LossFunction& loss_fn);
