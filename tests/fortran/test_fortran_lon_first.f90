@@ -5,7 +5,10 @@
 ! the automatic grid is the same grid, and halos made each way with widths that differ
 ! on all four sides have the same padded extents and, after an exchange, the same
 ! contents, which are the serial reference's (one rank, the whole grid) at this rank's
-! place.
+! place. A redistribution plan whose model grid is given as grid = [plon, plat] has the
+! model boxes and moves the same values as one given by the deprecated grid_lat /
+! grid_lon keywords, on every model grid of the rank count; giving both forms is an error
+! naming both.
 program test_fortran_lon_first
   use mpi
   use tessera
@@ -94,6 +97,7 @@ contains
     call check(cells == nlon * nlat, 'the boxes tile the grid' // trim(grid))
 
     call compare_halos(d_old, d_new, trim(grid))
+    call compare_redists(d_new, procs, trim(grid))
 
     call tessera_decomp_destroy(d_old)
     call tessera_decomp_destroy(d_new)
@@ -151,5 +155,57 @@ contains
     call tessera_halo_destroy(h_new)
     call tessera_halo_destroy(h_ref)
     call tessera_decomp_destroy(whole)
+  end subroutine
+
+  ! Plans over `decomp` for a model on every rank with the model grid `procs` (lon first;
+  ! [0, 0]: the default bands) given each way.
+  subroutine compare_redists(decomp, procs, grid)
+    type(tessera_decomp), intent(in) :: decomp
+    integer, intent(in) :: procs(2)
+    character(len=*), intent(in) :: grid
+    type(tessera_redist) :: r_old, r_new, r_both
+    real(real64), allocatable, target :: code(:, :), m_old(:, :), m_new(:, :)
+    real(real64), pointer :: pc(:, :), pm(:, :)
+    integer :: first(2), count(2), mfirst(2), mcount(2), nfirst(2), ncount(2), i, j
+    call tessera_redist_create(r_old, decomp, nranks, grid_lat=procs(2), grid_lon=procs(1))
+    call tessera_redist_create(r_new, decomp, nranks, grid=procs, ierr=status)
+    call check(status == TESSERA_OK, 'redist_create, grid = [plon, plat] ' // grid)
+    call tessera_redist_model_box(r_old, mfirst, mcount)
+    call tessera_redist_model_box(r_new, nfirst, ncount)
+    call check(all(nfirst == mfirst) .and. all(ncount == mcount), 'model box, grid = [plon, plat] ' // grid)
+    ! Model rank r sits at (mod(r, plon), r / plon) of the model grid, as on the code's.
+    if (procs(1) > 0) call check(all(ncount <= ([nlon, nlat] + procs - 1) / procs), 'model box of the grid ' // grid)
+
+    call tessera_decomp_box(decomp, first, count)
+    allocate(code(count(1), count(2)), m_old(mcount(1), mcount(2)), m_new(ncount(1), ncount(2)))
+    do j = 1, count(2)
+      do i = 1, count(1)
+        code(i, j) = value(first(1) + i - 1, first(2) + j - 1)
+      end do
+    end do
+    m_old = -1.0_real64; m_new = -2.0_real64
+    pc => code
+    pm => m_old
+    call tessera_redist_add_field(r_old, pc, pm)
+    call tessera_redist_to_model(r_old)
+    pm => m_new
+    call tessera_redist_add_field(r_new, pc, pm)
+    call tessera_redist_to_model(r_new)
+    call check(all(shape(m_new) == shape(m_old)), 'model array shapes ' // grid)
+    if (all(shape(m_new) == shape(m_old))) then
+      call check(all(m_new == m_old), 'model contents, grid = [plon, plat] = grid_lat / grid_lon ' // grid)
+    end if
+    do j = 1, ncount(2)
+      do i = 1, ncount(1)
+        call check(m_new(i, j) == value(nfirst(1) + i - 1, nfirst(2) + j - 1), 'model cell ' // grid)
+      end do
+    end do
+
+    call tessera_redist_create(r_both, decomp, nranks, grid=procs, grid_lat=procs(2), ierr=status)
+    call check(status == TESSERA_ERR_INVALID_ARGUMENT .and. &
+               index(tessera_last_error(), 'grid = [plon, plat] and the deprecated grid_lat / grid_lon') > 0, &
+               'redist_create with grid and grid_lat: an error naming both ' // grid)
+    call tessera_redist_destroy(r_old)
+    call tessera_redist_destroy(r_new)
   end subroutine
 end program
