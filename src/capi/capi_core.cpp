@@ -56,12 +56,16 @@ std::string caller_offset(const Shape& offset) {
   return caller_shape(first);
 }
 
+std::string caller_range(const ShardRange& range) {
+  if (!fortran_caller) return "[" + std::to_string(range.start) + ", " + std::to_string(range.end()) + ")";
+  return std::to_string(range.start + 1) + ":" + std::to_string(range.end());
+}
+
+std::string caller_index(std::int64_t index) { return std::to_string(fortran_caller ? index + 1 : index); }
+
 std::string caller_box(const domain::LocalBox& box) {
   if (!fortran_caller) return box.str();
-  auto range = [](const ShardRange& r) {
-    return std::to_string(r.start + 1) + ":" + std::to_string(r.start + r.length);
-  };
-  return "lon " + range(box.lon) + " x lat " + range(box.lat);
+  return "lon " + caller_range(box.lon) + " x lat " + caller_range(box.lat);
 }
 
 void require_mpi() {
@@ -160,24 +164,51 @@ const domain::HaloExchange& exchange_of(const tessera_halo* h) {
   return *h->exchange;
 }
 
+void check_extents(const Shape& s, std::int64_t lat, std::int64_t lon, const domain::LocalBox& box,
+                   const domain::HaloWidths* halo, const std::string& kind, const std::string& what) {
+  if (s.size() >= 2 && s[s.size() - 2] == lat && s.back() == lon) return;
+  if (fortran_caller) {
+    // The module hands over arrays in declaration order, so the reversed view is the
+    // array as declared: lon and lat are its first two dims.
+    const std::string widths = halo == nullptr ? ""
+                                               : " plus halo lon " + std::to_string(halo->lon_before) + "+" +
+                                                     std::to_string(halo->lon_after) + ", lat " +
+                                                     std::to_string(halo->lat_before) + "+" +
+                                                     std::to_string(halo->lat_after);
+    throw ShapeError(what + ": array of extents " + caller_shape(s) + " should begin with the " + kind +
+                     "(lon, lat) extents (" + std::to_string(lon) + ", " + std::to_string(lat) + ") of this rank (" +
+                     caller_box(box) + widths + ")");
+  }
+  throw ShapeError(what + ": tessera view " + shape_str(s) + " should end in the " + kind + "(lat, lon) extents (" +
+                   std::to_string(lat) + ", " + std::to_string(lon) + ") of this rank (" + box.str() +
+                   (halo == nullptr ? "" : " plus halo " + halo->str()) + ")");
+}
+
 void check_padded(const domain::HaloExchange& ex, const Tensor& field, const std::string& what) {
   const Shape padded = ex.padded_shape(Shape{});
-  const Shape& s = field.shape();
-  if (s.size() < 2 || s[s.size() - 2] != padded[0] || s.back() != padded[1]) {
+  check_extents(field.shape(), padded[0], padded[1], ex.decomposition().box(), &ex.spec().width, "padded ", what);
+}
+
+Tensor batch_view(Tensor view, std::int64_t channels, const domain::LocalBox& box, const std::string& what) {
+  const Shape given = view.shape();
+  if (view.dim() == 3) view = view.reshape({1, view.size(0), view.size(1), view.size(2)});
+  if (view.dim() != 4 || view.size(1) != channels || view.size(2) != box.lat.length ||
+      view.size(3) != box.lon.length) {
     if (fortran_caller) {
-      // The module hands over arrays in declaration order, so the reversed view is the
-      // array as declared: lon and lat are its first two dims.
-      const domain::HaloWidths& w = ex.spec().width;
-      throw ShapeError(what + ": array of extents " + caller_shape(s) + " should begin with the padded (lon, lat) " +
-                       "extents (" + std::to_string(padded[1]) + ", " + std::to_string(padded[0]) + ") of this rank (" +
-                       caller_box(ex.decomposition().box()) + " plus halo lon " + std::to_string(w.lon_before) + "+" +
-                       std::to_string(w.lon_after) + ", lat " + std::to_string(w.lat_before) + "+" +
-                       std::to_string(w.lat_after) + ")");
+      throw ShapeError(what + " of extents " + caller_shape(given) + " is not (" + std::to_string(box.lon.length) +
+                       ", " + std::to_string(box.lat.length) + ", " + std::to_string(channels) +
+                       ", B): B fields of this rank's band " + caller_box(box) + " (B = 1 may be left out)");
     }
-    throw ShapeError(what + ": tessera view " + shape_str(s) + " should end in the padded (lat, lon) extents (" +
-                     std::to_string(padded[0]) + ", " + std::to_string(padded[1]) + ") of this rank (" +
-                     ex.decomposition().box().str() + " plus halo " + ex.spec().width.str() + ")");
+    throw ShapeError(what + " " + shape_str(view.shape()) + " (tessera view) is not (B, " + std::to_string(channels) +
+                     ", " + std::to_string(box.lat.length) + ", " + std::to_string(box.lon.length) +
+                     "): B fields of this rank's band " + box.str());
   }
+  // An empty batch has nothing to predict, and the normalisation divides by B.
+  if (view.size(0) == 0) {
+    throw InvalidArgument(what + " " + caller_shape(given) + (fortran_caller ? "" : " (tessera view)") +
+                          " has batch B = 0; pass at least one field");
+  }
+  return view;
 }
 
 }  // namespace tessera::capi

@@ -74,14 +74,11 @@ void add_field(tessera_redist_t* r, void* code_data, void* model_data, int dtype
   r->field_count_agreed = false;
   Redistribution& plan = plan_of(r);
   if (plan.in_flight()) throw InvalidArgument("cannot register a field while a transfer is in flight");
-  const std::string what = "field " + std::to_string(r->code_fields.size());
+  const std::string what = "field " + capi::caller_index(static_cast<std::int64_t>(r->code_fields.size()));
   Tensor code = capi::array_view(code_data, dtype, order, ndim, shape, what + ": the code array");
   const domain::LocalBox box = plan.code().box();
   const Shape& s = code.shape();
-  if (s.size() < 2 || s[s.size() - 2] != box.lat.length || s.back() != box.lon.length) {
-    throw ShapeError(what + ": the code array (tessera view " + shape_str(s) + ") must end in this rank's box (" +
-                     std::to_string(box.lat.length) + ", " + std::to_string(box.lon.length) + "), " + box.str());
-  }
+  capi::check_extents(s, box.lat.length, box.lon.length, box, nullptr, "", what + ": the code array");
   Tensor model;
   if (plan.is_model_rank()) {
     if (model_data == nullptr) {

@@ -18,8 +18,12 @@ ProcessGrid grid_of(const Communicator& comm, int grid_lat, int grid_lon) {
   // The decomposition compares grid_lat * grid_lon with the rank count: wrapped, INT_MAX^2
   // was 1 and matched a one-rank communicator.
   if (!detail::try_mul(grid_lat, grid_lon)) {
-    throw InvalidArgument("process grid grid_lat (" + std::to_string(grid_lat) + ") * grid_lon (" +
-                          std::to_string(grid_lon) + ") overflows int; it must hold exactly the " +
+    // A Fortran caller gave the grid lon first (procs = [plon, plat]).
+    const std::string grid = capi::caller_is_fortran()
+                                 ? "[plon, plat] = [" + std::to_string(grid_lon) + ", " + std::to_string(grid_lat) + "]"
+                                 : "grid_lat (" + std::to_string(grid_lat) + ") * grid_lon (" +
+                                       std::to_string(grid_lon) + ")";
+    throw InvalidArgument("process grid " + grid + " overflows int; it must hold exactly the " +
                           std::to_string(comm.size()) + " ranks of the communicator");
   }
   return ProcessGrid{grid_lat, grid_lon};
@@ -94,6 +98,8 @@ void scatter_gather(const Decomposition& d, bool gather, int root, const CallerA
     Tensor view = arrays.local();
     if (view.dim() < 2) throw InvalidArgument(what + ": the array needs the two dims lat and lon");
     local = to_local(view);
+    check_extents(local.shape(), d.box().lat.length, d.box().lon.length, d.box(), nullptr, "",
+                  what + ": the local array");
     if (d.rank() == root) whole = arrays.global(global_logical(d, local.shape()));
   });
   if (gather) {
@@ -225,8 +231,9 @@ int tessera_decomp_global_sum(const tessera_decomp_t* decomp, const void* local,
     // Argument checks agreed first: a bad pointer on one rank fails every rank.
     agree_on_success(d.comm().mpi_comm(), [&] {
       capi::require(sum, "the sum pointer");
-      view = capi::array_view(const_cast<void*>(local), dtype, order, ndim, local_shape,
-                              "tessera_decomp_global_sum: the local array");
+      view = capi::array_view(const_cast<void*>(local), dtype, order, ndim, local_shape, "the local array");
+      capi::check_extents(view.shape(), d.box().lat.length, d.box().lon.length, d.box(), nullptr, "",
+                          "the local array");
     });
     *sum = tessera::domain::global_sum(d, view);
   });

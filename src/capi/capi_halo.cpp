@@ -77,7 +77,7 @@ PolePolicy to_pole(int pole) {
 }
 
 std::string field_label(const tessera_halo_t* halo) {
-  return "field " + std::to_string(halo->fields.size());
+  return "field " + capi::caller_index(static_cast<std::int64_t>(halo->fields.size()));
 }
 
 // HaloExchange agrees on a field set collectively only when it differs from the set it
@@ -329,11 +329,11 @@ int tessera_halo_set_vector_pair(tessera_halo_t* halo, int u_index, int v_index)
     const int n = static_cast<int>(halo->fields.size());
     for (int index : {u_index, v_index}) {
       if (index < 0 || index >= n) {
-        throw InvalidArgument("field index " + std::to_string(index) + " is not one of the " + std::to_string(n) +
-                              " registered fields [0, " + std::to_string(n) + ")");
+        throw InvalidArgument("field index " + capi::caller_index(index) + " is not one of the " + std::to_string(n) +
+                              " registered fields " + capi::caller_range(ShardRange{0, n}));
       }
     }
-    if (u_index == v_index) throw InvalidArgument("u and v are the same field (" + std::to_string(u_index) + ")");
+    if (u_index == v_index) throw InvalidArgument("u and v are the same field (" + capi::caller_index(u_index) + ")");
     for (int index : {u_index, v_index}) {
       if (std::find(halo->vector_components.begin(), halo->vector_components.end(), index) ==
           halo->vector_components.end()) {

@@ -98,6 +98,11 @@ std::string caller_shape(const Shape& view);
 std::string caller_offset(const Shape& offset);
 // A box: "lat [0, 4) x lon [0, 8)", or "lon 1:8 x lat 1:4" (1-based, inclusive, lon first).
 std::string caller_box(const domain::LocalBox& box);
+// A range of indices: "[0, 4)", or "1:4" (1-based, inclusive).
+std::string caller_range(const ShardRange& range);
+// An index of a list the caller fills (a registered field): 0-based for C callers,
+// 1-based for Fortran callers, whose module counts fields from 1.
+std::string caller_index(std::int64_t index);
 
 // Throws InvalidArgument "<what> is NULL" when p is null.
 template <class T>
@@ -135,6 +140,15 @@ const domain::HaloExchange& exchange_of(const tessera_halo* h);
 const domain::HaloExchange& staggered_exchange_of(const tessera_halo* halo, int stagger);
 // Checks that a halo field's view has the padded lat/lon extents.
 void check_padded(const domain::HaloExchange& ex, const Tensor& field, const std::string& what);
+// Checks that a caller array's view (leading..., lat, lon) ends in the (lat, lon) extents
+// of this rank's `box` (`halo`: the widths around it, if any; `kind`: "padded " or "",
+// how the message names those extents). ShapeError in the caller's order otherwise.
+void check_extents(const Shape& view, std::int64_t lat, std::int64_t lon, const domain::LocalBox& box,
+                   const domain::HaloWidths* halo, const std::string& kind, const std::string& what);
+// A batch of B fields of `channels` channels over this rank's `box`: the view (B, C, lat,
+// lon), or (C, lat, lon) as one field. ShapeError (InvalidArgument for B = 0) naming
+// `what` in the caller's order otherwise.
+Tensor batch_view(Tensor view, std::int64_t channels, const domain::LocalBox& box, const std::string& what);
 // The caller's arrays of a scatter or gather, as tessera's views (leading..., lat, lon):
 // the local array, and root's global one given the extents its view must have (called on
 // the root only). Either may throw; the errors name the array.

@@ -88,22 +88,8 @@ void run(tessera_model_t* handle, const void* input, void* output, int dtype, in
     }
     in = capi::array_view(const_cast<void*>(input), dtype, order, ndim, shape, "model input");
     out = capi::array_view(output, dtype, order, ndim, shape, "model output");
-    if (in.dim() == 3) {
-      in = in.reshape({1, in.size(0), in.size(1), in.size(2)});
-      out = out.reshape(in.shape());
-    }
-    const models::FieldEmulatorConfig& c = model.config();
-    const domain::LocalBox box = model.decomposition().box();
-    if (in.dim() != 4 || in.size(1) != c.channels || in.size(2) != box.lat.length || in.size(3) != box.lon.length) {
-      throw ShapeError("model input " + shape_str(in.shape()) + " (tessera view) is not (B, " +
-                       std::to_string(c.channels) + ", " + std::to_string(box.lat.length) + ", " +
-                       std::to_string(box.lon.length) + "): B fields of this rank's band " + box.str());
-    }
-    // An empty batch has nothing to predict, and the normalisation divides by B.
-    if (in.size(0) == 0) {
-      throw InvalidArgument("model input " + shape_str(in.shape()) +
-                            " (tessera view) has batch B = 0; pass at least one field");
-    }
+    in = capi::batch_view(in, model.config().channels, model.decomposition().box(), "model input");
+    out = out.reshape(in.shape());
   });
   const Tensor x = in.clone();  // the model may keep its input; the caller's array may be the output
   Tensor y = physical ? model.predict(x) : model.forward(x);

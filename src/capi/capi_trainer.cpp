@@ -167,19 +167,8 @@ std::vector<Tensor> fields(tessera_trainer& t, const std::vector<std::pair<const
                             std::to_string(dtype));
     }
     for (const auto& [data, what] : arrays) {
-      Tensor v = capi::array_view(const_cast<void*>(data), dtype, order, ndim, shape, what);
-      if (v.dim() == 3) v = v.reshape({1, v.size(0), v.size(1), v.size(2)});
-      const domain::LocalBox box = t.model->decomposition().box();
-      if (v.dim() != 4 || v.size(1) != t.arch.channels || v.size(2) != box.lat.length ||
-          v.size(3) != box.lon.length) {
-        throw ShapeError(std::string(what) + " " + shape_str(v.shape()) + " (tessera view) is not (B, " +
-                         std::to_string(t.arch.channels) + ", " + std::to_string(box.lat.length) + ", " +
-                         std::to_string(box.lon.length) + "): B fields of this rank's band " + box.str());
-      }
-      if (v.size(0) == 0) {
-        throw InvalidArgument(std::string(what) + " " + shape_str(v.shape()) +
-                              " (tessera view) has batch B = 0; pass at least one field");
-      }
+      Tensor v = capi::batch_view(capi::array_view(const_cast<void*>(data), dtype, order, ndim, shape, what),
+                                  t.arch.channels, t.model->decomposition().box(), what);
       if (v.dtype() != DType::f32) v = ops::cast(v, DType::f32);
       v = v.to(t.mesh->device());
       if (normalize) {

@@ -9,10 +9,14 @@
 !  - the lon-first forms of tessera_decomp_box and tessera_halo_padded;
 !  - the Fortran-worded errors: dims that name no lon/lat pair, extents that are not the
 !    padded ones (1-based dims, lon x lat), on every rank, registering nothing; a load's
-!    stored shape that is not the field's, and a missing dataset, with shapes lon first.
+!    stored shape that is not the field's, and a missing dataset, with shapes lon first;
+!    a local array that is not the box in a scatter, a global sum and a redistribution
+!    (extents in declaration order, 1-based boxes), field indices counted from 1, an
+!    overflowing process grid named lon first.
 program test_fortran_layouts
   use mpi
   use tessera
+  use tessera_test_support, only: itoa
   use, intrinsic :: iso_fortran_env, only: real32, real64, error_unit
   implicit none
   integer, parameter :: NLAT = 10, NLON = 12, NLEV = 3, HLAT = 1, HLON = 2
@@ -159,6 +163,10 @@ program test_fortran_layouts
   call tessera_checkpoint_destroy(ckpt)
   call tessera_decomp_create(strips, MPI_COMM_WORLD, NLAT, NLON, nranks + 1, 1, ierr)
   call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_decomp_create: ")
+  call tessera_decomp_create(strips, MPI_COMM_WORLD, [NLON, NLAT], [huge(0), 2], ierr)
+  call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_decomp_create: process grid [plon, plat] = [" // &
+                    itoa(huge(0)) // ", 2] overflows int")
+  call check_box_errors()
   ! A load's messages about the file: shapes as the Fortran caller declared them, lon
   ! first. The file's q64 is (NLON, NLAT, NLEV); a grid two rows taller wants another.
   call tessera_decomp_create_from_mesh(taller, mesh, [NLON, NLAT + 2], [1, nranks])
@@ -193,6 +201,55 @@ program test_fortran_layouts
   if (failures /= 0) error stop 1
 
 contains
+
+  ! A local array one longitude too wide where a decomposition's box is wanted (scatter,
+  ! global sum: agreed, so rank 0's box in every rank's message; a redistribution's code
+  ! field: this rank's own box), and field indices outside those registered: counted
+  ! from 1, lon first.
+  subroutine check_box_errors()
+    type(tessera_redist) :: redist
+    real(real64), allocatable, target :: local(:, :, :), global(:, :)
+    real(real64), pointer :: code(:, :, :), model(:, :, :)
+    real(real64) :: total
+    integer :: own_first(2), own_count(2)
+    character(len=:), allocatable :: box0
+    call tessera_decomp_box_of(bands, 0, first, extent)
+    box0 = "(lon " // itoa(first(1)) // ":" // itoa(first(1) + extent(1) - 1) // " x lat " // itoa(first(2)) // &
+           ":" // itoa(first(2) + extent(2) - 1) // ")"
+    call tessera_decomp_box(bands, own_first, own_count)
+    allocate(local(own_count(1) + 1, own_count(2), 1), global(NLON, NLAT))
+    global = 0
+    local = 0
+    call tessera_decomp_scatter(bands, global, local(:, :, 1), 0, ierr)
+    call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_decomp_scatter: scatter: the local array: array of extents (" // &
+                      itoa(extent(1) + 1) // ", " // itoa(extent(2)) // ") should begin with the (lon, lat) extents (" // &
+                      itoa(extent(1)) // ", " // itoa(extent(2)) // ") of this rank " // box0)
+    call tessera_decomp_global_sum(bands, local(:, :, 1), total, ierr)
+    call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_decomp_global_sum: the local array: array of extents (" // &
+                      itoa(extent(1) + 1) // ", " // itoa(extent(2)) // ") should begin with the (lon, lat) extents (" // &
+                      itoa(extent(1)) // ", " // itoa(extent(2)) // ") of this rank " // box0)
+
+    call tessera_redist_create(redist, bands, 1)
+    allocate(model(NLON, NLAT, 1))
+    code => local
+    call tessera_redist_add_field(redist, code, model, ierr)
+    call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_redist_add_field: field 1: the code array: array of extents (" // &
+                      itoa(own_count(1) + 1) // ", " // itoa(own_count(2)) // ", 1) should begin with the (lon, lat) " // &
+                      "extents (" // itoa(own_count(1)) // ", " // itoa(own_count(2)) // ") of this rank (lon " // &
+                      itoa(own_first(1)) // ":" // itoa(own_first(1) + own_count(1) - 1) // " x lat " // &
+                      itoa(own_first(2)) // ":" // itoa(own_first(2) + own_count(2) - 1) // ")")
+    call tessera_redist_destroy(redist)
+    deallocate(model)
+
+    call tessera_halo_clear_fields(halo)
+    call tessera_halo_add_field(halo, q2)
+    call tessera_halo_set_vector_pair(halo, 1, 3, ierr)
+    call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_halo_set_vector_pair: field index 3 is not one " // &
+                      "of the 1 registered fields 1:1")
+    call tessera_halo_set_vector_pair(halo, 1, 1, ierr)
+    call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "u and v are the same field (1)")
+    call tessera_halo_clear_fields(halo)
+  end subroutine
 
   ! The global field: distinct in every cell and level (1-based global i, j).
   pure real(real64) function f(i, j, k)
@@ -236,12 +293,4 @@ contains
     write(error_unit, '(a,i0,2a)') 'rank ', rank, ': ', message
     failures = failures + 1
   end subroutine
-
-  function itoa(n) result(s)
-    integer, intent(in) :: n
-    character(len=:), allocatable :: s
-    character(len=16) :: b
-    write(b, '(i0)') n
-    s = trim(b)
-  end function
 end program

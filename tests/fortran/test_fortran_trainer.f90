@@ -9,7 +9,8 @@
 ! trainer fed the normalised fields, predictions in physical units; optimizer.accumulate
 ! 2 over two micro-batches per step matches the serial twin on one batch twice as large,
 ! with the step count and tessera_trainer_pending moving as documented. Errors: a field
-! of the wrong channel count (TESSERA_ERR_SHAPE on every rank), a missing config
+! of the wrong channel count (TESSERA_ERR_SHAPE on every rank, its extents as declared,
+! the band lon first and 1-based), a missing config
 ! (TESSERA_ERR_IO), data.normalize without mean and std (TESSERA_ERR_CONFIG), a mean of
 ! the wrong length.
 program test_fortran_trainer
@@ -292,6 +293,13 @@ contains
     x = 0
     call tessera_trainer_step(trainer, x, x, loss, ierr=ierr)
     call check(ierr == TESSERA_ERR_SHAPE, 'a wrong channel count is TESSERA_ERR_SHAPE')
+    ! Agreed: every rank reports rank 0's array, as declared, and its band, lon first.
+    if (rank == 0) then
+      call check(index(tessera_last_error(), 'tessera_trainer_step: trainer input of extents (' // itoa(nlon) // &
+                       ', ' // itoa(n) // ', ' // itoa(nchan + 1) // ') is not (' // itoa(nlon) // ', ' // itoa(n) // &
+                       ', ' // itoa(nchan) // ', B): B fields of this rank''s band lon 1:' // itoa(nlon) // &
+                       ' x lat 1:' // itoa(n)) > 0, 'the wrong channel count in Fortran order')
+    end if
     call tessera_trainer_destroy(trainer)
     call tessera_trainer_create(trainer, trim(dir) // '/no_such.yaml', MPI_COMM_WORLD, nlon, nlat, nchan, ierr=ierr)
     call check(ierr == TESSERA_ERR_IO, 'a missing config is TESSERA_ERR_IO')

@@ -2,14 +2,15 @@
 ! check(), which counts a failed condition and says on which rank, what, and tessera's
 ! last error (the context a failed call leaves); the start and the end of a test on
 ! MPI_COMM_WORLD (start_test, finish_test: failures summed over the ranks, reported once,
-! a non-zero exit status if any rank failed) and its scratch directory per rank count.
+! a non-zero exit status if any rank failed) and its scratch directory per rank count;
+! itoa, an integer as the text a message gives it.
 module tessera_test_support
   use, intrinsic :: iso_fortran_env, only: error_unit
   use mpi
   use tessera, only: tessera_last_error
   implicit none
   private
-  public :: check, start_test, scratch_directory, finish_test
+  public :: check, start_test, scratch_directory, finish_test, itoa
 
   ! The test program sets rank (MPI_Comm_rank writes it directly) and reduces failures.
   integer, public :: rank = 0, failures = 0
@@ -25,6 +26,14 @@ contains
         tessera_last_error()
     end if
   end subroutine
+
+  function itoa(n) result(s)
+    integer, intent(in) :: n
+    character(len=:), allocatable :: s
+    character(len=16) :: b
+    write(b, '(i0)') n
+    s = trim(b)
+  end function
 
   ! MPI_Init; rank and nranks in MPI_COMM_WORLD.
   subroutine start_test(nranks)
