@@ -36,18 +36,24 @@ void* aligned_or_throw(std::size_t bytes) {
   return ptr;
 }
 
-// Large host blocks (over kSmallLimit, 1 MiB) are kept when freed, in one free list per
-// size bucket (caching_bucket_bytes, kernel_math.hpp: the CUDA allocator's buckets, 2 MiB
-// granularity), and serve the next request of their bucket. A training step allocates
-// the same activations and gradients every step; from the heap each one is fresh mmap'd
-// or trimmed-and-regrown memory, so every step paid page faults and the kernel's zeroing
-// of every page it touched. From the cache it is memory already mapped and warm. At most
+// Host blocks of kMinCachedBytes (128 KiB, glibc's default mmap threshold) and more are
+// kept when freed, in one free list per size bucket (caching_bucket_bytes,
+// kernel_math.hpp: the CUDA allocator's buckets, 512 bytes up to 1 MiB, 2 MiB beyond),
+// and serve the next request of their bucket. A training step allocates the same
+// activations and gradients every step; from the heap each one is fresh mmap'd or
+// trimmed-and-regrown memory, so every step paid page faults and the kernel's zeroing of
+// every page it touched. From the cache it is memory already mapped and warm. The
+// smaller limit matters where a step holds many mid-sized blocks at once: a GPipe
+// pipeline stage at hidden 1024 (512 KiB activations, eight microbatches held) took
+// 400-5800 page faults per step with only blocks over 1 MiB cached, ~0 with this limit,
+// and a fault costs ~15 us on a virtual machine (docs/performance.md). At most
 // kMaxCachedBytes stay cached (a block that would exceed it goes back to the heap);
 // Compute::release_cached_memory returns them all. Under AddressSanitizer nothing is
 // cached, so a use after free is still caught.
 class HostBlockCache {
  public:
   static constexpr std::size_t kMaxCachedBytes = std::size_t{1} << 30;
+  static constexpr std::size_t kMinCachedBytes = std::size_t{128} << 10;
 
   void* allocate(std::size_t bytes) {
     if (!cacheable(bytes)) return aligned_or_throw(bytes);
@@ -100,7 +106,7 @@ class HostBlockCache {
     (void)bytes;
     return false;
 #else
-    return bytes > kSmallLimit && bytes <= kMaxCachedBytes;
+    return bytes >= kMinCachedBytes && bytes <= kMaxCachedBytes;
 #endif
   }
 
