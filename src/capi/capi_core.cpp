@@ -197,11 +197,11 @@ Tensor batch_view(Tensor view, std::int64_t channels, const domain::LocalBox& bo
     if (fortran_caller) {
       throw ShapeError(what + " of extents " + caller_shape(given) + " is not (" + std::to_string(box.lon.length) +
                        ", " + std::to_string(box.lat.length) + ", " + std::to_string(channels) +
-                       ", B): B fields of this rank's band " + caller_box(box) + " (B = 1 may be left out)");
+                       ", B): B fields of this rank's box " + caller_box(box) + " (B = 1 may be left out)");
     }
     throw ShapeError(what + " " + shape_str(view.shape()) + " (tessera view) is not (B, " + std::to_string(channels) +
                      ", " + std::to_string(box.lat.length) + ", " + std::to_string(box.lon.length) +
-                     "): B fields of this rank's band " + box.str());
+                     "): B fields of this rank's box " + box.str());
   }
   // An empty batch has nothing to predict, and the normalisation divides by B.
   if (view.size(0) == 0) {

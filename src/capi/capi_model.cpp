@@ -66,6 +66,9 @@ void run_coupled(tessera_model_t* handle, const void* input, void* output, int d
     }
     in = capi::array_view(const_cast<void*>(input), dtype, order, ndim, shape, "model input");
     out = capi::array_view(output, dtype, order, ndim, shape, "model output");
+    // Checked here too, so that the message speaks the caller's order.
+    in = capi::batch_view(in, model.config().channels, model.plan().code().box(), "model input");
+    out = out.reshape(in.shape());
   });
   // The input travels to the model ranks before the output is written, so the two may
   // be the same array.
@@ -225,6 +228,10 @@ int tessera_model_train_step(tessera_model_t* model, const void* input, const vo
       options.lr = lr;
       in = capi::array_view(const_cast<void*>(input), dtype, order, ndim, shape, "model input");
       tgt = capi::array_view(const_cast<void*>(target), dtype, order, ndim, shape, "model target");
+      // Checked here too, so that the message speaks the caller's order.
+      const domain::LocalBox box = coupled.plan().code().box();
+      in = capi::batch_view(in, coupled.config().channels, box, "model input");
+      tgt = capi::batch_view(tgt, coupled.config().channels, box, "model target");
     });
     const double value = coupled.train_step(in, tgt, options);
     if (loss != nullptr) *loss = value;

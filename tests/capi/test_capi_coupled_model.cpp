@@ -122,6 +122,22 @@ int main(int argc, char** argv) {
                     TESSERA_ERR_SHAPE);
       EXPECT_STATUS(tessera_model_forward(model, x.data(), y.data(), TESSERA_F64, TESSERA_ORDER_C, 4, shape_c),
                     TESSERA_ERR_INVALID_ARGUMENT);
+      // As the Fortran module calls it (every rank one latitude too many): the message gives
+      // rank 0's array as declared and its box, lon first and 1-based.
+      {
+        const std::int64_t wrong_f[4] = {oc, lc + 1, kC, kB};
+        tessera_set_fortran_caller(1);
+        const int status =
+            tessera_model_forward(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_FORTRAN, 4, wrong_f);
+        tessera_set_fortran_caller(0);
+        CHECK(status == TESSERA_ERR_SHAPE);
+        const auto n = [](std::int64_t v) { return std::to_string(v); };
+        const std::string want_text = "tessera_model_forward: model input of extents (" + n(oc) + ", " + n(lc + 1) +
+                                      ", " + n(kC) + ", " + n(kB) + ") is not (" + n(oc) + ", " + n(lc) + ", " +
+                                      n(kC) + ", B): B fields of this rank's box lon " + n(os + 1) + ":" +
+                                      n(os + oc) + " x lat " + n(ls + 1) + ":" + n(ls + lc);
+        if (world_rank == 0) CHECK(std::strstr(tessera_last_error(), want_text.c_str()) != nullptr);
+      }
       // Online training from the code's layout against the serial twin.
       {
         Mesh twin_mesh(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1});

@@ -297,7 +297,7 @@ contains
     if (rank == 0) then
       call check(index(tessera_last_error(), 'tessera_trainer_step: trainer input of extents (' // itoa(nlon) // &
                        ', ' // itoa(n) // ', ' // itoa(nchan + 1) // ') is not (' // itoa(nlon) // ', ' // itoa(n) // &
-                       ', ' // itoa(nchan) // ', B): B fields of this rank''s band lon 1:' // itoa(nlon) // &
+                       ', ' // itoa(nchan) // ', B): B fields of this rank''s box lon 1:' // itoa(nlon) // &
                        ' x lat 1:' // itoa(n)) > 0, 'the wrong channel count in Fortran order')
     end if
     call tessera_trainer_destroy(trainer)
