@@ -15,15 +15,17 @@ namespace {
 
 ProcessGrid grid_of(const Communicator& comm, int grid_lat, int grid_lon) {
   if (grid_lat == 0 && grid_lon == 0) return ProcessGrid{comm.size(), 1};
-  // The decomposition compares grid_lat * grid_lon with the rank count: wrapped, INT_MAX^2
-  // was 1 and matched a one-rank communicator.
-  if (!detail::try_mul(grid_lat, grid_lon)) {
-    // A Fortran caller gave the grid lon first (procs = [plon, plat]).
-    const std::string grid = capi::caller_is_fortran()
-                                 ? "[plon, plat] = [" + std::to_string(grid_lon) + ", " + std::to_string(grid_lat) + "]"
-                                 : "grid_lat (" + std::to_string(grid_lat) + ") * grid_lon (" +
-                                       std::to_string(grid_lon) + ")";
-    throw InvalidArgument("process grid " + grid + " overflows int; it must hold exactly the " +
+  // The Decomposition checks the grid too, in its own (lat, lon) terms; checked here first
+  // so that the message names the caller's arguments: a Fortran caller gave the grid lon
+  // first (procs = [plon, plat]). The product is computed without wrapping: INT_MAX^2
+  // wrapped to 1 and matched a one-rank communicator.
+  const std::string grid = capi::caller_is_fortran()
+                               ? "[plon, plat] = [" + std::to_string(grid_lon) + ", " + std::to_string(grid_lat) + "]"
+                               : "grid_lat (" + std::to_string(grid_lat) + ") * grid_lon (" +
+                                     std::to_string(grid_lon) + ")";
+  const auto ranks = detail::try_mul(grid_lat, grid_lon);
+  if (grid_lat < 1 || grid_lon < 1 || !ranks || *ranks != comm.size()) {
+    throw InvalidArgument("process grid " + grid + (ranks ? "" : " overflows int;") + " must hold exactly the " +
                           std::to_string(comm.size()) + " ranks of the communicator");
   }
   return ProcessGrid{grid_lat, grid_lon};

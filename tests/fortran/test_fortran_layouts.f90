@@ -162,7 +162,8 @@ program test_fortran_layouts
                     "first index (1, 2) lies outside the global shape (2, 3)")
   call tessera_checkpoint_destroy(ckpt)
   call tessera_decomp_create(strips, MPI_COMM_WORLD, NLAT, NLON, nranks + 1, 1, ierr)
-  call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_decomp_create: ")
+  call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_decomp_create: process grid [plon, plat] = [1, " // &
+                    itoa(nranks + 1) // "] must hold exactly the " // itoa(nranks) // " ranks of the communicator")
   call tessera_decomp_create(strips, MPI_COMM_WORLD, [NLON, NLAT], [huge(0), 2], ierr)
   call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_decomp_create: process grid [plon, plat] = [" // &
                     itoa(huge(0)) // ", 2] overflows int")
