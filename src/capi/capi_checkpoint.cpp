@@ -115,7 +115,7 @@ void add(tessera_checkpoint_t& c, const std::string& name, Tensor value, Shape g
   }
   // The file holds the global array: its element and byte counts must fit as well.
   detail::checked_bytes(detail::checked_numel(global, what + ": global shape"), value.element_size(),
-                        what + ": global shape " + shape_str(global));
+                        what + ": global shape " + capi::caller_shape(global));
   // Members set directly: the Parameter constructor would allocate a gradient as large
   // as the array, which a restart never needs.
   auto p = std::make_unique<Parameter>();

@@ -160,6 +160,10 @@ program test_fortran_layouts
   call tessera_checkpoint_add_array(ckpt, 'b', block, [2, 3], [0, 1], '', ierr)
   call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_checkpoint_add_array: array 'b': local block (2, 3) at " // &
                     "first index (1, 2) lies outside the global shape (2, 3)")
+  ! A global array too large to address (2^60 + 2^30 real64), in declaration order.
+  call tessera_checkpoint_add_array(ckpt, 'b', block, [2**30, 2**30 + 1], [0, 0], '', ierr)
+  call expect_error(ierr, TESSERA_ERR_SHAPE, "tessera_checkpoint_add_array: array 'b': global shape (1073741824, " // &
+                    "1073741825): 1152921505680588800 elements of 8 bytes do not fit in the address space")
   call tessera_checkpoint_destroy(ckpt)
   call tessera_decomp_create(strips, MPI_COMM_WORLD, NLAT, NLON, nranks + 1, 1, ierr)
   call expect_error(ierr, TESSERA_ERR_INVALID_ARGUMENT, "tessera_decomp_create: process grid [plon, plat] = [1, " // &
