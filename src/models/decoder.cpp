@@ -259,7 +259,7 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
 }
 
 std::int64_t decoder_activation_bytes(const DecoderConfig& a, std::int64_t seq_len, int tp, bool sp,
-                                      const nn::CheckpointPolicy& policy) {
+                                      const nn::CheckpointPolicy& policy, const DecoderUnits& units) {
   const std::int64_t S = seq_len, Sl = sp ? seq_len / tp : seq_len, d = a.d_model;
   // The widest rank's share of the features that may split unevenly (the partition rule).
   auto widest = [tp](std::int64_t extent) { return shard_range(extent, tp, 0).length; };
@@ -274,10 +274,18 @@ std::int64_t decoder_activation_bytes(const DecoderConfig& a, std::int64_t seq_l
   if (sp) per_layer += 2 * S * d;                 // the all-gathered inputs of the column layers
   // A checkpointed block keeps its input (a residual-stream shard); during backward the
   // block being recomputed holds all of its activations again (its input among them).
-  const std::int64_t checkpointed = policy.count(a.n_layers);
-  std::int64_t layers = (a.n_layers - checkpointed) * per_layer;
-  if (checkpointed > 0) layers += (checkpointed - 1) * Sl * d + per_layer;
-  const std::int64_t floats = layers + 3 * Sl * d + (sp ? S * d : 0) + 2 * S * vl;
+  const std::int64_t first = std::clamp<std::int64_t>(units.first_layer, 0, a.n_layers);
+  const std::int64_t end = units.layers < 0 ? a.n_layers : std::min(a.n_layers, first + units.layers);
+  std::int64_t blocks = 0, checkpointed = 0;
+  for (std::int64_t i = first; i < end; ++i) {
+    ++blocks;
+    checkpointed += policy.selects(i) ? 1 : 0;
+  }
+  std::int64_t floats = (blocks - checkpointed) * per_layer;
+  if (checkpointed > 0) floats += (checkpointed - 1) * Sl * d + per_layer;
+  if (units.embed) floats += Sl * d;                          // the embedding's output
+  if (units.norm) floats += Sl * d + (sp ? S * d : 0);        // the final norm's output (all-gathered)
+  if (units.head) floats += Sl * d + 2 * S * vl;              // the head's input; the logits and their gradient
   return floats * static_cast<std::int64_t>(sizeof(float));
 }
 

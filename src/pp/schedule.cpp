@@ -62,6 +62,15 @@ std::string actions_str(const std::vector<Action>& actions) {
   return s;
 }
 
+int peak_in_flight(const std::vector<Action>& actions) {
+  int in_flight = 0, peak = 0;
+  for (const Action& a : actions) {
+    in_flight += a.kind == Action::Kind::forward ? 1 : -1;
+    peak = std::max(peak, in_flight);
+  }
+  return peak;
+}
+
 double schedule_bubble_fraction(int stages, int microbatches) {
   if (stages < 1 || microbatches < 1) {
     throw InvalidArgument("schedule_bubble_fraction: stages (" + std::to_string(stages) + ") and microbatches (" +

@@ -474,6 +474,8 @@ elseif(MODE STREQUAL "decoder_pipeline")
   if(NOT last_output MATCHES "units per stage: embed \\.\\. layers\\.0 \\(2\\) \\| layers\\.1 \\.\\. head \\(3\\)" OR
      NOT last_output MATCHES "stage 0: embed \\.\\. layers\\.0, 1824 parameter elements per rank" OR
      NOT last_output MATCHES "stage 1: layers\\.1 \\.\\. head, 1584 parameter elements per rank" OR
+     NOT last_output MATCHES "activations 0\\.12 MiB \\(2 microbatches of 4 rows in flight, stash\\)" OR
+     NOT last_output MATCHES "activations 0\\.07 MiB \\(1 microbatch of 4 rows in flight, stash\\)" OR
      last_output MATCHES "\nstep " OR EXISTS "${WORK_DIR}/none")
     message(FATAL_ERROR "unexpected pipeline --dry-run output:\n${last_output}")
   endif()

@@ -474,6 +474,28 @@ TEST(Decoder, ForwardShapesAndBackwardMatchesFiniteDifferences) {
   check_gradients(dec, ids, 153, /*check_input=*/false);
 }
 
+// The activation estimate of a pipeline stage: the stages of any split add up to the
+// whole decoder's; a checkpointed stage keeps its blocks' inputs plus one block whole.
+TEST(Decoder, StageActivationEstimatesAddUp) {
+  models::DecoderConfig c = tiny_config();
+  c.n_layers = 4;
+  const std::int64_t seq = 5;
+  const std::int64_t whole = models::decoder_activation_bytes(c, seq, 1, false);
+  for (std::int64_t cut = 0; cut <= c.n_layers; ++cut) {
+    const std::int64_t front = models::decoder_activation_bytes(c, seq, 1, false, {}, {true, 0, cut, false, false});
+    const std::int64_t back = models::decoder_activation_bytes(c, seq, 1, false, {}, {false, cut, -1, true, true});
+    EXPECT_EQ(front + back, whole) << "cut before layers." << cut;
+  }
+  const std::int64_t block = models::decoder_activation_bytes(c, seq, 1, false, {}, {false, 1, 1, false, false});
+  EXPECT_EQ(block * c.n_layers + models::decoder_activation_bytes(c, seq, 1, false, {}, {true, 0, 0, true, true}),
+            whole);
+  // Every block checkpointed, layers.2 .. layers.3: two inputs (d_model floats per token)
+  // less one, plus one block recomputed whole.
+  const std::int64_t ckpt = models::decoder_activation_bytes(c, seq, 1, false, nn::CheckpointPolicy{1},
+                                                            {false, 2, 2, false, false});
+  EXPECT_EQ(ckpt, block + seq * c.d_model * static_cast<std::int64_t>(sizeof(float)));
+}
+
 TEST(Decoder, IsCausal) {
   models::Decoder dec(tiny_config(), DType::f64);
   fill_parameters(dec, 161, 0.8);

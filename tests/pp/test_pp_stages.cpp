@@ -46,6 +46,7 @@ TEST(PipelineSchedule, EveryMicrobatchOnceAndBoundedInFlight) {
           }
           for (int j = 0; j < m; ++j) EXPECT_EQ(forwards[j] + backwards[j], 2);
           EXPECT_EQ(peak, schedule == Schedule::gpipe ? m : std::min(p - s, m)) << "stage " << s;
+          EXPECT_EQ(pp::peak_in_flight(actions), peak) << "stage " << s;
         }
       }
     }

@@ -47,9 +47,12 @@ void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& rang
                                              range_start,            range_end,
                                              report.parameter_bytes, report.gradient_bytes, report.optimizer_bytes,
                                              activations + report.transient_bytes, data_bytes};
-  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(mesh.world_size()));
-  MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
-             MPI_INT64_T, 0, mesh.world().mpi_comm());
+  // Through the communicator (its wait policy), not a raw MPI_Gather.
+  Tensor gathered = Tensor::zeros({static_cast<std::int64_t>(mine.size()) * mesh.world_size()}, DType::i64);
+  mesh.world().all_gather(Tensor::from_vector<std::int64_t>({mine.begin(), mine.end()},
+                                                            {static_cast<std::int64_t>(mine.size())}),
+                          gathered);
+  const std::vector<std::int64_t> all = gathered.to_vector<std::int64_t>();
   if (!log.on(LogLevel::error)) return;
   char line[256];
   std::snprintf(line, sizeof line, "%5s %3s %3s %4s %12s %11s %11s %11s %11s %11s %11s", "rank", "dp", "tp", "dom",

@@ -48,6 +48,28 @@ class DecoderChain final : public nn::Sequential {
   }
 };
 
+// The decoder units of one pipeline stage (its unit paths: embed, layers.<i>, norm,
+// head; a checkpointed block keeps its path), for the stage's activation estimate.
+models::DecoderUnits units_of_stage(const std::vector<std::string>& stage) {
+  models::DecoderUnits u{false, 0, 0, false, false};
+  bool any_block = false;
+  for (const std::string& path : stage) {
+    if (path == "embed") {
+      u.embed = true;
+    } else if (path == "norm") {
+      u.norm = true;
+    } else if (path == "head") {
+      u.head = true;
+    } else if (path.rfind("layers.", 0) == 0) {
+      const std::int64_t i = std::stoll(path.substr(7));
+      if (!any_block) u.first_layer = i;
+      any_block = true;
+      u.layers = i - u.first_layer + 1;
+    }
+  }
+  return u;
+}
+
 bool same_architecture(const models::DecoderConfig& a, const models::DecoderConfig& b) {
   return a.vocab == b.vocab && a.d_model == b.d_model && a.n_heads == b.n_heads && a.hidden == b.hidden &&
          a.n_layers == b.n_layers && a.eps == b.eps && a.tie_embeddings == b.tie_embeddings &&
@@ -301,6 +323,22 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   if (opts.dry_run) {
     const dp::MemoryReport report =
         dp::plan_memory(*trained, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
+    // Activations: the whole decoder's for one local batch, or with a pipeline the stage's
+    // units for its largest microbatch times the microbatches it holds at its peak
+    // (stash: every microbatch in flight keeps its caches; recompute: one microbatch's
+    // caches plus the inputs of the others in flight).
+    auto activations = [&](int stage, const nn::CheckpointPolicy& policy) -> std::int64_t {
+      if (!pipeline) return local_batch * models::decoder_activation_bytes(arch, seq_len, tp_size, sp, policy);
+      const auto& options = pipeline->options();
+      const std::int64_t mb_rows = shard_range(local_batch, options.microbatches, 0).length;
+      const models::DecoderUnits units = units_of_stage(pipeline->split().stages[static_cast<std::size_t>(stage)]);
+      const std::int64_t held =
+          pp::peak_in_flight(pp::stage_actions(options.schedule, stage, pp_size, options.microbatches));
+      const std::int64_t caches = mb_rows * models::decoder_activation_bytes(arch, seq_len, tp_size, sp, policy, units);
+      if (options.activations == pp::StageActivations::stash) return held * caches;
+      const std::int64_t input = units.embed ? 0 : seq_len * arch.d_model * static_cast<std::int64_t>(sizeof(float));
+      return caches + (held - 1) * mb_rows * input;
+    };
     if (pipeline) {
       // Every stage's state (its rank with tp and dp coordinate 0), printed by rank 0.
       Tensor mine = Tensor::from_vector<std::int64_t>(
@@ -308,23 +346,28 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
       Tensor all = Tensor::zeros({4 * pp_size}, DType::i64);
       mesh.pp().all_gather(mine, all);
       const auto v = all.to_vector<std::int64_t>();
+      const auto& options = pipeline->options();
+      const std::int64_t mb_rows = shard_range(local_batch, options.microbatches, 0).length;
+      auto mib = [](std::int64_t bytes) { return fmt("%.2f", static_cast<double>(bytes) / 1048576.0) + " MiB"; };
       for (int s = 0; s < pp_size; ++s) {
         const auto* r = &v[static_cast<std::size_t>(4 * s)];
         const auto& stage = pipeline->split().stages[static_cast<std::size_t>(s)];
+        const std::int64_t held =
+            pp::peak_in_flight(pp::stage_actions(options.schedule, s, pp_size, options.microbatches));
+        const std::int64_t act = activations(s, checkpointing);
         log.info("  stage " + std::to_string(s) + ": " + stage.front() + (stage.size() > 1 ? " .. " + stage.back() : std::string()) +
-                 ", " + std::to_string(r[0]) + " parameter elements per rank, parameters " +
-                 fmt("%.2f", static_cast<double>(r[1]) / 1048576.0) + " MiB + gradients " +
-                 fmt("%.2f", static_cast<double>(r[2]) / 1048576.0) + " MiB + optimizer " +
-                 fmt("%.2f", static_cast<double>(r[3]) / 1048576.0) + " MiB = " +
-                 fmt("%.2f", static_cast<double>(r[1] + r[2] + r[3]) / 1048576.0) + " MiB");
+                 ", " + std::to_string(r[0]) + " parameter elements per rank, parameters " + mib(r[1]) +
+                 " + gradients " + mib(r[2]) + " + optimizer " + mib(r[3]) + " + activations " + mib(act) + " (" +
+                 std::to_string(held) + (held == 1 ? " microbatch" : " microbatches") + " of " + std::to_string(mb_rows) +
+                 " rows in flight, " +
+                 std::string(pp::stage_activations_name(options.activations)) + ") = " +
+                 mib(r[1] + r[2] + r[3] + act));
       }
-      log.info("  (in the per-rank plan below each rank counts its stage's state; the activation column is the "
-               "whole decoder's estimate, not the stage's)");
+      log.info("  (in the per-rank plan below each rank counts its own stage's state and activations)");
     }
-    print_memory_plan(log, mesh, "seq rows", rows.start, rows.end(), report,
-                      local_batch * models::decoder_activation_bytes(arch, seq_len, tp_size, sp, checkpointing),
-                      data->bytes(), checkpointing,
-                      local_batch * models::decoder_activation_bytes(arch, seq_len, tp_size, sp));
+    const int stage = pipeline ? mesh.coords().pp : 0;
+    print_memory_plan(log, mesh, "seq rows", rows.start, rows.end(), report, activations(stage, checkpointing),
+                      data->bytes(), checkpointing, activations(stage, {}));
     log.info("dry run: the config is valid; nothing was trained");
     return 0;
   }

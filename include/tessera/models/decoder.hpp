@@ -148,8 +148,18 @@ DecoderTpPlan parallelize_decoder(Decoder& model, Communicator& tp, bool sequenc
 // their input plus one block recomputed at a time during backward (every layer of a
 // checkpointed block releasing its caches). An estimate for memory plans (tessera-run
 // --dry-run, the RSS check of test activation_checkpointing_rss), not a measurement.
+//
+// `units` limits the estimate to the units a pipeline stage holds (a contiguous run of
+// embed, layers.0 .. layers.N-1, norm, head); the default covers the whole decoder, and
+// the estimates of the stages of any split add up to it.
+struct DecoderUnits {
+  bool embed = true;
+  std::int64_t first_layer = 0;
+  std::int64_t layers = -1;  // blocks from first_layer; < 0: through the last
+  bool norm = true, head = true;
+};
 std::int64_t decoder_activation_bytes(const DecoderConfig& config, std::int64_t seq_len, int tp, bool sp,
-                                      const nn::CheckpointPolicy& policy = {});
+                                      const nn::CheckpointPolicy& policy = {}, const DecoderUnits& units = {});
 
 // Activation checkpointing of the decoder's TransformerBlocks ("layers.<i>") that
 // `policy` selects (nn/activation_checkpoint.hpp); returns their paths. Call it after

@@ -41,6 +41,11 @@ struct Action {
 std::vector<Action> stage_actions(Schedule schedule, int stage, int stages, int microbatches);
 std::string actions_str(const std::vector<Action>& actions);  // "F0 F1 B0 B1"
 
+// The most microbatches in flight at once in `actions` (forward run, backward not yet):
+// how many microbatches' activations a stage holds at its peak when it stashes them
+// (GPipe: m; 1F1B: min(p - s, m) on stage s). The memory plan of tessera-run --dry-run.
+int peak_in_flight(const std::vector<Action>& actions);
+
 // The theoretical idle fraction of a stage, (p - 1) / (m + p - 1).
 double schedule_bubble_fraction(int stages, int microbatches);
 
