@@ -146,7 +146,10 @@ int tessera_model_logits(tessera_model_t* model, const int64_t* ids, int64_t bat
     const Mesh& mesh = decoder.mesh();
     const std::int64_t V = decoder.config().vocab;
     Tensor in;
-    // Argument errors are agreed before the collective forward, so no rank is left in it.
+    // Argument errors are agreed before the collective forward, so no rank is left in it;
+    // the tp ranks' comparison of (batch, seq) comes after this rank's own checks, which
+    // every rank passes or every rank fails (a collective inside the agreement's body
+    // would wait for a rank that threw before reaching it).
     agree_on_success(mesh.world().mpi_comm(), [&] {
       if (batch < 1 || seq < 1) {
         throw InvalidArgument("tessera_model_logits: batch (" + std::to_string(batch) + ") and seq (" +
@@ -158,14 +161,6 @@ int tessera_model_logits(tessera_model_t* model, const int64_t* ids, int64_t bat
       }
       require(ids, "ids");
       require(logits, "logits");
-      // The tp ranks compute one forward together: they must agree on its shape.
-      std::int64_t mine[2] = {batch, seq}, lo[2], hi[2];
-      MPI_Allreduce(mine, lo, 2, MPI_INT64_T, MPI_MIN, mesh.tp().mpi_comm());
-      MPI_Allreduce(mine, hi, 2, MPI_INT64_T, MPI_MAX, mesh.tp().mpi_comm());
-      if (lo[0] != hi[0] || lo[1] != hi[1]) {
-        throw ShapeError("tessera_model_logits: the tp ranks pass different (batch, seq): every rank of a tp group "
-                         "passes the same ids");
-      }
       const std::vector<std::int64_t> values(ids, ids + batch * seq);
       const auto [least, most] = std::minmax_element(values.begin(), values.end());
       if (*least < 0 || *most >= V) {
@@ -174,6 +169,16 @@ int tessera_model_logits(tessera_model_t* model, const int64_t* ids, int64_t bat
                               std::to_string(V) + ")");
       }
       in = Tensor::from_vector(values, {batch, seq});
+    });
+    // The tp ranks compute one forward together: they must agree on its shape.
+    Tensor lo = Tensor::from_vector<std::int64_t>({batch, seq}, {2}), hi = lo.clone();
+    mesh.tp().all_reduce(lo, ReduceOp::min);
+    mesh.tp().all_reduce(hi, ReduceOp::max);
+    agree_on_success(mesh.world().mpi_comm(), [&] {
+      if (lo.to_vector<std::int64_t>() != hi.to_vector<std::int64_t>()) {
+        throw ShapeError("tessera_model_logits: the tp ranks pass different (batch, seq): every rank of a tp group "
+                         "passes the same ids");
+      }
     });
     const Tensor out = decoder.logits(in).to(Device::host()).contiguous();
     std::copy_n(out.data<float>(), out.numel(), logits);

@@ -26,6 +26,9 @@ std::string_view stagger_name(Stagger stagger) noexcept {
 }
 
 std::string ProcessGrid::str() const { return std::to_string(lat) + "x" + std::to_string(lon); }
+std::string ProcessGrid::labelled_str() const {
+  return std::to_string(lat) + " (lat) x " + std::to_string(lon) + " (lon)";
+}
 
 ProcessGrid auto_process_grid(int ranks, std::int64_t nlat, std::int64_t nlon) {
   if (ranks < 1) throw InvalidArgument("auto_process_grid: " + std::to_string(ranks) + " ranks");
@@ -79,7 +82,10 @@ Decomposition::Decomposition(Communicator& comm, Shape global_shape, ProcessGrid
 std::string Decomposition::str_of_args() const { return shape_str(global_shape_) + " over " + grid_.str(); }
 
 void Decomposition::validate() {
-  const std::string what = "Decomposition of " + shape_str(global_shape_) + " over " + grid_.str();
+  // The dims and the grid labelled: a Fortran caller declares (lon, lat, ...) and passes
+  // its grid lon first, so bare "[10, 13] over 11x1" would read backwards to it.
+  const std::string what = "Decomposition of " + shape_str(global_shape_) + " (lat, lon last) over a " +
+                           grid_.labelled_str() + " process grid";
   if (global_shape_.size() < 2) {
     throw InvalidArgument(what + ": the global shape needs at least the two dims (lat, lon)");
   }

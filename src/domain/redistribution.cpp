@@ -46,12 +46,12 @@ Redistribution::Redistribution(const Decomposition& code, const ModelRanks& rank
     ProcessGrid g = layout.grid;
     if (g.lat == 0 && g.lon == 0) g = ProcessGrid{d, 1};
     if (g.lat < 1 || g.lon < 1 || static_cast<std::int64_t>(g.lat) * g.lon != d) {
-      throw InvalidArgument("Redistribution: the model grid " + g.str() + " must hold the " + std::to_string(d) +
+      throw InvalidArgument("Redistribution: the model grid " + g.labelled_str() + " must hold the " + std::to_string(d) +
                             " domain ranks of the model (M = " + std::to_string(m) + " / replicas " +
                             std::to_string(layout.replicas) + ")");
     }
     if (g.lat > code.global_lat() || g.lon > code.global_lon()) {
-      throw InvalidArgument("Redistribution: the model grid " + g.str() + " leaves a model rank without a cell of the " +
+      throw InvalidArgument("Redistribution: the model grid " + g.labelled_str() + " leaves a model rank without a cell of the " +
                             std::to_string(code.global_lat()) + " x " + std::to_string(code.global_lon()) + " grid");
     }
     p.grid = g;

@@ -170,6 +170,12 @@ void check_decoder(const tessera::models::DecoderConfig& config, const std::stri
     if (tensor > 1) {
       EXPECT_STATUS(tessera_model_logits(model, ids.data(), world_rank == 0 ? 1 : 2, kSeq, logits.data(), vocab),
                     TESSERA_ERR_SHAPE);
+      // One rank's own argument error: it used to leave the other tp ranks waiting in the
+      // comparison of (batch, seq), a tp all-reduce inside the argument agreement.
+      EXPECT_STATUS(tessera_model_logits(model, ids.data(), kBatch, kSeq, world_rank == 0 ? nullptr : logits.data(),
+                                         vocab),
+                    TESSERA_ERR_INVALID_ARGUMENT);
+      CHECK(world_rank != 0 || std::strstr(tessera_last_error(), "logits") != nullptr);
     }
     EXPECT_STATUS(tessera_model_logits(nullptr, ids.data(), kBatch, kSeq, logits.data(), vocab),
                   TESSERA_ERR_INVALID_ARGUMENT);

@@ -187,7 +187,7 @@ TEST(Redistribution, BadArgumentsFailOnEveryRankNamingTheArgument) {
   expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::list({p})); }, "outside");
   expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::list({})); }, "empty");
   expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::count(1), ModelLayout{{2, 1}, 1}); },
-                                "model grid 2x1");
+                                "model grid 2 (lat) x 1 (lon)");
   expect_error<InvalidArgument>([&] { Redistribution plan(code, ModelRanks::count(1), ModelLayout{{0, 0}, 2}); },
                                 "replicas");
   if (p >= 2) {

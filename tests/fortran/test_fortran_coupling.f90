@@ -47,7 +47,7 @@ program test_fortran_coupling
   call tessera_redist_create(redist, decomp, 0, model_ranks=[0, 0], ierr=status)
   call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'duplicate rank list')
   call tessera_redist_create(redist, decomp, 1, grid_lat=2, grid_lon=1, ierr=status)
-  call check(status == TESSERA_ERR_INVALID_ARGUMENT .and. index(tessera_last_error(), 'model grid 2x1') > 0, &
+  call check(status == TESSERA_ERR_INVALID_ARGUMENT .and. index(tessera_last_error(), 'model grid 2 (lat) x 1 (lon)') > 0, &
              'model grid 2x1 for one model rank')
 
   call tessera_decomp_destroy(decomp)

@@ -50,6 +50,9 @@ struct ProcessGrid {
   int lon = 1;
   bool operator==(const ProcessGrid&) const = default;
   std::string str() const;  // "2x2"
+  // Each extent named, for messages a caller of either language reads the same way
+  // (Fortran passes grids lon first): "2 (lat) x 1 (lon)".
+  std::string labelled_str() const;
 };
 
 struct GridCoords {
