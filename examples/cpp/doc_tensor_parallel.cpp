@@ -4,6 +4,8 @@
 // them a program.
 #include <tessera/tessera.hpp>
 
+#include "doc_sample_checks.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -22,22 +24,8 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("doc_tensor_parallel: " + what);
 }
 
-// A deterministic f32 tensor, the same on every rank.
-Tensor filled(const Shape& shape, double salt) {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) n *= d;
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + salt));
-  return Tensor::from_vector(v, shape);
-}
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  require(a.shape() == b.shape(), "shapes differ");
-  const std::vector<float> x = a.contiguous().to_vector<float>(), y = b.contiguous().to_vector<float>();
-  double m = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(static_cast<double>(x[i]) - y[i]));
-  return m;
-}
+using doc_sample::filled;
+using doc_sample::max_diff;
 
 // dL/dy for L = |y|^2 / 2.
 Tensor loss_gradient(const Tensor& y) { return y.clone(); }

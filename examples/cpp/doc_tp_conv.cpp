@@ -5,6 +5,8 @@
 // domain 2).
 #include <tessera/tessera.hpp>
 
+#include "doc_sample_checks.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -19,20 +21,8 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("doc_tp_conv: " + what);
 }
 
-// A deterministic f32 field, the same on every rank.
-Tensor filled(const Shape& shape, double salt) {
-  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + salt));
-  return Tensor::from_vector(v, shape);
-}
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  require(a.shape() == b.shape(), "shapes differ");
-  const std::vector<float> x = a.contiguous().to_vector<float>(), y = b.contiguous().to_vector<float>();
-  double m = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(static_cast<double>(x[i]) - y[i]));
-  return m;
-}
+using doc_sample::filled;
+using doc_sample::max_diff;
 
 void kxk_on_domain(const Mesh& mesh, std::uint64_t seed) {
   const std::int64_t B = 2, C = 4, H = 16, W = 32;
