@@ -63,6 +63,15 @@ void zero_row(Tensor& weight, std::int64_t row, std::int64_t row_offset) {
   if (local >= 0 && local < weight.size(0)) weight.narrow(0, local, 1).fill_zero();
 }
 
+// The two embeddings check their sizes and resolve their options alike; they differ only
+// in the weight's sharded dim (1: the embedding dim, 0: the vocabulary).
+Parameter make_embedding_weight(const std::string& label, std::int64_t num, std::int64_t dim, int sharded_dim,
+                                Communicator& tp, const ParallelEmbeddingOptions& o, nn::EmbeddingOptions& resolved) {
+  check_sizes(label, num, dim);
+  resolved = nn::functional::resolve_embedding_options(o, num, label);
+  return make_tp_sharded(label, "weight", {num, dim}, sharded_dim, tp, o.dtype, o.device, o.init);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -72,10 +81,7 @@ void zero_row(Tensor& weight, std::int64_t row, std::int64_t row_offset) {
 ParallelEmbedding::ParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
                                      ParallelEmbeddingOptions o)
     : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(detail::layer_label(type_name(), o.name)) {
-  const std::string& label = label_;
-  check_sizes(label, num_, dim_);
-  options_ = nn::functional::resolve_embedding_options(o, num_, label);
-  weight = make_tp_sharded(label, "weight", {num_, dim_}, 1, tp, o.dtype, o.device, o.init);
+  weight = make_embedding_weight(label_, num_, dim_, /*sharded_dim=*/1, tp, o, options_);
   register_parameter("weight", weight);
 }
 
@@ -123,10 +129,7 @@ Tensor ParallelEmbedding::backward(const Tensor& grad_y) {
 VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
                                                Communicator& tp, ParallelEmbeddingOptions o)
     : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(detail::layer_label(type_name(), o.name)) {
-  const std::string& label = label_;
-  check_sizes(label, num_, dim_);
-  options_ = nn::functional::resolve_embedding_options(o, num_, label);
-  weight = make_tp_sharded(label, "weight", {num_, dim_}, 0, tp, o.dtype, o.device, o.init);
+  weight = make_embedding_weight(label_, num_, dim_, /*sharded_dim=*/0, tp, o, options_);
   register_parameter("weight", weight);
 }
 

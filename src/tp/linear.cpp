@@ -100,6 +100,17 @@ std::unique_ptr<nn::Linear> serial_with(const Tensor& weight, const Tensor& bias
   return serial;
 }
 
+// Both rules shard a serial layer alike: build the layer with the serial one's options,
+// then copy this rank's block of its weights in. Only the layer type and its flag
+// (gather_output / input_is_parallel) differ.
+template <class Layer>
+std::unique_ptr<Layer> linear_from_serial(const nn::Linear& serial, Communicator& tp, bool flag,
+                                          const std::string& name, std::optional<int> sequence_dim) {
+  return detail::with_serial_weights(std::make_unique<Layer>(serial.in_features(), serial.out_features(), tp, flag,
+                                                             detail::options_like(serial, name, sequence_dim)),
+                                     serial, name);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -138,10 +149,7 @@ ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_
 std::unique_ptr<ColumnParallelLinear> ColumnParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
                                                                         bool gather_output, const std::string& name,
                                                                         std::optional<int> sequence_dim) {
-  return detail::with_serial_weights(std::make_unique<ColumnParallelLinear>(serial.in_features(), serial.out_features(),
-                                                                         tp, gather_output,
-                                                                         detail::options_like(serial, name, sequence_dim)),
-                                     serial, name);
+  return linear_from_serial<ColumnParallelLinear>(serial, tp, gather_output, name, sequence_dim);
 }
 
 std::unique_ptr<nn::Linear> ColumnParallelLinear::to_serial() {
@@ -212,10 +220,7 @@ RowParallelLinear::RowParallelLinear(std::int64_t in_features, std::int64_t out_
 std::unique_ptr<RowParallelLinear> RowParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
                                                                   bool input_is_parallel, const std::string& name,
                                                                   std::optional<int> sequence_dim) {
-  return detail::with_serial_weights(std::make_unique<RowParallelLinear>(serial.in_features(), serial.out_features(),
-                                                                      tp, input_is_parallel,
-                                                                      detail::options_like(serial, name, sequence_dim)),
-                                     serial, name);
+  return linear_from_serial<RowParallelLinear>(serial, tp, input_is_parallel, name, sequence_dim);
 }
 
 std::unique_ptr<nn::Linear> RowParallelLinear::to_serial() {
