@@ -1,12 +1,14 @@
 #pragma once
-// The scaffolding the doc samples share and the guides do not show: a deterministic
-// input, the same on every rank, and the distance each sample's checks compare against
-// its serial twin.
+// The scaffolding the doc samples share and the guides do not show: the program around
+// the fragments, a deterministic input, the same on every rank, and the distance each
+// sample's checks compare against its serial twin.
 #include <tessera/tessera.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
+#include <exception>
 #include <stdexcept>
 #include <vector>
 
@@ -26,6 +28,27 @@ inline double max_diff(const tessera::Tensor& a, const tessera::Tensor& b) {
   double m = 0;
   for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(static_cast<double>(x[i]) - y[i]));
   return m;
+}
+
+// Runs `body(world_size)` between MPI_Init and MPI_Finalize. An exception on any rank is
+// printed with that rank and aborts the job, so the test fails instead of waiting for the
+// ranks that went on.
+template <class Body>
+int run_on_world(int argc, char** argv, Body&& body) {
+  MPI_Init(&argc, &argv);
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int status = 0;
+  try {
+    body(world);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    status = 1;
+  }
+  if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);
+  MPI_Finalize();
+  return 0;
 }
 
 }  // namespace doc_sample

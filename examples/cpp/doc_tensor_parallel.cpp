@@ -232,29 +232,17 @@ void sequence_parallel_step(const Mesh& mesh, std::uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int status = 0;
-  {
-    int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+  return doc_sample::run_on_world(argc, argv, [](int world) {
     Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, /*tensor=*/world, /*domain=*/1});
     const std::uint64_t seed = 2024;
-    try {
-      from_serial_and_back(mesh.tp(), seed);
-      two_layer_model(mesh, seed);
-      credit_conv_pair(mesh.tp(), seed);
-      vocab_parallel_loss(mesh.tp());
-      if (mesh.global_rank() == 0) module_tree();
-      plan(mesh, seed);
-      opt_in_blocks(mesh);
-      sequence_parallel_step(mesh, seed);
-      if (mesh.global_rank() == 0) std::printf("doc_tensor_parallel: every fragment ran at tp %d\n", mesh.tp_size());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d: %s\n", mesh.global_rank(), e.what());
-      status = 1;
-    }
-  }
-  if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);
-  MPI_Finalize();
-  return 0;
+    from_serial_and_back(mesh.tp(), seed);
+    two_layer_model(mesh, seed);
+    credit_conv_pair(mesh.tp(), seed);
+    vocab_parallel_loss(mesh.tp());
+    if (mesh.global_rank() == 0) module_tree();
+    plan(mesh, seed);
+    opt_in_blocks(mesh);
+    sequence_parallel_step(mesh, seed);
+    if (mesh.global_rank() == 0) std::printf("doc_tensor_parallel: every fragment ran at tp %d\n", mesh.tp_size());
+  });
 }

@@ -55,25 +55,13 @@ void kxk_on_domain(const Mesh& mesh, std::uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int status = 0;
-  {
-    int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+  return doc_sample::run_on_world(argc, argv, [](int world) {
     const int tensor = world >= 2 ? 2 : 1;
     Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, tensor, world / tensor});
-    try {
-      kxk_on_domain(mesh, 2024);
-      if (mesh.global_rank() == 0) {
-        std::printf("doc_tp_conv: k x k pair at tp %d x domain %d equals the serial pair\n", mesh.tp_size(),
-                    mesh.domain_size());
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d: %s\n", mesh.global_rank(), e.what());
-      status = 1;
+    kxk_on_domain(mesh, 2024);
+    if (mesh.global_rank() == 0) {
+      std::printf("doc_tp_conv: k x k pair at tp %d x domain %d equals the serial pair\n", mesh.tp_size(),
+                  mesh.domain_size());
     }
-  }
-  if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);
-  MPI_Finalize();
-  return 0;
+  });
 }
