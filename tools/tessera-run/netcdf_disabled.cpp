@@ -24,7 +24,7 @@ void read_netcdf_band(const FieldDataInfo& info, std::int64_t, std::int64_t, std
   unavailable("reading netCDF data file '" + info.files.front() + "'");
 }
 
-CfWriter::CfWriter(const CfOutputLayout& layout, MPI_Comm comm) : comm_(comm) {
+CfWriter::CfWriter(const CfOutputLayout& layout, Communicator& comm) : comm_(comm) {
   unavailable("writing netCDF file '" + layout.path + "' (predict.output)");
 }
 CfWriter::~CfWriter() = default;

@@ -132,17 +132,19 @@ std::vector<std::uint64_t> lay_out(const CfOutputLayout& L, const std::string& t
 
 }  // namespace
 
-CfWriter::CfWriter(const CfOutputLayout& L, MPI_Comm comm) : comm_(comm), path_(L.path), tmp_(L.path + ".tmp") {
+CfWriter::CfWriter(const CfOutputLayout& L, Communicator& comm) : comm_(comm), path_(L.path), tmp_(L.path + ".tmp") {
   nlat_ = static_cast<std::int64_t>(L.coords.lat.size());
   nlon_ = static_cast<std::int64_t>(L.coords.lon.size());
   nlev_ = static_cast<std::int64_t>(L.coords.level.size());
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
   std::vector<std::uint64_t> offsets(L.variables.size());
-  agree_on_success(comm, [&] {
-    if (rank == 0) offsets = lay_out(L, tmp_);
+  agree_on_success(comm.mpi_comm(), [&] {
+    if (comm.rank() == 0) offsets = lay_out(L, tmp_);
   });
-  MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_UINT64_T, 0, comm);
+  // HDF5 offsets fit in int64 (file sizes are off_t), the dtype the collectives take.
+  Tensor shared = Tensor::zeros({static_cast<std::int64_t>(offsets.size())}, DType::i64);
+  std::memcpy(shared.data(), offsets.data(), offsets.size() * sizeof(std::uint64_t));
+  comm.broadcast(shared, 0);
+  std::memcpy(offsets.data(), shared.data(), offsets.size() * sizeof(std::uint64_t));
   const std::uint64_t plane = static_cast<std::uint64_t>(nlat_ * nlon_) * sizeof(float);
   for (std::size_t v = 0; v < L.variables.size(); ++v) {
     const std::int64_t levels = L.variables[v].has_level ? nlev_ : 1;
@@ -193,13 +195,11 @@ void CfWriter::finish() {
     if (::close(fd_) != 0 && error_.empty()) error_ = "predict.output: closing '" + tmp_ + "': " + std::strerror(errno);
     fd_ = -1;
   }
-  agree_on_success(comm_, [&] {
+  agree_on_success(comm_.mpi_comm(), [&] {
     if (!error_.empty()) throw IoError(error_);
   });
-  int rank = 0;
-  MPI_Comm_rank(comm_, &rank);
-  agree_on_success(comm_, [&] {
-    if (rank != 0) return;
+  agree_on_success(comm_.mpi_comm(), [&] {
+    if (comm_.rank() != 0) return;
     std::error_code ec;
     std::filesystem::rename(tmp_, path_, ec);
     if (ec) throw IoError("predict.output: cannot rename '" + tmp_ + "' to '" + path_ + "': " + ec.message());

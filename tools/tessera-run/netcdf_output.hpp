@@ -12,14 +12,13 @@
 // rank 0 renames the file into place, so a rollout that fails leaves no partial file
 // under the output name. ncdump, netCDF4-python and xarray read the result (tested).
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "field_data.hpp"
+#include "tessera/comm.hpp"
 
 namespace tessera::run {
 
@@ -34,8 +33,9 @@ struct CfOutputLayout {
 
 class CfWriter {
  public:
-  // Collective over `comm`: rank 0 creates and lays out the file (errors agreed).
-  CfWriter(const CfOutputLayout& layout, MPI_Comm comm);
+  // Collective over `comm`: rank 0 creates and lays out the file (errors agreed) and
+  // broadcasts the variables' offsets.
+  CfWriter(const CfOutputLayout& layout, Communicator& comm);
   ~CfWriter();
   CfWriter(const CfWriter&) = delete;
   CfWriter& operator=(const CfWriter&) = delete;
@@ -49,7 +49,7 @@ class CfWriter {
   void finish();
 
  private:
-  MPI_Comm comm_;
+  Communicator& comm_;
   std::string path_, tmp_;
   std::int64_t nlat_ = 0, nlon_ = 0, nlev_ = 0, channels_ = 0;
   std::vector<std::uint64_t> channel_offset_;   // byte offset of channel c at time 0, row 0

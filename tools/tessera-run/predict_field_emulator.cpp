@@ -143,7 +143,7 @@ int predict_field_emulator(const RunConfig& cfg, const Options& opts) {
       {"tessera_initial_condition", initial},
       {"tessera_config", cfg.text},
   };
-  CfWriter writer(layout, world);
+  CfWriter writer(layout, mesh.world());
   // One writer per latitude band: the tp and dp replicas hold the same values.
   const bool writes = mesh.coords().tp == 0 && mesh.coords().dp == 0;
 
