@@ -1,6 +1,6 @@
 #pragma once
 // Private to the C API: the model-rank choice of tessera_redist_create and
-// tessera_model_load_coupled (include/tessera/tessera.h), shared by both.
+// tessera_model_load_coupled (include/tessera/tessera_coupling.h), shared by both.
 
 #include "tessera/domain/redistribution.hpp"
 
