@@ -43,7 +43,9 @@ std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& para
     check_entry(e);
     if (!seen.insert(e.path()).second) throw InvalidArgument("checkpoint: two tensors are named " + e.path());
     e.writer = is_main_replica(mesh, placement);
-    if (e.writer) e.checksum = block_checksum(e.host, e.global_shape, e.offset);
+    // The block's place is checked now, before any file exists (ShapeError); its checksum
+    // share is computed as it is written (raw_block_of).
+    if (e.writer) (void)block_checksum_range(e.host, e.global_shape, e.offset, 0, 0);
     entries.push_back(std::move(e));
   };
   for (const auto& [name, p] : params) {
@@ -180,9 +182,27 @@ CheckpointHeader make_header(const Mesh& mesh, const SaveOptions& options, const
   return h;
 }
 
-void write_optimizer_group_attributes(hid_t group, const CheckpointHeader& h) {
-  write_string_attribute(group, "type", h.optimizer_type);
-  write_int_attribute(group, "step_count", h.optimizer_step_count);
+SectionGroups write_header_and_sections(hid_t file, const CheckpointHeader& h) {
+  write_header(file, h);
+  SectionGroups sections;
+  sections.model = create_ordered_group(file, "model");
+  if (!h.optimizer_type.empty()) {
+    sections.optimizer = create_ordered_group(file, "optimizer");
+    write_string_attribute(sections.optimizer.get(), "type", h.optimizer_type);
+    write_int_attribute(sections.optimizer.get(), "step_count", h.optimizer_step_count);
+  }
+  return sections;
+}
+
+RawBlock raw_block_of(const Entry& e, std::vector<RawRun> runs) {
+  RawBlock block;
+  block.data = static_cast<const unsigned char*>(e.host.data());
+  block.element_size = dtype_size(e.host.dtype());
+  block.runs = std::move(runs);
+  block.checksum = [&e](std::int64_t first, std::int64_t count) {
+    return block_checksum_range(e.host, e.global_shape, e.offset, first, count);
+  };
+  return block;
 }
 
 }  // namespace tessera::io::detail

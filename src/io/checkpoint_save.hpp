@@ -66,12 +66,12 @@ struct Entry {
   MeshPlacement placement;
   Shape offset;
   bool writer = false;
-  std::uint64_t checksum = 0;  // this rank's share, then (after the reduction) the whole tensor's
+  std::uint64_t checksum = 0;  // the whole tensor's, once the writers' shares are summed
   std::string path() const { return dataset_path(section, name); }
 };
 
-// This rank's entries: the parameters, then the optimizer's state, each checked and
-// (on the main replica) with its checksum share.
+// This rank's entries: the parameters, then the optimizer's state, each checked (the
+// checksums are computed as the layouts write the blocks).
 std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& params, Optimizer* optimizer);
 
 // With a pipeline (mesh.pp_size() > 1) each stage holds its own tensors: the entries
@@ -88,7 +88,22 @@ void check_same_tensors_everywhere(Communicator& world, const std::vector<Entry>
 
 CheckpointHeader make_header(const Mesh& mesh, const SaveOptions& options, const Optimizer* optimizer);
 
-void write_optimizer_group_attributes(hid_t group, const CheckpointHeader& h);
+// The header and the section groups of a checkpoint's main file (the shared file, the
+// per_rank index): "model", and "optimizer" with the optimizer's type and step count
+// when the header names one.
+struct SectionGroups {
+  H5Group model, optimizer;
+  hid_t of(const std::string& section) const { return section == "model" ? model.get() : optimizer.get(); }
+  void close() {
+    optimizer.close();
+    model.close();
+  }
+};
+SectionGroups write_header_and_sections(hid_t file, const CheckpointHeader& h);
+
+// The entry's block as `runs` for RawWriter, its checksum share computed on the way.
+// The block must outlive the RawBlock.
+RawBlock raw_block_of(const Entry& e, std::vector<RawRun> runs);
 
 struct SaveContext {
   const Mesh& mesh;

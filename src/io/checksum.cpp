@@ -124,8 +124,8 @@ ChecksumAlgorithm parse_checksum_algorithm(std::string_view name, const std::str
                 "'; this tessera knows tessera-hashsum64-v1 and tessera-hashsum64-v2");
 }
 
-std::uint64_t block_checksum(const Tensor& block, const Shape& global_shape, const Shape& offset,
-                             ChecksumAlgorithm algorithm) {
+std::uint64_t block_checksum_range(const Tensor& block, const Shape& global_shape, const Shape& offset,
+                                   std::int64_t first, std::int64_t count, ChecksumAlgorithm algorithm) {
   const int rank = block.dim();
   if (static_cast<int>(global_shape.size()) != rank || static_cast<int>(offset.size()) != rank) {
     throw ShapeError("block_checksum: block " + block.str() + ", offset " + shape_str(offset) +
@@ -141,37 +141,56 @@ std::uint64_t block_checksum(const Tensor& block, const Shape& global_shape, con
                        " lies outside global shape " + shape_str(global_shape));
     }
   }
-  if (block.numel() == 0) return 0;
+  if (first < 0 || count < 0 || first > block.numel() || count > block.numel() - first) {
+    throw ShapeError("block_checksum: elements [" + std::to_string(first) + ", +" + std::to_string(count) +
+                     ") lie outside block " + block.str());
+  }
+  if (count == 0) return 0;
   const Tensor host = block.to(Device::host()).contiguous();  // no copy for a contiguous host tensor
   const auto* bytes = static_cast<const unsigned char*>(host.data());
   const std::size_t esize = host.element_size();
+  if (esize != 2 && esize != 4 && esize != 8) throw InternalError("block_checksum: element size " + std::to_string(esize));
   const Shape global_strides = contiguous_strides(global_shape);
   const std::int64_t row = rank == 0 ? 1 : block.shape()[rank - 1];
-  const std::int64_t rows = block.numel() / row;
 
+  // The block index of the row holding element `first` (last dim 0), and its column.
+  Shape index(static_cast<std::size_t>(rank), 0);
+  std::int64_t rest = first / row;
+  for (int d = rank - 2; d >= 0; --d) {
+    index[d] = rest % block.shape()[d];
+    rest /= block.shape()[d];
+  }
+  std::int64_t column = first % row;
   std::uint64_t sum = 0;
-  Shape index(static_cast<std::size_t>(rank), 0);  // block index of the current row (last dim 0)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::uint64_t base = 0;
+  const unsigned char* p = bytes + static_cast<std::size_t>(first) * esize;
+  while (count > 0) {
+    const std::int64_t n = std::min(row - column, count);
+    std::uint64_t base = static_cast<std::uint64_t>(column);
     for (int d = 0; d < rank; ++d) base += static_cast<std::uint64_t>((offset[d] + index[d]) * global_strides[d]);
-    const unsigned char* p = bytes + static_cast<std::size_t>(r * row) * esize;
-    if (esize != 2 && esize != 4 && esize != 8) throw InternalError("block_checksum: element size " + std::to_string(esize));
     if (algorithm == ChecksumAlgorithm::hashsum64_v2) {
       const std::uint64_t words_per_element = esize == 8 ? 2 : 1;
-      sum += row_sum_v2(p, row * static_cast<std::int64_t>(words_per_element), base * words_per_element, esize);
+      sum += row_sum_v2(p, n * static_cast<std::int64_t>(words_per_element), base * words_per_element, esize);
     } else {
       switch (esize) {  // fixed widths let the compiler unroll the hot loop
-        case 2: sum += row_sum_v1<std::uint16_t>(p, row, base); break;
-        case 4: sum += row_sum_v1<std::uint32_t>(p, row, base); break;
-        default: sum += row_sum_v1<std::uint64_t>(p, row, base); break;
+        case 2: sum += row_sum_v1<std::uint16_t>(p, n, base); break;
+        case 4: sum += row_sum_v1<std::uint32_t>(p, n, base); break;
+        default: sum += row_sum_v1<std::uint64_t>(p, n, base); break;
       }
     }
+    p += static_cast<std::size_t>(n) * esize;
+    count -= n;
+    column = 0;
     for (int d = rank - 2; d >= 0; --d) {
       if (++index[d] < block.shape()[d]) break;
       index[d] = 0;
     }
   }
   return sum;
+}
+
+std::uint64_t block_checksum(const Tensor& block, const Shape& global_shape, const Shape& offset,
+                             ChecksumAlgorithm algorithm) {
+  return block_checksum_range(block, global_shape, offset, 0, block.numel(), algorithm);
 }
 
 }  // namespace tessera::io

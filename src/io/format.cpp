@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 namespace tessera::io::detail {
@@ -138,10 +140,15 @@ H5Plist laid_out_dataset_properties() {
   return dcpl;
 }
 
-RawExtent raw_extent_of(hid_t dataset, const void* data, std::uint64_t bytes) {
+std::uint64_t storage_offset_of(hid_t dataset) {
   const haddr_t offset = H5Dget_offset(dataset);
   if (offset == HADDR_UNDEF) throw InternalError("checkpoint: a laid-out dataset has no storage offset");
-  return {static_cast<std::uint64_t>(offset), data, bytes};
+  return static_cast<std::uint64_t>(offset);
+}
+
+void set_dataset_checksum(hid_t dataset, std::uint64_t checksum) {
+  const H5Attribute attribute(TESSERA_CHECK_HDF5(H5Aopen(dataset, "checksum", H5P_DEFAULT)));
+  TESSERA_CHECK_HDF5(H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &checksum));
 }
 
 namespace {
@@ -181,31 +188,83 @@ std::uint32_t crc_of_file_range(int fd, const std::string& path, std::uint64_t f
 
 }  // namespace
 
-std::vector<HashedPiece> write_extents(const std::string& path, const std::vector<RawExtent>& extents) {
-  const int fd = ::open(path.c_str(), O_WRONLY);
-  if (fd < 0) throw IoError("checkpoint: cannot open '" + path + "' for writing: " + std::strerror(errno));
-  std::vector<HashedPiece> pieces;
-  try {
-    for (const RawExtent& e : extents) {
-      write_all(fd, path, static_cast<const unsigned char*>(e.data), e.bytes, e.offset);
+RawWriter::RawWriter(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY);
+  if (fd_ < 0) throw IoError("checkpoint: cannot open '" + path_ + "' for writing: " + std::strerror(errno));
+}
+
+RawWriter::~RawWriter() {
+  if (fd_ >= 0) ::close(fd_);  // a failed save: the error that got here is the one to report
+}
+
+WrittenBlocks RawWriter::write(const std::vector<RawBlock>& blocks) {
+  // Bytes per chunk: small enough to stay in L2 between the checksum, the CRC and the
+  // copy into the page cache, large enough that a chunk's pwrite and write-back start
+  // cost nothing beside it.
+  constexpr std::uint64_t kChunk = std::uint64_t{1} << 20;
+  WrittenBlocks out;
+  out.checksums.reserve(blocks.size());
+  for (const RawBlock& b : blocks) {
+    std::uint64_t size = 0;  // the runs tile the block in order
+    for (const RawRun& r : b.runs) {
+      if (r.block_offset != size) throw InternalError("checkpoint: the runs of a block do not tile it in order");
+      size += r.bytes;
     }
+    if (size % b.element_size != 0 || kChunk % b.element_size != 0) {
+      throw InternalError("checkpoint: a block of " + std::to_string(size) + " bytes is not made of " +
+                          std::to_string(b.element_size) + "-byte elements");
+    }
+    std::uint64_t sum = 0;
+    std::size_t run = 0;
+    std::uint32_t crc = 0;  // of runs[run]'s bytes so far
+    for (std::uint64_t at = 0; at < size;) {
+      const std::uint64_t end = std::min(size, at + kChunk);
+      if (b.checksum) {
+        sum += b.checksum(static_cast<std::int64_t>(at / b.element_size),
+                          static_cast<std::int64_t>((end - at) / b.element_size));
+      }
+      std::uint64_t low = UINT64_MAX, high = 0;  // the file range this chunk went to
+      while (at < end) {
+        const RawRun& r = b.runs[run];
+        const std::uint64_t run_end = r.block_offset + r.bytes;
+        const std::uint64_t n = std::min(end, run_end) - at;
+        const std::uint64_t file_at = r.file_offset + (at - r.block_offset);
+        crc = crc32c(b.data + at, static_cast<std::size_t>(n), crc);
+        write_all(fd_, path_, b.data + at, n, file_at);
+        low = std::min(low, file_at);
+        high = std::max(high, file_at + n);
+        at += n;
+        if (at == run_end) {
+          out.pieces.push_back({r.file_offset, r.bytes, crc});
+          crc = 0;
+          ++run;
+        }
+      }
 #if defined(__linux__)
-    // Start the write-back now, so the disk works while the CRCs below are computed
-    // (fsync then waits for less). Advisory: a failure here shows at fsync.
-    (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+      // The write-back of this chunk's whole pages starts now, while the next chunks are
+      // hashed, and fsync waits for less (a page the next chunk completes is left to it,
+      // not written twice). Advisory: a failure here shows at fsync.
+      static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+      high -= high % page;
+      if (high > low) {
+        (void)::sync_file_range(fd_, static_cast<off_t>(low), static_cast<off_t>(high - low), SYNC_FILE_RANGE_WRITE);
+      }
 #endif
-    pieces.reserve(extents.size());
-    for (const RawExtent& e : extents) {
-      pieces.push_back({e.offset, e.bytes, crc32c(e.data, static_cast<std::size_t>(e.bytes))});
     }
-    if (::fsync(fd) != 0) throw IoError("checkpoint: fsync of '" + path + "' failed: " + std::strerror(errno));
-  } catch (...) {
+    out.checksums.push_back(sum);
+  }
+  return out;
+}
+
+void RawWriter::sync_and_close() {
+  const int fd = std::exchange(fd_, -1);
+  if (::fsync(fd) != 0) {
+    const int saved = errno;
     ::close(fd);
-    throw;
+    throw IoError("checkpoint: fsync of '" + path_ + "' failed: " + std::strerror(saved));
   }
   // Closed once, also when close reports an error (the descriptor is gone either way).
-  if (::close(fd) != 0) throw IoError("checkpoint: closing '" + path + "' failed: " + std::strerror(errno));
-  return pieces;
+  if (::close(fd) != 0) throw IoError("checkpoint: closing '" + path_ + "' failed: " + std::strerror(errno));
 }
 
 FileDigest digest_with_pieces(const std::string& path, std::vector<HashedPiece> pieces) {
@@ -235,10 +294,6 @@ FileDigest digest_with_pieces(const std::string& path, std::vector<HashedPiece> 
     ::close(fd);
     throw;
   }
-}
-
-FileDigest write_raw_extents(const std::string& path, const std::vector<RawExtent>& extents) {
-  return digest_with_pieces(path, write_extents(path, extents));
 }
 
 void check_free_space(const std::string& dir, std::uint64_t bytes) {

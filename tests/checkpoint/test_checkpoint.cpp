@@ -502,6 +502,37 @@ TEST(BlockChecksum, Version2BlocksOfAnyTilingAddUpAndDamageShows) {
   EXPECT_NE(io::block_checksum(swapped, {rows, cols}, {0, 0}), total);
 }
 
+// A writer hashes a block in pieces as it writes them (block_checksum_range): pieces cut
+// anywhere (mid-row, across rows and planes) add up to the block's checksum.
+TEST(BlockChecksum, RangesThatTileABlockAddUpToIt) {
+  const Shape global = {6, 8, 9}, offset = {1, 2, 3};
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    Tensor whole = Tensor::empty(global, dtype);
+    auto* bytes = static_cast<unsigned char*>(whole.data());
+    for (std::size_t k = 0; k < static_cast<std::size_t>(whole.nbytes()); ++k) bytes[k] = static_cast<unsigned char>(k * 131 + 7);
+    const Tensor view = whole.narrow(0, 1, 3).narrow(1, 2, 4).narrow(2, 3, 5);  // strided
+    const Tensor block = view.contiguous();
+    for (io::ChecksumAlgorithm algorithm : {io::ChecksumAlgorithm::hashsum64_v1, io::ChecksumAlgorithm::hashsum64_v2}) {
+      const std::uint64_t total = io::block_checksum(block, global, offset, algorithm);
+      for (const std::vector<std::int64_t>& cuts : std::vector<std::vector<std::int64_t>>{
+               {0, 60}, {0, 1, 7, 20, 33, 59, 60}, {0, 5, 10, 15, 20, 40, 60}, {0, 0, 23, 23, 60}}) {
+        std::uint64_t sum = 0;
+        for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+          sum += io::block_checksum_range(view, global, offset, cuts[k], cuts[k + 1] - cuts[k], algorithm);
+        }
+        EXPECT_EQ(sum, total) << dtype_name(dtype) << ", " << io::checksum_algorithm_name(algorithm) << ", "
+                              << cuts.size() - 1 << " pieces";
+      }
+      // One element alone differs from its neighbour's (position-keyed).
+      EXPECT_NE(io::block_checksum_range(block, global, offset, 6, 1, algorithm),
+                io::block_checksum_range(block, global, offset, 7, 1, algorithm));
+    }
+    EXPECT_THROW(io::block_checksum_range(block, global, offset, 50, 11), ShapeError);
+    EXPECT_THROW(io::block_checksum_range(block, global, offset, -1, 2), ShapeError);
+    EXPECT_THROW(io::block_checksum_range(block, global, {4, 2, 3}, 0, 1), ShapeError);  // block outside
+  }
+}
+
 TEST(BlockChecksum, UnknownAlgorithmNamesAreErrorsNamingTheFile) {
   EXPECT_EQ(io::parse_checksum_algorithm("tessera-hashsum64-v1", "f.h5"), io::ChecksumAlgorithm::hashsum64_v1);
   EXPECT_EQ(io::parse_checksum_algorithm("tessera-hashsum64-v2", "f.h5"), io::ChecksumAlgorithm::hashsum64_v2);

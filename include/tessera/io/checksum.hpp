@@ -70,5 +70,12 @@ std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint
 // tensor of `global_shape`. Throws ShapeError when the block lies outside it.
 std::uint64_t block_checksum(const Tensor& block, const Shape& global_shape, const Shape& offset,
                              ChecksumAlgorithm algorithm = current_checksum_algorithm);
+// The share of the block's elements [first, first + count) (C-order indices into the
+// block) in block_checksum: the shares of ranges that tile the block add up to its
+// checksum, so a writer hashes each piece while it is in cache, just before writing it.
+// Throws ShapeError as block_checksum does, and for a range outside the block.
+std::uint64_t block_checksum_range(const Tensor& block, const Shape& global_shape, const Shape& offset,
+                                   std::int64_t first, std::int64_t count,
+                                   ChecksumAlgorithm algorithm = current_checksum_algorithm);
 
 }  // namespace tessera::io
