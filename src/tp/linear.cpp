@@ -90,16 +90,6 @@ Tensor strided_gather(const Tensor& x, std::int64_t stride, Communicator& tp) {
   return gather_along(x.contiguous().reshape(blocks), -1, tp).reshape(out);
 }
 
-// A serial Linear carrying `weight` / `bias` masters and the same init specs.
-std::unique_ptr<nn::Linear> serial_with(const Tensor& weight, const Tensor& bias, const Parameter& w,
-                                        const Parameter& b, bool has_bias) {
-  auto serial = std::make_unique<nn::Linear>(weight.size(1), weight.size(0), has_bias, weight.dtype(),
-                                             weight.device());
-  detail::copy_master(serial->weight, weight, w);
-  if (has_bias) detail::copy_master(serial->bias, bias, b);
-  return serial;
-}
-
 // Both rules shard a serial layer alike: build the layer with the serial one's options,
 // then copy this rank's block of its weights in. Only the layer type and its flag
 // (gather_output / input_is_parallel) differ.
@@ -119,31 +109,25 @@ std::unique_ptr<Layer> linear_from_serial(const nn::Linear& serial, Communicator
 
 ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
                                            bool gather_output, ParallelLinearOptions o)
-    : in_(in_features),
-      out_(out_features),
-      tp_(tp),
-      gather_output_(gather_output),
-      has_bias_(o.bias),
-      sequence_dim_(o.sequence_dim),
-      stride_(o.stride),
-      label_(detail::layer_label(type_name(), o.name)) {
-  check_features(label_, in_, out_);
-  o = with_bias_rule(std::move(o), in_);
-  check_stride(label_, o, "out_features", out_, tp);
-  if (stride_ == 1) {
-    detail::make_affine_parameters(PartitionRule::column, label_, {out_, in_}, tp, o,
-                                   nn::Linear::default_weight_init(), nn::Linear::default_bias_init(in_), weight, bias);
+    : ParallelLayer(tp, {out_features, in_features}, o.bias, {o.sequence_dim, o.stride}), gather_output_(gather_output) {
+  name_layer(o.name);
+  check_features(label_, in_features, out_features);
+  o = with_bias_rule(std::move(o), in_features);
+  check_stride(label_, o, "out_features", out_features, tp);
+  if (o.stride == 1) {
+    detail::make_affine_parameters(PartitionRule::column, label_, master_shape_, tp, o,
+                                   nn::Linear::default_weight_init(), nn::Linear::default_bias_init(in_features), weight,
+                                   bias);
   } else {
-    const std::int64_t block = out_ / stride_;
-    weight = make_strided(label_, "weight", {out_, in_}, {stride_, block, in_}, 1, tp, o,
+    const std::int64_t block = out_features / o.stride;
+    weight = make_strided(label_, "weight", master_shape_, {o.stride, block, in_features}, 1, tp, o,
                           o.weight_init.value_or(nn::Linear::default_weight_init()));
-    if (has_bias_) {
-      bias = make_strided(label_, "bias", {out_}, {stride_, block}, 1, tp, o,
-                          o.bias_init.value_or(nn::Linear::default_bias_init(in_)));
+    if (o.bias) {
+      bias = make_strided(label_, "bias", {out_features}, {o.stride, block}, 1, tp, o,
+                          o.bias_init.value_or(nn::Linear::default_bias_init(in_features)));
     }
   }
-  register_parameter("weight", weight);
-  if (has_bias_) register_parameter("bias", bias);
+  register_parameters();
 }
 
 std::unique_ptr<ColumnParallelLinear> ColumnParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
@@ -152,41 +136,31 @@ std::unique_ptr<ColumnParallelLinear> ColumnParallelLinear::from_serial(const nn
   return linear_from_serial<ColumnParallelLinear>(serial, tp, gather_output, name, sequence_dim);
 }
 
-std::unique_ptr<nn::Linear> ColumnParallelLinear::to_serial() {
-  return serial_with(master_weight(), master_bias(), weight, bias, has_bias_);
-}
-
-Tensor ColumnParallelLinear::master_weight() {
-  return assemble_master(weight, weight.value, tp_).reshape({out_, in_});
-}
-Tensor ColumnParallelLinear::master_bias() {
-  return has_bias_ ? assemble_master(bias, bias.value, tp_).reshape({out_}) : Tensor();
-}
-
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  if (stride_ == 1) {
-    return detail::column_forward(AffineMath::linear, {tp_, gather_output_, sequence_dim_, compute_precision()}, x, weight,
-                                  has_bias_ ? &bias : nullptr, input_);
+  const Parameter* b = has_bias_ ? &bias : nullptr;
+  if (stride() == 1) {
+    return detail::column_forward(AffineMath::linear, {tp_, gather_output_, sequence_dim(), compute_precision()}, x,
+                                  weight, b, saved_input_);
   }
-  const std::int64_t local_out = out_ / tp_.size();
-  const Parameter w = viewed_as(weight, {local_out, in_});
-  const Parameter b = has_bias_ ? viewed_as(bias, {local_out}) : Parameter();
-  const Tensor y = detail::column_forward(AffineMath::linear, {tp_, false, sequence_dim_, compute_precision()}, x, w,
-                                          has_bias_ ? &b : nullptr, input_);
-  return gather_output_ ? strided_gather(y, stride_, tp_) : y;
+  const std::int64_t local_out = out_features() / tp_.size();
+  const Parameter w = viewed_as(weight, {local_out, in_features()});
+  const Parameter local_b = has_bias_ ? viewed_as(bias, {local_out}) : Parameter();
+  const Tensor y = detail::column_forward(AffineMath::linear, {tp_, false, sequence_dim(), compute_precision()}, x, w,
+                                          has_bias_ ? &local_b : nullptr, saved_input_);
+  return gather_output_ ? strided_gather(y, stride(), tp_) : y;
 }
 
 Tensor ColumnParallelLinear::backward(const Tensor& grad_y) {
-  if (stride_ == 1) {
-    return detail::column_backward(AffineMath::linear, {tp_, gather_output_, sequence_dim_, compute_precision()}, grad_y, weight,
-                                   has_bias_ ? &bias : nullptr, input_, label_);
+  if (stride() == 1) {
+    return detail::column_backward(AffineMath::linear, {tp_, gather_output_, sequence_dim(), compute_precision()},
+                                   grad_y, weight, has_bias_ ? &bias : nullptr, saved_input_, label_);
   }
-  const std::int64_t local_out = out_ / tp_.size();
-  Parameter w = viewed_as(weight, {local_out, in_});
+  const std::int64_t local_out = out_features() / tp_.size();
+  Parameter w = viewed_as(weight, {local_out, in_features()});
   Parameter b = has_bias_ ? viewed_as(bias, {local_out}) : Parameter();
-  const Tensor grad = gather_output_ ? strided_split(grad_y, stride_, tp_, label_) : grad_y;
-  return detail::column_backward(AffineMath::linear, {tp_, false, sequence_dim_, compute_precision()}, grad, w, has_bias_ ? &b : nullptr,
-                                 input_, label_);
+  const Tensor grad = gather_output_ ? strided_split(grad_y, stride(), tp_, label_) : grad_y;
+  return detail::column_backward(AffineMath::linear, {tp_, false, sequence_dim(), compute_precision()}, grad, w,
+                                 has_bias_ ? &b : nullptr, saved_input_, label_);
 }
 
 // ---------------------------------------------------------------------------
@@ -195,26 +169,20 @@ Tensor ColumnParallelLinear::backward(const Tensor& grad_y) {
 
 RowParallelLinear::RowParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
                                      bool input_is_parallel, ParallelLinearOptions o)
-    : in_(in_features),
-      out_(out_features),
-      tp_(tp),
-      input_is_parallel_(input_is_parallel),
-      has_bias_(o.bias),
-      sequence_dim_(o.sequence_dim),
-      stride_(o.stride),
-      label_(detail::layer_label(type_name(), o.name)) {
-  check_features(label_, in_, out_);
-  o = with_bias_rule(std::move(o), in_);
-  check_stride(label_, o, "in_features", in_, tp);
+    : ParallelLayer(tp, {out_features, in_features}, o.bias, {o.sequence_dim, o.stride}),
+      input_is_parallel_(input_is_parallel) {
+  name_layer(o.name);
+  check_features(label_, in_features, out_features);
+  o = with_bias_rule(std::move(o), in_features);
+  check_stride(label_, o, "in_features", in_features, tp);
   // The replicated bias is the same at every stride; only the weight is interleaved.
-  detail::make_affine_parameters(PartitionRule::row, label_, {out_, in_}, tp, o, nn::Linear::default_weight_init(),
-                                 nn::Linear::default_bias_init(in_), weight, bias);
-  if (stride_ > 1) {
-    weight = make_strided(label_, "weight", {out_, in_}, {out_, stride_, in_ / stride_}, 2, tp, o,
+  detail::make_affine_parameters(PartitionRule::row, label_, master_shape_, tp, o, nn::Linear::default_weight_init(),
+                                 nn::Linear::default_bias_init(in_features), weight, bias);
+  if (o.stride > 1) {
+    weight = make_strided(label_, "weight", master_shape_, {out_features, o.stride, in_features / o.stride}, 2, tp, o,
                           o.weight_init.value_or(nn::Linear::default_weight_init()));
   }
-  register_parameter("weight", weight);
-  if (has_bias_) register_parameter("bias", bias);
+  register_parameters();
 }
 
 std::unique_ptr<RowParallelLinear> RowParallelLinear::from_serial(const nn::Linear& serial, Communicator& tp,
@@ -223,35 +191,28 @@ std::unique_ptr<RowParallelLinear> RowParallelLinear::from_serial(const nn::Line
   return linear_from_serial<RowParallelLinear>(serial, tp, input_is_parallel, name, sequence_dim);
 }
 
-std::unique_ptr<nn::Linear> RowParallelLinear::to_serial() {
-  return serial_with(master_weight(), master_bias(), weight, bias, has_bias_);
-}
-
-Tensor RowParallelLinear::master_weight() {
-  return assemble_master(weight, weight.value, tp_).reshape({out_, in_});
-}
-Tensor RowParallelLinear::master_bias() { return has_bias_ ? bias.value.clone() : Tensor(); }
-
 Tensor RowParallelLinear::forward(const Tensor& x) {
-  if (stride_ == 1) {
-    return detail::row_forward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim_, compute_precision()}, x, weight,
-                               has_bias_ ? &bias : nullptr, input_local_);
+  const Parameter* b = has_bias_ ? &bias : nullptr;
+  if (stride() == 1) {
+    return detail::row_forward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim(), compute_precision()}, x,
+                               weight, b, saved_input_);
   }
-  const Parameter w = viewed_as(weight, {out_, in_ / tp_.size()});
-  const Tensor x_local = input_is_parallel_ ? x : strided_split(x, stride_, tp_, label_);
-  return detail::row_forward(AffineMath::linear, {tp_, true, sequence_dim_, compute_precision()}, x_local, w, has_bias_ ? &bias : nullptr,
-                             input_local_);
+  const Parameter w = viewed_as(weight, {out_features(), in_features() / tp_.size()});
+  const Tensor x_local = input_is_parallel_ ? x : strided_split(x, stride(), tp_, label_);
+  return detail::row_forward(AffineMath::linear, {tp_, true, sequence_dim(), compute_precision()}, x_local, w, b,
+                             saved_input_);
 }
 
 Tensor RowParallelLinear::backward(const Tensor& grad_y) {
-  if (stride_ == 1) {
-    return detail::row_backward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim_, compute_precision()}, grad_y, weight,
-                                has_bias_ ? &bias : nullptr, input_local_, label_);
+  Parameter* b = has_bias_ ? &bias : nullptr;
+  if (stride() == 1) {
+    return detail::row_backward(AffineMath::linear, {tp_, input_is_parallel_, sequence_dim(), compute_precision()},
+                                grad_y, weight, b, saved_input_, label_);
   }
-  Parameter w = viewed_as(weight, {out_, in_ / tp_.size()});
-  const Tensor dx_local = detail::row_backward(AffineMath::linear, {tp_, true, sequence_dim_, compute_precision()}, grad_y, w,
-                                               has_bias_ ? &bias : nullptr, input_local_, label_);
-  return input_is_parallel_ ? dx_local : strided_gather(dx_local, stride_, tp_);
+  Parameter w = viewed_as(weight, {out_features(), in_features() / tp_.size()});
+  const Tensor dx_local = detail::row_backward(AffineMath::linear, {tp_, true, sequence_dim(), compute_precision()},
+                                               grad_y, w, b, saved_input_, label_);
+  return input_is_parallel_ ? dx_local : strided_gather(dx_local, stride(), tp_);
 }
 
 }  // namespace tessera::tp

@@ -35,6 +35,7 @@
 #include "tessera/comm.hpp"
 #include "tessera/nn/linear.hpp"
 #include "tessera/nn/module.hpp"
+#include "tessera/tp/parallel_layer.hpp"
 
 namespace tessera::tp {
 
@@ -56,7 +57,9 @@ struct ParallelLinearOptions {
   std::int64_t stride = 1;
 };
 
-class ColumnParallelLinear : public nn::Module {
+// The members both share (extents, has_bias, sequence_dim, stride, master_weight,
+// master_bias, to_serial) are ParallelLayer<nn::Linear>'s (parallel_layer.hpp).
+class ColumnParallelLinear : public ParallelLayer<nn::Linear> {
  public:
   ColumnParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
                        bool gather_output = true, ParallelLinearOptions options = {});
@@ -64,68 +67,31 @@ class ColumnParallelLinear : public nn::Module {
   static std::unique_ptr<ColumnParallelLinear> from_serial(const nn::Linear& serial, Communicator& tp,
                                                            bool gather_output = true, const std::string& name = "",
                                                            std::optional<int> sequence_dim = std::nullopt);
-  // A serial layer holding the master weights (collective over tp).
-  std::unique_ptr<nn::Linear> to_serial();
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "ColumnParallelLinear"; }
-  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(input_); }
-
-  Tensor master_weight();  // collective over tp
-  Tensor master_bias();    // collective over tp; undefined without bias
-  std::int64_t in_features() const { return in_; }
-  std::int64_t out_features() const { return out_; }
   bool gather_output() const { return gather_output_; }
-  bool has_bias() const { return has_bias_; }
-  const std::optional<int>& sequence_dim() const { return sequence_dim_; }
-  std::int64_t stride() const { return stride_; }
-
-  Parameter weight, bias;
 
  private:
-  std::int64_t in_, out_;
-  Communicator& tp_;
-  bool gather_output_, has_bias_;
-  std::optional<int> sequence_dim_;
-  std::int64_t stride_;
-  std::string label_;  // "ColumnParallelLinear 'name'" for error messages
-  Tensor input_;
+  bool gather_output_;
 };
 
-class RowParallelLinear : public nn::Module {
+class RowParallelLinear : public ParallelLayer<nn::Linear> {
  public:
   RowParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
                     bool input_is_parallel = false, ParallelLinearOptions options = {});
   static std::unique_ptr<RowParallelLinear> from_serial(const nn::Linear& serial, Communicator& tp,
                                                         bool input_is_parallel = false, const std::string& name = "",
                                                         std::optional<int> sequence_dim = std::nullopt);
-  std::unique_ptr<nn::Linear> to_serial();
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "RowParallelLinear"; }
-  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(input_local_); }
-
-  Tensor master_weight();
-  Tensor master_bias();  // the replicated bias (a copy; no communication)
-  std::int64_t in_features() const { return in_; }
-  std::int64_t out_features() const { return out_; }
   bool input_is_parallel() const { return input_is_parallel_; }
-  bool has_bias() const { return has_bias_; }
-  const std::optional<int>& sequence_dim() const { return sequence_dim_; }
-  std::int64_t stride() const { return stride_; }
-
-  Parameter weight, bias;
 
  private:
-  std::int64_t in_, out_;
-  Communicator& tp_;
-  bool input_is_parallel_, has_bias_;
-  std::optional<int> sequence_dim_;
-  std::int64_t stride_;
-  std::string label_;
-  Tensor input_local_;
+  bool input_is_parallel_;
 };
 
 }  // namespace tessera::tp
