@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""The peers of bench_checkpoint's save: torch.save and h5py writing the same blocks.
+"""The peers of bench_checkpoint's save: torch.save and h5py writing the same blocks, and
+the disk's own speed for those bytes (raw).
 
-    checkpoint_peers.py --writer torch|h5py --ranks 2 --size-mb 64 --dir DIR
+    checkpoint_peers.py --writer torch|h5py|raw --ranks 2 --size-mb 64 --dir DIR
                         [--min-time 2] [--min-iters 3]
 
 The model is bench_checkpoint's: a column-parallel Linear(H, H) then a row-parallel
@@ -12,6 +13,9 @@ file of its own, then fsyncs the file and its directory:
 
   torch: torch.save of a dict of the rank's tensors (PyTorch's checkpoint format)
   h5py:  one HDF5 file per rank, one dataset per tensor (no chunking, no compression)
+  raw:   the tensors' bytes back to back in one contiguous file per rank, os.write in
+         8 MiB blocks, no header and no checksum: what the disk itself costs, the floor
+         under every writer (tessera's time / raw's is how far above the disk it is)
 
 One process per rank on this machine, one thread each. Timing follows tessera's
 benchmarks: every iteration removes the previous files (untimed), then all ranks pass a
@@ -56,6 +60,27 @@ def fsync_path(path):
         os.close(fd)
 
 
+# raw's write size: large enough that the system call count does not matter.
+RAW_BLOCK = 8 << 20
+
+
+def write_raw(path, arrays):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for a in arrays:
+            view = memoryview(a).cast("B")
+            for start in range(0, len(view), RAW_BLOCK):
+                chunk = view[start:start + RAW_BLOCK]
+                while chunk:
+                    chunk = chunk[os.write(fd, chunk):]  # a short write goes on from where it stopped
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+EXTENSION = {"torch": "pt", "h5py": "h5", "raw": "bin"}
+
+
 def worker(rank, args, barrier, times, stop):
     os.environ["OMP_NUM_THREADS"] = "1"
     import numpy as np
@@ -75,6 +100,9 @@ def worker(rank, args, barrier, times, stop):
                 torch.save(tensors, f)
                 f.flush()
                 os.fsync(f.fileno())
+    elif args.writer == "raw":
+        def write(path):
+            write_raw(path, arrays.values())
     else:
         import h5py
 
@@ -95,7 +123,7 @@ def worker(rank, args, barrier, times, stop):
         if stop.value:
             break
         t0 = time.perf_counter()
-        write(os.path.join(directory, f"rank{rank}.{'pt' if args.writer == 'torch' else 'h5'}"))
+        write(os.path.join(directory, f"rank{rank}.{EXTENSION[args.writer]}"))
         fsync_path(directory)
         times[rank] = time.perf_counter() - t0
         barrier.wait()
@@ -116,7 +144,7 @@ def worker(rank, args, barrier, times, stop):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--writer", choices=["torch", "h5py"], required=True)
+    parser.add_argument("--writer", choices=["torch", "h5py", "raw"], required=True)
     parser.add_argument("--ranks", type=int, default=1)
     parser.add_argument("--size-mb", type=int, default=64)
     parser.add_argument("--dir", default="bench_checkpoint_peers")
@@ -127,7 +155,7 @@ def main():
     args = parser.parse_args()
     try:
         import numpy  # noqa: F401
-        __import__("torch" if args.writer == "torch" else "h5py")
+        __import__({"torch": "torch", "h5py": "h5py", "raw": "numpy"}[args.writer])
     except ImportError as e:
         print(json.dumps({"writer": args.writer, "error": f"{e.name} is not installed for {sys.executable}"}))
         return 3
