@@ -210,6 +210,7 @@ module tessera
   character(len=:), allocatable :: local_message
 
 #include "tessera_c_interfaces.inc"
+#include "tessera_coupling_interfaces.inc"
 #include "tessera_stagger_spec.inc"
 #include "tessera_pipeline_spec.inc"
 #include "tessera_trainer_spec.inc"
