@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The pipeline bubble with message costs: what bench_pipeline should measure.
+
+    benchmarks/pipeline_bubble_model.py [--stages 2] [--microbatches 8,16]
+        [--forward-ms 5] [--backward-ms 10] [--latency-ms 0.2] [--receive-ms 0.2]
+
+The schedules' theory, (p - 1) / (m + p - 1), takes messages as free. This replays each
+stage's actions in the order src/pp/schedule.cpp gives them (GPipe: every forward, then
+the backwards from the last microbatch; 1F1B: p - 1 - s warm-up forwards, then one
+forward and one backward) with two costs per stage-boundary message:
+
+  latency  from the end of the action that sends it to the moment it can be received;
+  receive  time the receiving stage spends taking it in (with MPICH's UCX device on one
+           node, the receiver copies a large message out of the sender's memory inside its
+           own MPI call: that copy is work on the receiving core, not waiting).
+
+and prints the bubble as bench_pipeline defines it: 1 - (a stage's compute time) / (the
+step's time), averaged over the stages. With latency = receive = 0 it equals the theory
+(--check asserts that for p = 1..5, m = 1..24, and that costs never lower the bubble; ctest
+runs it as pipeline_bubble_model). docs/pipeline.md compares it with measured runs.
+"""
+
+import argparse
+
+
+def stage_actions(schedule, stage, stages, microbatches):
+    """The (kind, microbatch) list of one stage, as pp::stage_actions builds it."""
+    if schedule == "gpipe":
+        return [("F", j) for j in range(microbatches)] + [("B", j) for j in reversed(range(microbatches))]
+    warmup = min(stages - 1 - stage, microbatches)
+    actions = [("F", j) for j in range(warmup)]
+    forward, backward = warmup, 0
+    while forward < microbatches:
+        actions += [("F", forward), ("B", backward)]
+        forward, backward = forward + 1, backward + 1
+    actions += [("B", j) for j in range(backward, microbatches)]
+    return actions
+
+
+def bubble(schedule, stages, microbatches, forward, backward, latency, receive):
+    """bench_pipeline's bubble of one step under the costs above (times in any unit)."""
+    actions = [stage_actions(schedule, s, stages, microbatches) for s in range(stages)]
+    finished = {}  # (stage, kind, microbatch) -> end time
+    clock = [0.0] * stages
+    busy = [0.0] * stages
+    position = [0] * stages
+    moved = True
+    while moved:
+        moved = False
+        for s in range(stages):
+            while position[s] < len(actions[s]):
+                kind, j = actions[s][position[s]]
+                # A forward needs the previous stage's forward of j; a backward the next
+                # stage's backward of j (the last stage: its own forward, no message).
+                source = (s - 1, "F", j) if kind == "F" else (s + 1, "B", j)
+                remote = 0 <= source[0] < stages
+                if remote and source not in finished:
+                    break
+                ready = finished[source] + latency if remote else 0.0
+                work = forward if kind == "F" else backward
+                clock[s] = max(clock[s], ready) + (receive if remote else 0.0) + work
+                busy[s] += work
+                finished[(s, kind, j)] = clock[s]
+                position[s] += 1
+                moved = True
+    if any(position[s] < len(actions[s]) for s in range(stages)):
+        raise RuntimeError("the schedule deadlocked")  # cannot happen for GPipe or 1F1B
+    step = max(clock)
+    return sum(1.0 - b / step for b in busy) / stages
+
+
+def check():
+    """Free messages give the theory; costly ones never give less."""
+    for p in range(1, 6):
+        for m in range(1, 25):
+            theory = (p - 1) / (m + p - 1)
+            for schedule in ("gpipe", "1f1b"):
+                free = bubble(schedule, p, m, 5.0, 10.0, 0.0, 0.0)
+                costly = bubble(schedule, p, m, 5.0, 10.0, 0.2, 0.2)
+                if abs(free - theory) > 1e-12 or costly < free - 1e-12:
+                    raise SystemExit(f"{schedule} p={p} m={m}: theory {theory}, free {free}, costly {costly}")
+    print("pipeline_bubble_model: free messages give the theory at p = 1..5, m = 1..24")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--microbatches", default="", help="comma-separated; default p, 2p, 4p, 8p")
+    parser.add_argument("--forward-ms", type=float, default=5.0)
+    parser.add_argument("--backward-ms", type=float, default=10.0)
+    parser.add_argument("--latency-ms", type=float, default=0.2)
+    parser.add_argument("--receive-ms", type=float, default=0.2)
+    parser.add_argument("--check", action="store_true", help="check the model against the theory and exit")
+    args = parser.parse_args()
+    if args.check:
+        return check()
+    p = args.stages
+    counts = [int(m) for m in args.microbatches.split(",")] if args.microbatches else [p, 2 * p, 4 * p, 8 * p]
+    print(f"p = {p}, forward {args.forward_ms} ms, backward {args.backward_ms} ms, "
+          f"message latency {args.latency_ms} ms, receive {args.receive_ms} ms")
+    print(f"{'m':>4} {'theory':>8} {'gpipe':>8} {'1f1b':>8}")
+    for m in counts:
+        costs = (args.forward_ms, args.backward_ms, args.latency_ms, args.receive_ms)
+        print(f"{m:>4} {(p - 1) / (m + p - 1):8.3f} {bubble('gpipe', p, m, *costs):8.3f} "
+              f"{bubble('1f1b', p, m, *costs):8.3f}")
+
+
+if __name__ == "__main__":
+    main()
