@@ -36,11 +36,19 @@ void check_geometry(const std::string& label, std::int64_t in, std::int64_t out,
 
 // The conv each rank runs on its channels: the layer's own, or, on a haloed block (the
 // halo is the padding), the same without padding.
-AffineMath local_math(const nn::Conv2dOptions& conv, bool haloed) {
-  nn::Conv2dOptions local = conv;
-  if (haloed) local.padding_h = local.padding_w = 0;
+AffineMath local_math(const TwinConfig<nn::Conv2d>& c) {
+  nn::Conv2dOptions local = c.conv;
+  if (c.halo) local.padding_h = local.padding_w = 0;
   return AffineMath::conv2d(local);
 }
+
+// The input the conv runs on: x, or x with its domain halo filled in (`channels`: x's).
+Tensor haloed(const TwinConfig<nn::Conv2d>& c, const Tensor& x, std::int64_t channels, const Parameter& weight) {
+  return c.halo ? c.halo->pad(x, channels, weight.value.dtype(), weight.value.device()) : x;
+}
+
+// The input gradient of the unhaloed input: the halo part goes back to its owners.
+Tensor unhaloed(const TwinConfig<nn::Conv2d>& c, Tensor dx) { return c.halo ? c.halo->backward(std::move(dx)) : dx; }
 
 // The domain halo standing in for the conv's padding; it must be a "same" padding so
 // every rank's output block lies on the (strided) decomposition. Collective over the
@@ -64,23 +72,44 @@ std::unique_ptr<domain::ConvHalo> make_halo(const std::string& label, const doma
                                             options, label, c.stride_h, c.stride_w);
 }
 
-std::unique_ptr<nn::Conv2d> serial_with(const Tensor& weight, const Tensor& bias, const Parameter& w,
-                                        const Parameter& b, bool has_bias, const nn::Conv2dOptions& conv) {
-  auto serial = std::make_unique<nn::Conv2d>(weight.size(1), weight.size(0), static_cast<int>(weight.size(2)),
-                                             static_cast<int>(weight.size(3)), conv, has_bias, weight.dtype(),
-                                             weight.device());
-  detail::copy_master(serial->weight, weight, w);
-  if (has_bias) detail::copy_master(serial->bias, bias, b);
-  return serial;
-}
-
 // nn::Conv2d's defaults (those of nn::Linear), with the conv's fan-in C_in * kh * kw.
 InitSpec default_weight_init() { return nn::Linear::default_weight_init(); }
 InitSpec default_bias_init(std::int64_t in_channels, int kh, int kw) {
   return nn::Linear::default_bias_init(in_channels * kh * kw);
 }
 
+// Both rules check and build a conv's parameters alike, from its weight shape
+// [C_out, C_in, kh, kw]; only the rule differs.
+void make_conv_parameters(PartitionRule rule, const std::string& label, const Shape& shape,
+                          const nn::Conv2dOptions& conv, Communicator& tp, const ParallelLinearOptions& o,
+                          Parameter& weight, Parameter& bias) {
+  const int kh = static_cast<int>(shape[2]), kw = static_cast<int>(shape[3]);
+  check_geometry(label, shape[1], shape[0], kh, kw, conv, o);
+  detail::make_affine_parameters(rule, label, shape, tp, o, default_weight_init(), default_bias_init(shape[1], kh, kw),
+                                 weight, bias);
+}
+
+// Both rules shard a serial conv alike; only the layer type and its flag (gather_output /
+// input_is_parallel) differ.
+template <class Layer>
+std::unique_ptr<Layer> conv_from_serial(const nn::Conv2d& serial, Communicator& tp, bool flag,
+                                        const std::string& name) {
+  return detail::with_serial_weights(
+      std::make_unique<Layer>(serial.in_channels(), serial.out_channels(), serial.kernel_h(), serial.kernel_w(), tp,
+                              serial.options(), flag, detail::options_like(serial, name)),
+      serial, name);
+}
+
 }  // namespace
+
+// ParallelLayer<nn::Conv2d>'s (both conv twins'), beside the conv's other checks.
+template <class Serial>
+void ParallelLayer<Serial>::use_domain_halo(const domain::Decomposition& decomposition, domain::ConvHaloOptions options)
+  requires conv
+{
+  config_.halo = make_halo(label_, decomposition, kernel_h(), kernel_w(), config_.conv, options);
+}
+template void ParallelLayer<nn::Conv2d>::use_domain_halo(const domain::Decomposition&, domain::ConvHaloOptions);
 
 // ---------------------------------------------------------------------------
 // ColumnParallelConv2d
@@ -93,46 +122,28 @@ ColumnParallelConv2d::ColumnParallelConv2d(std::int64_t in_channels, std::int64_
 ColumnParallelConv2d::ColumnParallelConv2d(std::int64_t in_channels, std::int64_t out_channels, int kernel_h,
                                            int kernel_w, Communicator& tp, nn::Conv2dOptions conv, bool gather_output,
                                            ParallelLinearOptions o)
-    : in_(in_channels), out_(out_channels), kernel_h_(kernel_h), kernel_w_(kernel_w), conv_(conv), tp_(tp),
-      gather_output_(gather_output), has_bias_(o.bias), label_(detail::layer_label(type_name(), o.name)) {
-  check_geometry(label_, in_, out_, kernel_h_, kernel_w_, conv_, o);
-  detail::make_affine_parameters(PartitionRule::column, label_, {out_, in_, kernel_h_, kernel_w_}, tp, o,
-                                 default_weight_init(), default_bias_init(in_, kernel_h_, kernel_w_), weight, bias);
-  register_parameter("weight", weight);
-  if (has_bias_) register_parameter("bias", bias);
+    : ParallelLayer(tp, {out_channels, in_channels, kernel_h, kernel_w}, o.bias, {conv, nullptr}),
+      gather_output_(gather_output) {
+  name_layer(o.name);
+  make_conv_parameters(PartitionRule::column, label_, master_shape_, conv, tp, o, weight, bias);
+  register_parameters();
 }
 
 std::unique_ptr<ColumnParallelConv2d> ColumnParallelConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp,
                                                                         bool gather_output, const std::string& name) {
-  return detail::with_serial_weights(
-      std::make_unique<ColumnParallelConv2d>(serial.in_channels(), serial.out_channels(), serial.kernel_h(),
-                                             serial.kernel_w(), tp, serial.options(), gather_output,
-                                             detail::options_like(serial, name)),
-      serial, name);
+  return conv_from_serial<ColumnParallelConv2d>(serial, tp, gather_output, name);
 }
-
-std::unique_ptr<nn::Conv2d> ColumnParallelConv2d::to_serial() {
-  return serial_with(master_weight(), master_bias(), weight, bias, has_bias_, conv_);
-}
-
-void ColumnParallelConv2d::use_domain_halo(const domain::Decomposition& decomposition,
-                                           domain::ConvHaloOptions options) {
-  halo_ = make_halo(label_, decomposition, kernel_h_, kernel_w_, conv_, options);
-}
-
-Tensor ColumnParallelConv2d::master_weight() { return assemble_master(weight, weight.value, tp_); }
-Tensor ColumnParallelConv2d::master_bias() { return has_bias_ ? assemble_master(bias, bias.value, tp_) : Tensor(); }
 
 Tensor ColumnParallelConv2d::forward(const Tensor& x) {
-  const Tensor input = halo_ ? halo_->pad(x, in_, weight.value.dtype(), weight.value.device()) : x;
-  return detail::column_forward(local_math(conv_, halo_ != nullptr), {tp_, gather_output_, std::nullopt, compute_precision()}, input,
-                                weight, has_bias_ ? &bias : nullptr, input_);
+  return detail::column_forward(local_math(config_), {tp_, gather_output_, std::nullopt, compute_precision()},
+                                haloed(config_, x, in_channels(), weight), weight, has_bias_ ? &bias : nullptr,
+                                saved_input_);
 }
 
 Tensor ColumnParallelConv2d::backward(const Tensor& grad_y) {
-  Tensor dx = detail::column_backward(local_math(conv_, halo_ != nullptr), {tp_, gather_output_, std::nullopt, compute_precision()},
-                                      grad_y, weight, has_bias_ ? &bias : nullptr, input_, label_);
-  return halo_ ? halo_->backward(std::move(dx)) : dx;
+  return unhaloed(config_, detail::column_backward(local_math(config_),
+                                                   {tp_, gather_output_, std::nullopt, compute_precision()}, grad_y,
+                                                   weight, has_bias_ ? &bias : nullptr, saved_input_, label_));
 }
 
 // ---------------------------------------------------------------------------
@@ -146,47 +157,29 @@ RowParallelConv2d::RowParallelConv2d(std::int64_t in_channels, std::int64_t out_
 RowParallelConv2d::RowParallelConv2d(std::int64_t in_channels, std::int64_t out_channels, int kernel_h, int kernel_w,
                                      Communicator& tp, nn::Conv2dOptions conv, bool input_is_parallel,
                                      ParallelLinearOptions o)
-    : in_(in_channels), out_(out_channels), kernel_h_(kernel_h), kernel_w_(kernel_w), conv_(conv), tp_(tp),
-      input_is_parallel_(input_is_parallel), has_bias_(o.bias), label_(detail::layer_label(type_name(), o.name)) {
-  check_geometry(label_, in_, out_, kernel_h_, kernel_w_, conv_, o);
-  detail::make_affine_parameters(PartitionRule::row, label_, {out_, in_, kernel_h_, kernel_w_}, tp, o,
-                                 default_weight_init(), default_bias_init(in_, kernel_h_, kernel_w_), weight, bias);
-  register_parameter("weight", weight);
-  if (has_bias_) register_parameter("bias", bias);
+    : ParallelLayer(tp, {out_channels, in_channels, kernel_h, kernel_w}, o.bias, {conv, nullptr}),
+      input_is_parallel_(input_is_parallel) {
+  name_layer(o.name);
+  make_conv_parameters(PartitionRule::row, label_, master_shape_, conv, tp, o, weight, bias);
+  register_parameters();
 }
 
 std::unique_ptr<RowParallelConv2d> RowParallelConv2d::from_serial(const nn::Conv2d& serial, Communicator& tp,
                                                                   bool input_is_parallel, const std::string& name) {
-  return detail::with_serial_weights(
-      std::make_unique<RowParallelConv2d>(serial.in_channels(), serial.out_channels(), serial.kernel_h(),
-                                          serial.kernel_w(), tp, serial.options(), input_is_parallel,
-                                          detail::options_like(serial, name)),
-      serial, name);
+  return conv_from_serial<RowParallelConv2d>(serial, tp, input_is_parallel, name);
 }
-
-std::unique_ptr<nn::Conv2d> RowParallelConv2d::to_serial() {
-  return serial_with(master_weight(), master_bias(), weight, bias, has_bias_, conv_);
-}
-
-void RowParallelConv2d::use_domain_halo(const domain::Decomposition& decomposition, domain::ConvHaloOptions options) {
-  halo_ = make_halo(label_, decomposition, kernel_h_, kernel_w_, conv_, options);
-}
-
-Tensor RowParallelConv2d::master_weight() { return assemble_master(weight, weight.value, tp_); }
-Tensor RowParallelConv2d::master_bias() { return has_bias_ ? bias.value.clone() : Tensor(); }
 
 Tensor RowParallelConv2d::forward(const Tensor& x) {
   // The input as given: this rank's channel shard, or all channels (split after the halo).
-  const std::int64_t channels = input_is_parallel_ ? weight.value.size(1) : in_;
-  const Tensor input = halo_ ? halo_->pad(x, channels, weight.value.dtype(), weight.value.device()) : x;
-  return detail::row_forward(local_math(conv_, halo_ != nullptr), {tp_, input_is_parallel_, std::nullopt, compute_precision()}, input,
-                             weight, has_bias_ ? &bias : nullptr, input_local_);
+  const std::int64_t channels = input_is_parallel_ ? weight.value.size(1) : in_channels();
+  return detail::row_forward(local_math(config_), {tp_, input_is_parallel_, std::nullopt, compute_precision()},
+                             haloed(config_, x, channels, weight), weight, has_bias_ ? &bias : nullptr, saved_input_);
 }
 
 Tensor RowParallelConv2d::backward(const Tensor& grad_y) {
-  Tensor dx = detail::row_backward(local_math(conv_, halo_ != nullptr), {tp_, input_is_parallel_, std::nullopt, compute_precision()},
-                                   grad_y, weight, has_bias_ ? &bias : nullptr, input_local_, label_);
-  return halo_ ? halo_->backward(std::move(dx)) : dx;
+  return unhaloed(config_, detail::row_backward(local_math(config_),
+                                                {tp_, input_is_parallel_, std::nullopt, compute_precision()}, grad_y,
+                                                weight, has_bias_ ? &bias : nullptr, saved_input_, label_));
 }
 
 }  // namespace tessera::tp

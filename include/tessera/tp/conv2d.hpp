@@ -36,10 +36,15 @@
 #include "tessera/nn/conv2d.hpp"
 #include "tessera/nn/module.hpp"
 #include "tessera/tp/linear.hpp"
+#include "tessera/tp/parallel_layer.hpp"
 
 namespace tessera::tp {
 
-class ColumnParallelConv2d : public nn::Module {
+// The members both share (extents, kernel, conv_options, has_bias, the domain halo,
+// master_weight, master_bias, to_serial) are ParallelLayer<nn::Conv2d>'s
+// (parallel_layer.hpp). With a domain halo, a RowParallelConv2d's halo carries the input
+// as given: this rank's C_in/tp channels with input_is_parallel, all C_in otherwise.
+class ColumnParallelConv2d : public ParallelLayer<nn::Conv2d> {
  public:
   // 1x1, no stride/padding/dilation (CREDIT's TpColConv2d).
   ColumnParallelConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp,
@@ -51,40 +56,16 @@ class ColumnParallelConv2d : public nn::Module {
                        ParallelLinearOptions options = {});
   static std::unique_ptr<ColumnParallelConv2d> from_serial(const nn::Conv2d& serial, Communicator& tp,
                                                            bool gather_output = false, const std::string& name = "");
-  std::unique_ptr<nn::Conv2d> to_serial();  // collective over tp
-
-  // See the header comment. Collective over the decomposition's communicator, which
-  // (with the decomposition) must outlive the layer; call before the first forward.
-  void use_domain_halo(const domain::Decomposition& decomposition, domain::ConvHaloOptions options = {});
-  const domain::ConvHalo* domain_halo() const { return halo_.get(); }  // null without
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "ColumnParallelConv2d"; }
-  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(input_); }
-  Tensor master_weight();
-  Tensor master_bias();
-  bool has_bias() const { return has_bias_; }
-  std::int64_t in_channels() const { return in_; }
-  std::int64_t out_channels() const { return out_; }
-  int kernel_h() const { return kernel_h_; }
-  int kernel_w() const { return kernel_w_; }
-  const nn::Conv2dOptions& conv_options() const { return conv_; }
-
-  Parameter weight, bias;
 
  private:
-  std::int64_t in_, out_;
-  int kernel_h_, kernel_w_;
-  nn::Conv2dOptions conv_;
-  Communicator& tp_;
-  bool gather_output_, has_bias_;
-  std::string label_;
-  std::unique_ptr<domain::ConvHalo> halo_;
-  Tensor input_;  // saved by forward for backward
+  bool gather_output_;
 };
 
-class RowParallelConv2d : public nn::Module {
+class RowParallelConv2d : public ParallelLayer<nn::Conv2d> {
  public:
   // 1x1, no stride/padding/dilation (CREDIT's TpRowConv2d).
   RowParallelConv2d(std::int64_t in_channels, std::int64_t out_channels, Communicator& tp,
@@ -95,37 +76,13 @@ class RowParallelConv2d : public nn::Module {
                     ParallelLinearOptions options = {});
   static std::unique_ptr<RowParallelConv2d> from_serial(const nn::Conv2d& serial, Communicator& tp,
                                                         bool input_is_parallel = true, const std::string& name = "");
-  std::unique_ptr<nn::Conv2d> to_serial();
-
-  // As ColumnParallelConv2d::use_domain_halo. The halo carries the input as given: this
-  // rank's C_in/tp channels with input_is_parallel, all C_in otherwise.
-  void use_domain_halo(const domain::Decomposition& decomposition, domain::ConvHaloOptions options = {});
-  const domain::ConvHalo* domain_halo() const { return halo_.get(); }
 
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "RowParallelConv2d"; }
-  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(input_local_); }
-  Tensor master_weight();
-  Tensor master_bias();
-  bool has_bias() const { return has_bias_; }
-  std::int64_t in_channels() const { return in_; }
-  std::int64_t out_channels() const { return out_; }
-  int kernel_h() const { return kernel_h_; }
-  int kernel_w() const { return kernel_w_; }
-  const nn::Conv2dOptions& conv_options() const { return conv_; }
-
-  Parameter weight, bias;
 
  private:
-  std::int64_t in_, out_;
-  int kernel_h_, kernel_w_;
-  nn::Conv2dOptions conv_;
-  Communicator& tp_;
-  bool input_is_parallel_, has_bias_;
-  std::string label_;
-  std::unique_ptr<domain::ConvHalo> halo_;
-  Tensor input_local_;
+  bool input_is_parallel_;
 };
 
 // CREDIT's names for the same layers.
