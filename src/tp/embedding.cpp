@@ -19,14 +19,6 @@ ParallelEmbeddingOptions options_of(const nn::Embedding& serial, const std::stri
   return o;
 }
 
-std::unique_ptr<nn::Embedding> serial_with(const Tensor& master, const Parameter& w,
-                                           const nn::EmbeddingOptions& options) {
-  auto serial =
-      std::make_unique<nn::Embedding>(master.size(0), master.size(1), options, master.dtype(), master.device());
-  detail::copy_master(serial->weight, master, w);
-  return serial;
-}
-
 void check_sizes(const std::string& label, std::int64_t num, std::int64_t dim) {
   if (num < 1 || dim < 1) {
     throw InvalidArgument(label + ": num_embeddings " + std::to_string(num) + " and embedding_dim " +
@@ -56,20 +48,21 @@ ReduceOp reduce_op_of(nn::functional::NormReduction reduction) {
   }
 }
 
-// Zeroes global row `row` of a weight holding rows [row_offset, row_offset + rows), if
-// this shard holds it.
-void zero_row(Tensor& weight, std::int64_t row, std::int64_t row_offset) {
-  const std::int64_t local = row - row_offset;
-  if (local >= 0 && local < weight.size(0)) weight.narrow(0, local, 1).fill_zero();
-}
-
 // The two embeddings check their sizes and resolve their options alike; they differ only
 // in the weight's sharded dim (1: the embedding dim, 0: the vocabulary).
-Parameter make_embedding_weight(const std::string& label, std::int64_t num, std::int64_t dim, int sharded_dim,
-                                Communicator& tp, const ParallelEmbeddingOptions& o, nn::EmbeddingOptions& resolved) {
-  check_sizes(label, num, dim);
-  resolved = nn::functional::resolve_embedding_options(o, num, label);
-  return make_tp_sharded(label, "weight", {num, dim}, sharded_dim, tp, o.dtype, o.device, o.init);
+Parameter make_embedding_weight(const std::string& label, const Shape& shape, int sharded_dim, Communicator& tp,
+                                const ParallelEmbeddingOptions& o, nn::EmbeddingOptions& resolved) {
+  check_sizes(label, shape[0], shape[1]);
+  resolved = nn::functional::resolve_embedding_options(o, shape[0], label);
+  return make_tp_sharded(label, "weight", shape, sharded_dim, tp, o.dtype, o.device, o.init);
+}
+
+// Both shard a serial embedding alike; only the layer type differs.
+template <class Layer>
+std::unique_ptr<Layer> embedding_from_serial(const nn::Embedding& serial, Communicator& tp, const std::string& name) {
+  return detail::with_serial_weights(
+      std::make_unique<Layer>(serial.num_embeddings(), serial.embedding_dim(), tp, options_of(serial, name)), serial,
+      name);
 }
 
 }  // namespace
@@ -80,45 +73,36 @@ Parameter make_embedding_weight(const std::string& label, std::int64_t num, std:
 
 ParallelEmbedding::ParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
                                      ParallelEmbeddingOptions o)
-    : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(detail::layer_label(type_name(), o.name)) {
-  weight = make_embedding_weight(label_, num_, dim_, /*sharded_dim=*/1, tp, o, options_);
-  register_parameter("weight", weight);
+    : ParallelLayer(tp, {num_embeddings, embedding_dim}, /*has_bias=*/false) {
+  name_layer(o.name);
+  weight = make_embedding_weight(label_, master_shape_, /*sharded_dim=*/1, tp, o, config_.embedding);
+  register_parameters();
 }
 
 std::unique_ptr<ParallelEmbedding> ParallelEmbedding::from_serial(const nn::Embedding& serial, Communicator& tp,
                                                                   const std::string& name) {
-  return detail::with_serial_weights(
-      std::make_unique<ParallelEmbedding>(serial.num_embeddings(), serial.embedding_dim(), tp, options_of(serial, name)),
-      serial, name);
-}
-
-std::unique_ptr<nn::Embedding> ParallelEmbedding::to_serial() {
-  return serial_with(master_weight(), weight, options_);
-}
-Tensor ParallelEmbedding::master_weight() { return assemble_master(weight, weight.value, tp_); }
-void ParallelEmbedding::zero_padding_row() {
-  if (options_.padding_idx) zero_row(weight.value, *options_.padding_idx, 0);
+  return embedding_from_serial<ParallelEmbedding>(serial, tp, name);
 }
 
 Tensor ParallelEmbedding::forward(const Tensor& ids) {
-  check_ids(ids, num_, label_);
-  ids_ = ids;
-  if (options_.max_norm) {
+  check_ids(ids, num_embeddings(), label_);
+  saved_input_ = ids;
+  if (options().max_norm) {
     // This rank holds columns of each row: the row's norm combines every rank's partial
     // (the same ids on every rank, so every rank reduces the same rows in one call).
-    nn::functional::embedding_renorm_(ids, weight.value, *options_.max_norm, options_.norm_type, 0, false,
+    nn::functional::embedding_renorm_(ids, weight.value, *options().max_norm, options().norm_type, 0, false,
                                       [&](Tensor& partials, nn::functional::NormReduction reduction) {
                                         tp_.all_reduce(partials, reduce_op_of(reduction));
                                       });
   }
-  return gather_from_parallel(nn::functional::embedding(ids, weight.value), -1, tp_, dim_);
+  return gather_from_parallel(nn::functional::embedding(ids, weight.value), -1, tp_, embedding_dim());
 }
 
 Tensor ParallelEmbedding::backward(const Tensor& grad_y) {
-  if (!ids_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
-  nn::functional::embedding_backward(gather_from_parallel_backward(grad_y.contiguous(), -1, tp_), ids_, weight.grad,
-                                     0, options_);
-  ids_ = Tensor();
+  if (!saved_input_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
+  nn::functional::embedding_backward(gather_from_parallel_backward(grad_y.contiguous(), -1, tp_), saved_input_,
+                                     weight.grad, 0, options());
+  saved_input_ = Tensor();
   return Tensor();
 }
 
@@ -128,45 +112,35 @@ Tensor ParallelEmbedding::backward(const Tensor& grad_y) {
 
 VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
                                                Communicator& tp, ParallelEmbeddingOptions o)
-    : num_(num_embeddings), dim_(embedding_dim), tp_(tp), label_(detail::layer_label(type_name(), o.name)) {
-  weight = make_embedding_weight(label_, num_, dim_, /*sharded_dim=*/0, tp, o, options_);
-  register_parameter("weight", weight);
+    : ParallelLayer(tp, {num_embeddings, embedding_dim}, /*has_bias=*/false) {
+  name_layer(o.name);
+  weight = make_embedding_weight(label_, master_shape_, /*sharded_dim=*/0, tp, o, config_.embedding);
+  register_parameters();
 }
 
 std::unique_ptr<VocabParallelEmbedding> VocabParallelEmbedding::from_serial(const nn::Embedding& serial,
                                                                             Communicator& tp, const std::string& name) {
-  return detail::with_serial_weights(std::make_unique<VocabParallelEmbedding>(serial.num_embeddings(),
-                                                                            serial.embedding_dim(), tp,
-                                                                            options_of(serial, name)),
-                                     serial, name);
-}
-
-std::unique_ptr<nn::Embedding> VocabParallelEmbedding::to_serial() {
-  return serial_with(master_weight(), weight, options_);
-}
-Tensor VocabParallelEmbedding::master_weight() { return assemble_master(weight, weight.value, tp_); }
-void VocabParallelEmbedding::zero_padding_row() {
-  if (options_.padding_idx) zero_row(weight.value, *options_.padding_idx, first_row());
+  return embedding_from_serial<VocabParallelEmbedding>(serial, tp, name);
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
-  check_ids(ids, num_, label_);
-  ids_ = ids;
-  if (options_.max_norm) {
+  check_ids(ids, num_embeddings(), label_);
+  saved_input_ = ids;
+  if (options().max_norm) {
     // Each row lives whole on its owner: it renormalises its own rows, no communication.
-    nn::functional::embedding_renorm_(ids, weight.value, *options_.max_norm, options_.norm_type, first_row(),
-                                      /*mask_out_of_range=*/true);
+    nn::functional::embedding_renorm_(ids, weight.value, *options().max_norm, options().norm_type,
+                                      first_row(), /*mask_out_of_range=*/true);
   }
   const Tensor partial = nn::functional::embedding(ids, weight.value, first_row(), /*mask_out_of_range=*/true);
   return reduce_from_parallel(partial, tp_);
 }
 
 Tensor VocabParallelEmbedding::backward(const Tensor& grad_y) {
-  if (!ids_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
+  if (!saved_input_.defined()) throw InvalidArgument(label_ + ": backward without a preceding forward");
   // Ids owned by other ranks are skipped by the masked scatter-add.
-  nn::functional::embedding_backward(reduce_from_parallel_backward(grad_y.contiguous(), tp_), ids_, weight.grad,
-                                     first_row(), options_);
-  ids_ = Tensor();
+  nn::functional::embedding_backward(reduce_from_parallel_backward(grad_y.contiguous(), tp_), saved_input_,
+                                     weight.grad, first_row(), options());
+  saved_input_ = Tensor();
   return Tensor();
 }
 

@@ -109,15 +109,16 @@ std::unique_ptr<Layer> linear_from_serial(const nn::Linear& serial, Communicator
 
 ColumnParallelLinear::ColumnParallelLinear(std::int64_t in_features, std::int64_t out_features, Communicator& tp,
                                            bool gather_output, ParallelLinearOptions o)
-    : ParallelLayer(tp, {out_features, in_features}, o.bias, {o.sequence_dim, o.stride}), gather_output_(gather_output) {
+    : ParallelLayer(tp, {out_features, in_features}, o.bias, {o.sequence_dim, o.stride}),
+      gather_output_(gather_output) {
   name_layer(o.name);
   check_features(label_, in_features, out_features);
   o = with_bias_rule(std::move(o), in_features);
   check_stride(label_, o, "out_features", out_features, tp);
   if (o.stride == 1) {
     detail::make_affine_parameters(PartitionRule::column, label_, master_shape_, tp, o,
-                                   nn::Linear::default_weight_init(), nn::Linear::default_bias_init(in_features), weight,
-                                   bias);
+                                   nn::Linear::default_weight_init(), nn::Linear::default_bias_init(in_features),
+                                   weight, bias);
   } else {
     const std::int64_t block = out_features / o.stride;
     weight = make_strided(label_, "weight", master_shape_, {o.stride, block, in_features}, 1, tp, o,

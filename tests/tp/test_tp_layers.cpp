@@ -161,9 +161,13 @@ TEST_F(TpLayers, ToSerialRoundTrips) {
   EXPECT_TRUE(tensors_close(back->bias.value, serial.bias.value, 0));
   auto row = tp::RowParallelLinear::from_serial(serial, tp);
   EXPECT_TRUE(tensors_close(row->to_serial()->weight.value, serial.weight.value, 0));
+  // The replicated row bias comes back as it is; every twin shares one to_serial.
+  EXPECT_TRUE(tensors_close(row->to_serial()->bias.value, serial.bias.value, 0));
   nn::Embedding table(8, 4);
   fill_random(table.weight, 43);
   EXPECT_TRUE(tensors_close(tp::VocabParallelEmbedding::from_serial(table, tp)->to_serial()->weight.value,
+                            table.weight.value, 0));
+  EXPECT_TRUE(tensors_close(tp::ParallelEmbedding::from_serial(table, tp)->to_serial()->weight.value,
                             table.weight.value, 0));
 }
 

@@ -24,6 +24,7 @@
 #include "tessera/comm.hpp"
 #include "tessera/nn/embedding.hpp"
 #include "tessera/nn/module.hpp"
+#include "tessera/tp/parallel_layer.hpp"
 
 namespace tessera::tp {
 
@@ -34,69 +35,34 @@ struct ParallelEmbeddingOptions : nn::EmbeddingOptions {
   InitSpec init = InitSpec::normal(0.0, 1.0);  // nn::Embedding's default
 };
 
-class ParallelEmbedding : public nn::Module {
+// The members both share (extents, options, zero_padding_row, master_weight,
+// to_serial) are ParallelLayer<nn::Embedding>'s (parallel_layer.hpp).
+class ParallelEmbedding : public ParallelLayer<nn::Embedding> {
  public:
   ParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
                     ParallelEmbeddingOptions options = {});
   static std::unique_ptr<ParallelEmbedding> from_serial(const nn::Embedding& serial, Communicator& tp,
                                                         const std::string& name = "");
-  std::unique_ptr<nn::Embedding> to_serial();  // collective over tp
 
   Tensor forward(const Tensor& ids) override;
   Tensor backward(const Tensor& grad_y) override;  // returns an undefined tensor (ids)
   std::string type_name() const override { return "ParallelEmbedding"; }
-  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(ids_); }
-  Tensor master_weight();
-  std::int64_t num_embeddings() const { return num_; }
-  std::int64_t embedding_dim() const { return dim_; }
-  // The options with padding_idx resolved into [0, num_embeddings).
-  const nn::EmbeddingOptions& options() const { return options_; }
-  // Zeroes this rank's part of the padding row (no communication); initialize_parameters
-  // calls it through after_initialize().
-  void zero_padding_row();
   void after_initialize() override { zero_padding_row(); }
-
-  Parameter weight;
-
- private:
-  std::int64_t num_, dim_;
-  Communicator& tp_;
-  std::string label_;
-  nn::EmbeddingOptions options_;
-  Tensor ids_;
 };
 
-class VocabParallelEmbedding : public nn::Module {
+class VocabParallelEmbedding : public ParallelLayer<nn::Embedding> {
  public:
   VocabParallelEmbedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Communicator& tp,
                          ParallelEmbeddingOptions options = {});
   static std::unique_ptr<VocabParallelEmbedding> from_serial(const nn::Embedding& serial, Communicator& tp,
                                                              const std::string& name = "");
-  std::unique_ptr<nn::Embedding> to_serial();
 
   Tensor forward(const Tensor& ids) override;
   Tensor backward(const Tensor& grad_y) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
-  void visit_activations(nn::ActivationVisitor& v) override { v.tensor(ids_); }
-  Tensor master_weight();
-  std::int64_t num_embeddings() const { return num_; }
-  std::int64_t embedding_dim() const { return dim_; }
+  void after_initialize() override { zero_padding_row(); }
   // Global vocabulary ids [first_row(), first_row() + rows) live on this rank.
   std::int64_t first_row() const { return weight.local_offset[0]; }
-  const nn::EmbeddingOptions& options() const { return options_; }
-  // Zeroes the padding row on the rank that holds it (no communication);
-  // initialize_parameters calls it through after_initialize().
-  void zero_padding_row();
-  void after_initialize() override { zero_padding_row(); }
-
-  Parameter weight;
-
- private:
-  std::int64_t num_, dim_;
-  Communicator& tp_;
-  std::string label_;
-  nn::EmbeddingOptions options_;
-  Tensor ids_;
 };
 
 }  // namespace tessera::tp

@@ -65,12 +65,13 @@ struct BiasParameter {
   Parameter bias;
 };
 struct NoBiasParameter {};
+template <class Serial>
+using BiasOf = std::conditional_t<HasBias<Serial>, BiasParameter, NoBiasParameter>;
 
 }  // namespace detail
 
 template <class Serial>
-class ParallelLayer : public nn::Module,
-                      public std::conditional_t<detail::HasBias<Serial>, detail::BiasParameter, detail::NoBiasParameter> {
+class ParallelLayer : public nn::Module, public detail::BiasOf<Serial> {
   static constexpr bool affine = detail::HasBias<Serial>;
   static constexpr bool linear = std::same_as<Serial, nn::Linear>;
   static constexpr bool conv = std::same_as<Serial, nn::Conv2d>;
