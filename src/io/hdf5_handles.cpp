@@ -128,6 +128,16 @@ void require_scalar(const H5Attribute& attr, const std::string& name) {
   }
 }
 
+// One integer attribute, converted by HDF5 to `T`, whose memory type is `memory`.
+template <class T>
+T read_scalar_attribute(hid_t object, const std::string& name, hid_t memory) {
+  const H5Attribute attr = open_attribute(object, name);
+  require_scalar(attr, name);
+  T value = 0;
+  TESSERA_CHECK_HDF5(H5Aread(attr.get(), memory, &value));
+  return value;
+}
+
 }  // namespace
 
 std::string read_string_attribute(hid_t object, const std::string& name) {
@@ -154,19 +164,11 @@ std::string read_string_attribute(hid_t object, const std::string& name) {
 }
 
 std::int64_t read_int_attribute(hid_t object, const std::string& name) {
-  const H5Attribute attr = open_attribute(object, name);
-  require_scalar(attr, name);
-  std::int64_t value = 0;
-  TESSERA_CHECK_HDF5(H5Aread(attr.get(), H5T_NATIVE_INT64, &value));
-  return value;
+  return read_scalar_attribute<std::int64_t>(object, name, H5T_NATIVE_INT64);
 }
 
 std::uint64_t read_uint_attribute(hid_t object, const std::string& name) {
-  const H5Attribute attr = open_attribute(object, name);
-  require_scalar(attr, name);
-  std::uint64_t value = 0;
-  TESSERA_CHECK_HDF5(H5Aread(attr.get(), H5T_NATIVE_UINT64, &value));
-  return value;
+  return read_scalar_attribute<std::uint64_t>(object, name, H5T_NATIVE_UINT64);
 }
 
 std::vector<std::int64_t> read_int_array_attribute(hid_t object, const std::string& name) {
