@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <set>
 
 #include "capi/capi_internal.hpp"
@@ -162,6 +163,19 @@ int guarded_add(const char* function, tessera_checkpoint_t* checkpoint, const ch
   });
 }
 
+// The body of the four tessera_checkpoint_add_halo_field* entries: the plan is the
+// cells' or, given a stagger, that stagger's; `view(what)` wraps the caller's padded array.
+template <class View>
+int add_halo_field_entry(const char* function, tessera_checkpoint_t* checkpoint, const char* name,
+                         const tessera_halo_t* halo, std::optional<tessera_stagger_t> stagger, View&& view) {
+  return guarded_add(function, checkpoint, name, [&] {
+    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
+    const std::string n = check_name(c, name);
+    add_halo_field(c, n, stagger ? capi::staggered_exchange_of(halo, *stagger) : capi::exchange_of(halo),
+                   view("array '" + n + "'"));
+  });
+}
+
 void begin(const tessera_mesh_t* mesh, tessera_checkpoint_t** out, bool save, const char* path) {
   require(out, "the output handle pointer");
   *out = nullptr;
@@ -240,45 +254,39 @@ int tessera_checkpoint_add_array(tessera_checkpoint_t* checkpoint, const char* n
 int tessera_checkpoint_add_halo_field(tessera_checkpoint_t* checkpoint, const char* name, const tessera_halo_t* halo,
                                       void* field, tessera_dtype_t dtype, tessera_order_t order, int ndim,
                                       const int64_t* shape) {
-  return guarded_add("tessera_checkpoint_add_halo_field", checkpoint, name, [&] {
-    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
-    const std::string n = check_name(c, name);
-    add_halo_field(c, n, capi::exchange_of(halo), capi::array_view(field, dtype, order, ndim, shape, "array '" + n + "'"));
-  });
+  return add_halo_field_entry("tessera_checkpoint_add_halo_field", checkpoint, name, halo, std::nullopt,
+                              [&](const std::string& what) {
+                                return capi::array_view(field, dtype, order, ndim, shape, what);
+                              });
 }
 
 int tessera_checkpoint_add_halo_field_strided(tessera_checkpoint_t* checkpoint, const char* name,
                                               const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
                                               int ndim, const int64_t* shape, const int64_t* strides) {
-  return guarded_add("tessera_checkpoint_add_halo_field_strided", checkpoint, name, [&] {
-    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
-    const std::string n = check_name(c, name);
-    add_halo_field(c, n, capi::exchange_of(halo), capi::strided_view(field, dtype, ndim, shape, strides, "array '" + n + "'"));
-  });
+  return add_halo_field_entry("tessera_checkpoint_add_halo_field_strided", checkpoint, name, halo, std::nullopt,
+                              [&](const std::string& what) {
+                                return capi::strided_view(field, dtype, ndim, shape, strides, what);
+                              });
 }
 
 int tessera_checkpoint_add_halo_field_staggered(tessera_checkpoint_t* checkpoint, const char* name,
                                                 const tessera_halo_t* halo, void* field, tessera_dtype_t dtype,
                                                 tessera_order_t order, int ndim, const int64_t* shape,
                                                 tessera_stagger_t stagger) {
-  return guarded_add("tessera_checkpoint_add_halo_field_staggered", checkpoint, name, [&] {
-    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
-    const std::string n = check_name(c, name);
-    add_halo_field(c, n, capi::staggered_exchange_of(halo, stagger),
-                   capi::array_view(field, dtype, order, ndim, shape, "array '" + n + "'"));
-  });
+  return add_halo_field_entry("tessera_checkpoint_add_halo_field_staggered", checkpoint, name, halo, stagger,
+                              [&](const std::string& what) {
+                                return capi::array_view(field, dtype, order, ndim, shape, what);
+                              });
 }
 
 int tessera_checkpoint_add_halo_field_staggered_strided(tessera_checkpoint_t* checkpoint, const char* name,
                                                         const tessera_halo_t* halo, void* field,
                                                         tessera_dtype_t dtype, int ndim, const int64_t* shape,
                                                         const int64_t* strides, tessera_stagger_t stagger) {
-  return guarded_add("tessera_checkpoint_add_halo_field_staggered_strided", checkpoint, name, [&] {
-    tessera_checkpoint_t& c = checkpoint_of(checkpoint);
-    const std::string n = check_name(c, name);
-    add_halo_field(c, n, capi::staggered_exchange_of(halo, stagger),
-                   capi::strided_view(field, dtype, ndim, shape, strides, "array '" + n + "'"));
-  });
+  return add_halo_field_entry("tessera_checkpoint_add_halo_field_staggered_strided", checkpoint, name, halo, stagger,
+                              [&](const std::string& what) {
+                                return capi::strided_view(field, dtype, ndim, shape, strides, what);
+                              });
 }
 
 int tessera_checkpoint_commit(tessera_checkpoint_t* checkpoint) {
