@@ -77,6 +77,26 @@ void append(std::vector<Run>& runs, const Run& element) {
   }
   runs.push_back(element);
 }
+
+// The runs of the receiving indices [first, end) along one axis, segment by segment, never
+// index by index (a width or a grid can be huge: fuzz finding 4). `fill(e, i, stop)` sets
+// the source of run e, which starts at index i (its destination and side already set),
+// and returns where the run ends, at or before `stop`, the end of i's side of `own`.
+template <class Fill>
+std::vector<Run> segment_runs(const ShardRange& own, std::int64_t first, std::int64_t end, Fill&& fill) {
+  std::vector<Run> runs;
+  for (std::int64_t i = first; i < end;) {
+    Run e;
+    e.dst = i;
+    e.side = i < own.start ? 0 : (i >= own.end() ? 2 : 1);
+    const std::int64_t stop = fill(e, i, side_end(i, own, end));
+    e.length = stop - i;
+    append(runs, e);
+    i = stop;
+  }
+  return runs;
+}
+
 class Planner {
  public:
   Planner(const Decomposition& d, const HaloSpec& spec) : d_(d), s_(spec) {}
@@ -116,7 +136,6 @@ class Planner {
   std::vector<Run> lat_runs(int q) const {
     const ShardRange own = d_.lat_range(q);
     const std::int64_t n = d_.global_lat();
-    std::vector<Run> runs;
     const std::int64_t first = own.start - s_.width.lat_before, end = own.end() + s_.width.lat_after;
     if (s_.pole != PolePolicy::zero && (first < -n || end > 2 * n)) {
       // Beyond one grid's depth past a pole no cell can be copied (and walking a huge
@@ -126,14 +145,9 @@ class Planner {
                             std::to_string(low ? s_.width.lat_before : s_.width.lat_after) +
                             " rows reaches past both poles of a " + std::to_string(n) + "-latitude grid");
     }
-    // Segment by segment, never row by row (a width or a grid can be huge: fuzz finding
-    // 4): each run ends where the receiving side, the source block or the region (inside
-    // the grid, beyond a pole) changes.
-    for (std::int64_t i = first; i < end;) {
-      Run e;
-      e.dst = i;
-      e.side = i < own.start ? 0 : (i >= own.end() ? 2 : 1);
-      std::int64_t stop = side_end(i, own, end);
+    // Each run ends where the receiving side, the source block or the region (inside the
+    // grid, beyond a pole) changes.
+    return segment_runs(own, first, end, [&](Run& e, std::int64_t i, std::int64_t stop) {
       if (i >= 0 && i < n) {  // inside the grid: the row itself
         e.src = i;
         e.block = d_.lat_block_of(i);
@@ -169,17 +183,13 @@ class Planner {
           if (e.step == -1) stop = std::min(stop, i + (e.src - d_.lat_range(e.block).start) + 1);
         }
       }
-      e.length = stop - i;
-      append(runs, e);
-      i = stop;
-    }
-    return runs;
+      return stop;
+    });
   }
 
   std::vector<Run> lon_runs(int r, std::int64_t shift) const {
     const ShardRange own = d_.lon_range(r);
     const std::int64_t n = d_.global_lon();
-    std::vector<Run> runs;
     const std::int64_t first = own.start - s_.width.lon_before, end = own.end() + s_.width.lon_after;
     if (s_.periodic_lon && (first + shift < -2 * n || end + shift > 3 * n)) {
       // Around the ring twice: no rank holds such a halo (check_lon names the rank for
@@ -190,13 +200,9 @@ class Planner {
                             std::to_string(low ? s_.width.lon_before : s_.width.lon_after) +
                             " columns wraps around the whole " + std::to_string(n) + "-longitude ring");
     }
-    // Segment by segment, as lat_runs: a run ends where the receiving side, the source
-    // block, the ring's wrap or the grid's edge is.
-    for (std::int64_t j = first; j < end;) {
-      Run e;
-      e.dst = j;
-      e.side = j < own.start ? 0 : (j >= own.end() ? 2 : 1);
-      std::int64_t stop = side_end(j, own, end);
+    // A run ends where the receiving side, the source block, the ring's wrap or the grid's
+    // edge is.
+    return segment_runs(own, first, end, [&](Run& e, std::int64_t j, std::int64_t stop) {
       const std::int64_t jj = j + shift;
       if (!s_.periodic_lon && (jj < 0 || jj >= n)) {  // zero beyond the edge
         e.kind = Kind::zero;
@@ -206,11 +212,8 @@ class Planner {
         e.block = d_.lon_block_of(e.src);
         stop = std::min(stop, j + (d_.lon_range(e.block).end() - e.src));  // to the block's end (and the wrap)
       }
-      e.length = stop - j;
-      append(runs, e);
-      j = stop;
-    }
-    return runs;
+      return stop;
+    });
   }
 
   // The rule of the issue: a rank must be able to send a neighbour its whole halo
