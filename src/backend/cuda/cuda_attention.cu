@@ -86,28 +86,22 @@ void softmax_rows(DType dtype, void* scores, std::int64_t batch, std::int64_t se
                   int device) {
   const std::int64_t rows = batch * seq;
   if (rows == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "softmax_rows", [&](auto tag) {
+  launch_typed(dtype, "softmax_rows", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     softmax_rows_kernel<T>
         <<<row_grid(rows), kThreadsPerBlock, 0, s>>>(static_cast<T*>(scores), rows, seq, scale, causal);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void softmax_backward_rows(DType dtype, const void* probs, void* dp, std::int64_t batch, std::int64_t seq,
                            double scale, int device) {
   const std::int64_t rows = batch * seq;
   if (rows == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "softmax_backward_rows", [&](auto tag) {
+  launch_typed(dtype, "softmax_backward_rows", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     softmax_backward_rows_kernel<T><<<row_grid(rows), kThreadsPerBlock, 0, s>>>(
         static_cast<const T*>(probs), static_cast<T*>(dp), rows, seq, scale);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace

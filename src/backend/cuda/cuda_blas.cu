@@ -162,52 +162,40 @@ void cuda_gemm(const GemmArgs& g, int device) {
 
 void CudaCompute::axpy(DType dtype, std::int64_t n, double alpha, const void* x, void* y, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  float_dispatch(dtype, "axpy", [&](auto tag) {
+  launch_typed(dtype, "axpy", device, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
     axpy_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(n, static_cast<T>(alpha),
                                                                  static_cast<const T*>(x), static_cast<T*>(y));
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void cuda_scale(DType dtype, std::int64_t n, double alpha, void* y, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  float_dispatch(dtype, "scale", [&](auto tag) {
+  launch_typed(dtype, "scale", device, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
     scale_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(n, alpha, static_cast<T*>(y));
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::add_bias(DType dtype, void* y, const void* bias, std::int64_t outer, std::int64_t channels,
                            std::int64_t inner, int device) {
   const std::int64_t total = outer * channels * inner;
   if (total == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  float_dispatch(dtype, "add_bias", [&](auto tag) {
+  launch_typed(dtype, "add_bias", device, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
     add_bias_kernel<T><<<grid_for(total), kThreadsPerBlock, 0, stream>>>(
         static_cast<T*>(y), static_cast<const T*>(bias), total, channels, inner);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::accumulate_bias_grad(DType dtype, const void* dy, void* grad, std::int64_t outer,
                                        std::int64_t channels, std::int64_t inner, int device) {
   if (channels == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  float_dispatch(dtype, "accumulate_bias_grad", [&](auto tag) {
+  launch_typed(dtype, "accumulate_bias_grad", device, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
     bias_grad_kernel<T><<<static_cast<unsigned>(channels), kThreadsPerBlock, 0, stream>>>(
         static_cast<const T*>(dy), static_cast<T*>(grad), outer, channels, inner);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 double CudaCompute::dot(DType dtype, const void* x, const void* y, std::int64_t n, int device) {

@@ -70,53 +70,41 @@ __global__ void swiglu_backward_kernel(const T* dy, const T* gate, const T* up, 
 
 void CudaCompute::activation(Activation kind, DType dtype, const void* x, void* y, std::int64_t n, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "activation", [&](auto tag) {
+  launch_typed(dtype, "activation", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     activation_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, s>>>(kind == Activation::gelu,
                                                                   static_cast<const T*>(x), static_cast<T*>(y), n);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::activation_backward(Activation kind, DType dtype, const void* dy, const void* x, void* dx,
                                       std::int64_t n, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "activation_backward", [&](auto tag) {
+  launch_typed(dtype, "activation_backward", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     activation_backward_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, s>>>(
         kind == Activation::gelu, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), n);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::swiglu(DType dtype, const void* gate, const void* up, void* y, std::int64_t n, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "swiglu", [&](auto tag) {
+  launch_typed(dtype, "swiglu", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     swiglu_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, s>>>(static_cast<const T*>(gate),
                                                               static_cast<const T*>(up), static_cast<T*>(y), n);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::swiglu_backward(DType dtype, const void* dy, const void* gate, const void* up, void* dgate,
                                   void* dup, std::int64_t n, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "swiglu_backward", [&](auto tag) {
+  launch_typed(dtype, "swiglu_backward", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     swiglu_backward_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, s>>>(
         static_cast<const T*>(dy), static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(dgate),
         static_cast<T*>(dup), n);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace tessera::detail

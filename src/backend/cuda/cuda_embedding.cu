@@ -79,55 +79,43 @@ void CudaCompute::embedding_gather(DType dtype, const std::int64_t* ids, std::in
                                    std::int64_t rows, std::int64_t dim, std::int64_t row_offset, void* y,
                                    int device) {
   if (count * dim == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "embedding", [&](auto tag) {
+  launch_typed(dtype, "embedding", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     embedding_gather_kernel<T><<<grid_for(count * dim), kThreadsPerBlock, 0, s>>>(
         ids, count, static_cast<const T*>(table), rows, dim, row_offset, static_cast<T*>(y));
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::embedding_scatter_add(DType dtype, const void* dy, const std::int64_t* ids, std::int64_t count,
                                         void* grad, std::int64_t rows, std::int64_t dim, std::int64_t row_offset,
                                         const double* id_scale, std::int64_t skip_id, int device) {
   if (count * dim == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "embedding_backward", [&](auto tag) {
+  launch_typed(dtype, "embedding_backward", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     embedding_scatter_add_kernel<T><<<grid_for(count * dim), kThreadsPerBlock, 0, s>>>(
         static_cast<const T*>(dy), ids, count, static_cast<T*>(grad), rows, dim, row_offset, id_scale, skip_id);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::embedding_norm_partials(DType dtype, const std::int64_t* rows, std::int64_t n, const void* table,
                                           std::int64_t dim, double norm_type, double* partials, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "embedding_norm_partials", [&](auto tag) {
+  launch_typed(dtype, "embedding_norm_partials", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     embedding_norm_partials_kernel<T><<<row_grid(n), kThreadsPerBlock, 0, s>>>(
         rows, n, static_cast<const T*>(table), dim, norm_type, partials);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::embedding_renorm_rows(DType dtype, const std::int64_t* rows, std::int64_t n, void* table,
                                         std::int64_t dim, const double* partials, double norm_type,
                                         double max_norm, int device) {
   if (n * dim == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "embedding_renorm_rows", [&](auto tag) {
+  launch_typed(dtype, "embedding_renorm_rows", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     embedding_renorm_rows_kernel<T><<<grid_for(n * dim), kThreadsPerBlock, 0, s>>>(
         rows, n, static_cast<T*>(table), dim, partials, norm_type, max_norm);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace tessera::detail

@@ -60,14 +60,11 @@ void CudaCompute::channel_affine(DType dtype, void* x, const double* scale, cons
                                  std::int64_t channels, std::int64_t inner, int device) {
   const std::int64_t count = outer * channels * inner;
   if (count == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  float_dispatch(dtype, "channel_affine", [&](auto tag) {
+  launch_typed(dtype, "channel_affine", device, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
     channel_affine_kernel<T><<<grid_for(count), kThreadsPerBlock, 0, stream>>>(static_cast<T*>(x), scale, shift,
                                                                               count, channels, inner);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace tessera::detail

@@ -41,27 +41,21 @@ __global__ void col2im_add_kernel(const T* cols, T* dx, Im2colGeometry g) {
 void CudaCompute::im2col(DType dtype, const void* x, void* cols, const Im2colGeometry& g, int device) {
   const std::int64_t count = g.c_in * g.kh * g.kw * g.oh * g.ow;
   if (count == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "im2col", [&](auto tag) {
+  launch_typed(dtype, "im2col", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     im2col_kernel<T>
         <<<grid_for(count), kThreadsPerBlock, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(cols), g);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::col2im_add(DType dtype, const void* cols, void* dx, const Im2colGeometry& g, int device) {
   const std::int64_t count = g.c_in * g.h * g.w;
   if (count == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "col2im", [&](auto tag) {
+  launch_typed(dtype, "col2im", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     col2im_add_kernel<T>
         <<<grid_for(count), kThreadsPerBlock, 0, s>>>(static_cast<const T*>(cols), static_cast<T*>(dx), g);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace tessera::detail

@@ -1,6 +1,6 @@
 #pragma once
 // Private to the CUDA kernels: what every kernel file shares — the grid-stride loop,
-// the f32/f64 dtype dispatch, and the two-pass reduction to one double.
+// the f32/f64 dtype dispatch and typed launch, and the two-pass reduction to one double.
 
 #include <cuda_runtime.h>
 
@@ -25,6 +25,16 @@ decltype(auto) float_dispatch(DType dtype, const char* what, F&& f) {
   if (dtype == DType::f32) return f(float{});
   if (dtype == DType::f64) return f(double{});
   throw ShapeError(std::string("cuda ") + what + ": dtype " + std::string(dtype_name(dtype)) + " is not f32 or f64");
+}
+
+// A kernel launch templated on the element type: on `device`'s compute stream, calls
+// launch(T{}, stream) with T after `dtype` (float_dispatch), then checks the launch.
+template <class Launch>
+void launch_typed(DType dtype, const char* what, int device, Launch&& launch) {
+  DeviceGuard guard(device);
+  cudaStream_t stream = compute_stream(guard.device());
+  float_dispatch(dtype, what, [&](auto tag) { launch(tag, stream); });
+  TESSERA_CHECK_LAUNCH();
 }
 
 // The second pass of a reduction whose first pass left one double per block in

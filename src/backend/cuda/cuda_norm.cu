@@ -111,9 +111,7 @@ void norm_backward(DType dtype, const void* dy, const void* x, const void* gamma
                    const void* rstd, void* dx, void* grad_gamma, void* grad_beta, std::int64_t rows,
                    std::int64_t n, int device) {
   if (rows == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "norm_backward", [&](auto tag) {
+  launch_typed(dtype, "norm_backward", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     norm_backward_rows_kernel<T><<<row_grid(rows), kThreadsPerBlock, 0, s>>>(
         static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(gamma),
@@ -124,7 +122,6 @@ void norm_backward(DType dtype, const void* dy, const void* x, const void* gamma
           static_cast<const T*>(rstd), static_cast<T*>(grad_gamma), static_cast<T*>(grad_beta), rows, n);
     }
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -132,15 +129,12 @@ void norm_backward(DType dtype, const void* dy, const void* x, const void* gamma
 void CudaCompute::layer_norm(DType dtype, const void* x, const void* gamma, const void* beta, double eps, void* y,
                              void* mean, void* rstd, std::int64_t rows, std::int64_t n, int device) {
   if (rows == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "layer_norm", [&](auto tag) {
+  launch_typed(dtype, "layer_norm", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     layer_norm_kernel<T><<<row_grid(rows), kThreadsPerBlock, 0, s>>>(
         static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta), eps,
         static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd), rows, n);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::layer_norm_backward(DType dtype, const void* dy, const void* x, const void* gamma,
@@ -152,15 +146,12 @@ void CudaCompute::layer_norm_backward(DType dtype, const void* dy, const void* x
 void CudaCompute::rms_norm(DType dtype, const void* x, const void* gamma, double eps, void* y, void* rstd,
                            std::int64_t rows, std::int64_t n, int device) {
   if (rows == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "rms_norm", [&](auto tag) {
+  launch_typed(dtype, "rms_norm", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     rms_norm_kernel<T>
         <<<row_grid(rows), kThreadsPerBlock, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(gamma), eps,
                                                      static_cast<T*>(y), static_cast<T*>(rstd), rows, n);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::rms_norm_backward(DType dtype, const void* dy, const void* x, const void* gamma,

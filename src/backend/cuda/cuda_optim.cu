@@ -148,28 +148,22 @@ void CudaCompute::cast(DType src_dtype, const void* src, DType dst_dtype, void* 
 void CudaCompute::sgd_update(DType dtype, std::int64_t n, void* value, const void* grad, void* momentum_buffer,
                              const SgdStep& step, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  float_dispatch(dtype, "sgd_update", [&](auto tag) {
+  launch_typed(dtype, "sgd_update", device, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
     sgd_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
         n, static_cast<T*>(value), static_cast<const T*>(grad), static_cast<T*>(momentum_buffer), step);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::adamw_update(DType dtype, std::int64_t n, void* value, const void* grad, void* exp_avg,
                                void* exp_avg_sq, const AdamWStep& step, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t stream = compute_stream(guard.device());
-  float_dispatch(dtype, "adamw_update", [&](auto tag) {
+  launch_typed(dtype, "adamw_update", device, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
     adamw_kernel<T><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
         n, static_cast<T*>(value), static_cast<const T*>(grad), static_cast<T*>(exp_avg),
         static_cast<T*>(exp_avg_sq), step);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace tessera::detail

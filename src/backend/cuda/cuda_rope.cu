@@ -37,15 +37,12 @@ void CudaCompute::rope(DType dtype, const void* x, void* out, const RopeShape& s
   const std::int64_t rows = shape.batch * shape.seq;
   const std::int64_t pairs = rows * (shape.width / 2);
   if (pairs == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "rope", [&](auto tag) {
+  launch_typed(dtype, "rope", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     rope_kernel<T><<<grid_for(pairs), kThreadsPerBlock, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), rows,
                                                                 shape.seq, shape.width, shape.head_dim, shape.theta,
                                                                 inverse);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace tessera::detail

@@ -63,27 +63,21 @@ __global__ void cross_entropy_grad_kernel(const T* x, const std::int64_t* target
 
 void CudaCompute::row_max(DType dtype, const void* x, std::int64_t n, std::int64_t v, double* out, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "row_max", [&](auto tag) {
+  launch_typed(dtype, "row_max", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     row_max_kernel<T><<<row_grid(n), kThreadsPerBlock, 0, s>>>(static_cast<const T*>(x), n, v, out);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::sum_exp_and_target(DType dtype, const void* x, const std::int64_t* targets, std::int64_t n,
                                      std::int64_t v, std::int64_t first, std::int64_t ignore_index,
                                      const double* row_max, double* sum_exp, double* target_logit, int device) {
   if (n == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "sum_exp_and_target", [&](auto tag) {
+  launch_typed(dtype, "sum_exp_and_target", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     sum_exp_target_kernel<T><<<row_grid(n), kThreadsPerBlock, 0, s>>>(
         static_cast<const T*>(x), targets, n, v, first, ignore_index, row_max, sum_exp, target_logit);
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 void CudaCompute::cross_entropy_grad(DType dtype, const void* x, const std::int64_t* targets, std::int64_t n,
@@ -91,15 +85,12 @@ void CudaCompute::cross_entropy_grad(DType dtype, const void* x, const std::int6
                                      const double* row_max, const double* sum_exp, double denom, void* grad,
                                      int device) {
   if (n * v == 0) return;
-  DeviceGuard guard(device);
-  cudaStream_t s = compute_stream(guard.device());
-  float_dispatch(dtype, "cross_entropy_grad", [&](auto tag) {
+  launch_typed(dtype, "cross_entropy_grad", device, [&](auto tag, cudaStream_t s) {
     using T = decltype(tag);
     cross_entropy_grad_kernel<T>
         <<<grid_for(n * v), kThreadsPerBlock, 0, s>>>(static_cast<const T*>(x), targets, n, v, first, ignore_index,
                                                       row_max, sum_exp, denom, static_cast<T*>(grad));
   });
-  TESSERA_CHECK_LAUNCH();
 }
 
 }  // namespace tessera::detail
