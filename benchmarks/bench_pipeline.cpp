@@ -3,7 +3,10 @@
 // m = p, 2p, 4p, 8p microbatches, GPipe and 1F1B. Counter bubble: the measured idle
 // fraction of a stage, 1 - (its compute time) / (the step's time), averaged over the
 // stages; theory: (p - 1) / (m + p - 1), the schedules' bubble when a backward costs a
-// fixed multiple of a forward and messages are free.
+// fixed multiple of a forward and messages are free; imbalance: the slowest stage's
+// compute time over the fastest's, minus 1 (the stages hold the same layers, so this is
+// what the machine makes of equal work). benchmarks/pipeline_bubble_model.py replays the
+// schedules with message costs and an imbalance.
 //
 //   mpiexec -n 2 bench_pipeline [--hidden=256] [--rows=32] [--layers=2]
 //                               [--activations=stash|recompute] [--threads=1]
@@ -67,7 +70,7 @@ void BM_pipeline(benchmark::State& state, pp::Schedule schedule) {
   // stash's free lists, which later steps reuse.
   model.zero_grad();
   pipeline.train_step(batch, loss);
-  double bubble_sum = 0;
+  double bubble_sum = 0, imbalance_sum = 0;
   for (auto _ : state) {
     model.zero_grad();
     const double t = bench::timed(g.mesh->world(), [&] { pipeline.train_step(batch, loss); });
@@ -78,11 +81,17 @@ void BM_pipeline(benchmark::State& state, pp::Schedule schedule) {
     Tensor idle = Tensor::from_vector<double>({1.0 - times.compute_seconds / t}, {1});
     g.mesh->pp().all_reduce(idle, ReduceOp::avg);
     bubble_sum += idle.to_vector<double>()[0];
+    Tensor slowest = Tensor::from_vector<double>({times.compute_seconds}, {1});
+    Tensor fastest = slowest.clone();
+    g.mesh->pp().all_reduce(slowest, ReduceOp::max);
+    g.mesh->pp().all_reduce(fastest, ReduceOp::min);
+    imbalance_sum += slowest.to_vector<double>()[0] / fastest.to_vector<double>()[0] - 1.0;
   }
   state.counters["p"] = p;
   state.counters["m"] = m;
   state.counters["bubble"] = bubble_sum / static_cast<double>(state.iterations());
   state.counters["theory"] = pp::schedule_bubble_fraction(p, m);
+  state.counters["imbalance"] = imbalance_sum / static_cast<double>(state.iterations());
 }
 
 void register_all(const bench::Flags& flags) {

@@ -3,6 +3,7 @@
 
     benchmarks/pipeline_bubble_model.py [--stages 2] [--microbatches 8,16]
         [--forward-ms 5] [--backward-ms 10] [--latency-ms 0.2] [--receive-ms 0.2]
+    [--imbalance 0]
 
 The schedules' theory, (p - 1) / (m + p - 1), takes messages as free. This replays each
 stage's actions in the order src/pp/schedule.cpp gives them (GPipe: every forward, then
@@ -13,6 +14,9 @@ forward and one backward) with two costs per stage-boundary message:
   receive  time the receiving stage spends taking it in (with MPICH's UCX device on one
            node, the receiver copies a large message out of the sender's memory inside its
            own MPI call: that copy is work on the receiving core, not waiting).
+
+and, with --imbalance x, stages of unequal speed: stage s's forwards and backwards take
+(1 + x s / (p - 1)) times the given ones (the last stage x slower; x < 0: faster).
 
 and prints the bubble as bench_pipeline defines it: 1 - (a stage's compute time) / (the
 step's time), averaged over the stages. With latency = receive = 0 it equals the theory
@@ -37,7 +41,7 @@ def stage_actions(schedule, stage, stages, microbatches):
     return actions
 
 
-def bubble(schedule, stages, microbatches, forward, backward, latency, receive):
+def bubble(schedule, stages, microbatches, forward, backward, latency, receive, imbalance=0.0):
     """bench_pipeline's bubble of one step under the costs above (times in any unit)."""
     actions = [stage_actions(schedule, s, stages, microbatches) for s in range(stages)]
     finished = {}  # (stage, kind, microbatch) -> end time
@@ -57,7 +61,8 @@ def bubble(schedule, stages, microbatches, forward, backward, latency, receive):
                 if remote and source not in finished:
                     break
                 ready = finished[source] + latency if remote else 0.0
-                work = forward if kind == "F" else backward
+                speed = 1.0 + imbalance * s / (stages - 1) if stages > 1 else 1.0
+                work = (forward if kind == "F" else backward) * speed
                 clock[s] = max(clock[s], ready) + (receive if remote else 0.0) + work
                 busy[s] += work
                 finished[(s, kind, j)] = clock[s]
@@ -90,6 +95,7 @@ def main():
     parser.add_argument("--backward-ms", type=float, default=10.0)
     parser.add_argument("--latency-ms", type=float, default=0.2)
     parser.add_argument("--receive-ms", type=float, default=0.2)
+    parser.add_argument("--imbalance", type=float, default=0.0)
     parser.add_argument("--check", action="store_true", help="check the model against the theory and exit")
     args = parser.parse_args()
     if args.check:
@@ -97,10 +103,10 @@ def main():
     p = args.stages
     counts = [int(m) for m in args.microbatches.split(",")] if args.microbatches else [p, 2 * p, 4 * p, 8 * p]
     print(f"p = {p}, forward {args.forward_ms} ms, backward {args.backward_ms} ms, "
-          f"message latency {args.latency_ms} ms, receive {args.receive_ms} ms")
+          f"message latency {args.latency_ms} ms, receive {args.receive_ms} ms, imbalance {args.imbalance}")
     print(f"{'m':>4} {'theory':>8} {'gpipe':>8} {'1f1b':>8}")
     for m in counts:
-        costs = (args.forward_ms, args.backward_ms, args.latency_ms, args.receive_ms)
+        costs = (args.forward_ms, args.backward_ms, args.latency_ms, args.receive_ms, args.imbalance)
         print(f"{m:>4} {(p - 1) / (m + p - 1):8.3f} {bubble('gpipe', p, m, *costs):8.3f} "
               f"{bubble('1f1b', p, m, *costs):8.3f}")
 
