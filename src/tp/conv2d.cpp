@@ -50,28 +50,6 @@ Tensor haloed(const TwinConfig<nn::Conv2d>& c, const Tensor& x, std::int64_t cha
 // The input gradient of the unhaloed input: the halo part goes back to its owners.
 Tensor unhaloed(const TwinConfig<nn::Conv2d>& c, Tensor dx) { return c.halo ? c.halo->backward(std::move(dx)) : dx; }
 
-// The domain halo standing in for the conv's padding; it must be a "same" padding so
-// every rank's output block lies on the (strided) decomposition. Collective over the
-// decomposition's communicator.
-std::unique_ptr<domain::ConvHalo> make_halo(const std::string& label, const domain::Decomposition& decomposition,
-                                            int kh, int kw, const nn::Conv2dOptions& c,
-                                            const domain::ConvHaloOptions& options) {
-  const bool same_h = 2 * c.padding_h == c.dilation_h * (kh - 1), same_w = 2 * c.padding_w == c.dilation_w * (kw - 1);
-  if (!same_h || !same_w) {
-    throw InvalidArgument(label + ": with a domain halo the padding must be the 'same' padding, 2 * padding = "
-                          "dilation * (kernel - 1) on each axis, so output blocks tile the output grid; kernel " +
-                          std::to_string(kh) + "x" + std::to_string(kw) + " with dilation " +
-                          pair_str(c.dilation_h, c.dilation_w) + " has padding " + pair_str(c.padding_h, c.padding_w) +
-                          (((c.dilation_h * (kh - 1)) % 2 != 0 || (c.dilation_w * (kw - 1)) % 2 != 0)
-                               ? " (an even dilated kernel extent has no symmetric 'same' padding: use "
-                                 "domain::DomainConv2d, which splits it unevenly)"
-                               : ""));
-  }
-  return std::make_unique<domain::ConvHalo>(decomposition,
-                                            domain::HaloWidths{c.padding_h, c.padding_h, c.padding_w, c.padding_w},
-                                            options, label, c.stride_h, c.stride_w);
-}
-
 // nn::Conv2d's defaults (those of nn::Linear), with the conv's fan-in C_in * kh * kw.
 InitSpec default_weight_init() { return nn::Linear::default_weight_init(); }
 InitSpec default_bias_init(std::int64_t in_channels, int kh, int kw) {
@@ -102,14 +80,28 @@ std::unique_ptr<Layer> conv_from_serial(const nn::Conv2d& serial, Communicator& 
 
 }  // namespace
 
-// ParallelLayer<nn::Conv2d>'s (both conv twins'), beside the conv's other checks.
-template <class Serial>
-void ParallelLayer<Serial>::use_domain_halo(const domain::Decomposition& decomposition, domain::ConvHaloOptions options)
-  requires conv
-{
-  config_.halo = make_halo(label_, decomposition, kernel_h(), kernel_w(), config_.conv, options);
+// The domain halo standing in for the conv's padding; it must be a "same" padding so
+// every rank's output block lies on the (strided) decomposition. Collective over the
+// decomposition's communicator.
+std::unique_ptr<domain::ConvHalo> detail::make_conv_domain_halo(const std::string& label,
+                                                                const domain::Decomposition& decomposition, int kh,
+                                                                int kw, const nn::Conv2dOptions& c,
+                                                                const domain::ConvHaloOptions& options) {
+  const bool same_h = 2 * c.padding_h == c.dilation_h * (kh - 1), same_w = 2 * c.padding_w == c.dilation_w * (kw - 1);
+  if (!same_h || !same_w) {
+    throw InvalidArgument(label + ": with a domain halo the padding must be the 'same' padding, 2 * padding = "
+                          "dilation * (kernel - 1) on each axis, so output blocks tile the output grid; kernel " +
+                          std::to_string(kh) + "x" + std::to_string(kw) + " with dilation " +
+                          pair_str(c.dilation_h, c.dilation_w) + " has padding " + pair_str(c.padding_h, c.padding_w) +
+                          (((c.dilation_h * (kh - 1)) % 2 != 0 || (c.dilation_w * (kw - 1)) % 2 != 0)
+                               ? " (an even dilated kernel extent has no symmetric 'same' padding: use "
+                                 "domain::DomainConv2d, which splits it unevenly)"
+                               : ""));
+  }
+  return std::make_unique<domain::ConvHalo>(decomposition,
+                                            domain::HaloWidths{c.padding_h, c.padding_h, c.padding_w, c.padding_w},
+                                            options, label, c.stride_h, c.stride_w);
 }
-template void ParallelLayer<nn::Conv2d>::use_domain_halo(const domain::Decomposition&, domain::ConvHaloOptions);
 
 // ---------------------------------------------------------------------------
 // ColumnParallelConv2d

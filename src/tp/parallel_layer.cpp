@@ -32,26 +32,6 @@ Tensor ParallelLayer<Serial>::master_weight() {
 }
 
 template <class Serial>
-Tensor ParallelLayer<Serial>::master_bias()
-  requires affine
-{
-  if (!has_bias_) return Tensor();
-  return assemble_master(this->bias, this->bias.value, tp_).reshape({master_shape_[0]});
-}
-
-// The weight's local_offset[0] is this rank's first row: 0 when the embedding dim is
-// sharded (every rank holds a slice of every row).
-template <class Serial>
-void ParallelLayer<Serial>::zero_padding_row()
-  requires embedding
-{
-  const auto& padding_idx = config_.embedding.padding_idx;
-  if (!padding_idx) return;
-  const std::int64_t local = *padding_idx - weight.local_offset[0];
-  if (local >= 0 && local < weight.value.size(0)) weight.value.narrow(0, local, 1).fill_zero();
-}
-
-template <class Serial>
 std::unique_ptr<Serial> ParallelLayer<Serial>::to_serial() {
   // Weight before bias on every rank: both may be collectives over tp.
   const Tensor w = master_weight();
@@ -72,8 +52,18 @@ std::unique_ptr<Serial> ParallelLayer<Serial>::to_serial() {
   return serial;
 }
 
-template class ParallelLayer<nn::Linear>;
-template class ParallelLayer<nn::Conv2d>;
-template class ParallelLayer<nn::Embedding>;
+// Member by member, not `template class` (see the header).
+template <class Serial>
+using Layer = ParallelLayer<Serial>;
+#define TESSERA_INSTANTIATE_PARALLEL_LAYER(Serial)                                                       \
+  template Layer<Serial>::ParallelLayer(Communicator&, Shape, bool, TwinConfig<Serial>);                 \
+  template void Layer<Serial>::name_layer(const std::string&);                                           \
+  template void Layer<Serial>::register_parameters();                                                    \
+  template Tensor Layer<Serial>::master_weight();                                                        \
+  template std::unique_ptr<Serial> Layer<Serial>::to_serial();
+TESSERA_INSTANTIATE_PARALLEL_LAYER(nn::Linear)
+TESSERA_INSTANTIATE_PARALLEL_LAYER(nn::Conv2d)
+TESSERA_INSTANTIATE_PARALLEL_LAYER(nn::Embedding)
+#undef TESSERA_INSTANTIATE_PARALLEL_LAYER
 
 }  // namespace tessera::tp

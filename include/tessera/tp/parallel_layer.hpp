@@ -28,6 +28,7 @@
 #include "tessera/nn/embedding.hpp"
 #include "tessera/nn/linear.hpp"
 #include "tessera/nn/module.hpp"
+#include "tessera/tp/sharding.hpp"
 
 namespace tessera::tp {
 
@@ -65,6 +66,14 @@ struct BiasParameter {
   Parameter bias;
 };
 struct NoBiasParameter {};
+
+// ParallelLayer<nn::Conv2d>::use_domain_halo's body, in src/tp/conv2d.cpp beside the
+// conv's other checks: the domain halo standing in for a "same" padding (collective over
+// the decomposition's communicator).
+std::unique_ptr<domain::ConvHalo> make_conv_domain_halo(const std::string& label,
+                                                        const domain::Decomposition& decomposition, int kh, int kw,
+                                                        const nn::Conv2dOptions& conv,
+                                                        const domain::ConvHaloOptions& options);
 template <class Serial>
 using BiasOf = std::conditional_t<HasBias<Serial>, BiasParameter, NoBiasParameter>;
 
@@ -85,7 +94,14 @@ class ParallelLayer : public nn::Module, public detail::BiasOf<Serial> {
   Tensor master_weight();
   // The serial layer's bias: reassembled from a column twin's shards (collective over
   // tp), a copy of a row twin's replicated one; undefined without a bias.
-  Tensor master_bias() requires affine;
+  // (The constrained members are defined here, in the class: clang 14 does not match an
+  // out-of-line definition's trailing requires-clause to its declaration.)
+  Tensor master_bias()
+    requires affine
+  {
+    if (!has_bias_) return Tensor();
+    return assemble_master(this->bias, this->bias.value, tp_).reshape({master_shape_[0]});
+  }
   bool has_bias() const requires affine { return has_bias_; }
 
   // nn::Linear's weight [out_features, in_features], and the partition's options
@@ -101,12 +117,14 @@ class ParallelLayer : public nn::Module, public detail::BiasOf<Serial> {
   int kernel_h() const requires conv { return static_cast<int>(master_shape_[2]); }
   int kernel_w() const requires conv { return static_cast<int>(master_shape_[3]); }
   const nn::Conv2dOptions& conv_options() const requires conv { return config_.conv; }
-  // The domain halo in place of the conv's zero padding (see conv2d.hpp; implemented in
-  // src/tp/conv2d.cpp beside the conv's other checks). Collective over the
-  // decomposition's communicator, which (with the decomposition) must outlive the layer;
-  // call before the first forward.
+  // The domain halo in place of the conv's zero padding (see conv2d.hpp). Collective over
+  // the decomposition's communicator, which (with the decomposition) must outlive the
+  // layer; call before the first forward.
   void use_domain_halo(const domain::Decomposition& decomposition, domain::ConvHaloOptions options = {})
-    requires conv;
+    requires conv
+  {
+    config_.halo = detail::make_conv_domain_halo(label_, decomposition, kernel_h(), kernel_w(), config_.conv, options);
+  }
   const domain::ConvHalo* domain_halo() const requires conv { return config_.halo.get(); }  // null without
 
   // nn::Embedding's weight [num_embeddings, embedding_dim] and options (padding_idx
@@ -116,8 +134,16 @@ class ParallelLayer : public nn::Module, public detail::BiasOf<Serial> {
   const nn::EmbeddingOptions& options() const requires embedding { return config_.embedding; }
   // Zeroes this rank's part of the padding row, if it holds any (no communication): a
   // column slice of it (embedding dim sharded) or the whole row on its owner (vocabulary
-  // sharded). initialize_parameters calls it through the twins' after_initialize().
-  void zero_padding_row() requires embedding;
+  // sharded). initialize_parameters calls it through the twins' after_initialize(). The
+  // weight's local_offset[0] is this rank's first row: 0 when the embedding dim is sharded.
+  void zero_padding_row()
+    requires embedding
+  {
+    const auto& padding_idx = config_.embedding.padding_idx;
+    if (!padding_idx) return;
+    const std::int64_t local = *padding_idx - weight.local_offset[0];
+    if (local >= 0 && local < weight.value.size(0)) weight.value.narrow(0, local, 1).fill_zero();
+  }
 
   void visit_activations(nn::ActivationVisitor& v) override { v.tensor(saved_input_); }
 
@@ -145,9 +171,9 @@ class ParallelLayer : public nn::Module, public detail::BiasOf<Serial> {
   Tensor saved_input_;
 };
 
-// Instantiated once, in src/tp/parallel_layer.cpp (use_domain_halo in src/tp/conv2d.cpp).
-extern template class ParallelLayer<nn::Linear>;
-extern template class ParallelLayer<nn::Conv2d>;
-extern template class ParallelLayer<nn::Embedding>;
+// The members defined out of the class are instantiated in src/tp/parallel_layer.cpp
+// for the three serial types, member by member: an explicit instantiation of the whole
+// class would also instantiate the members whose requires-clause excludes the type,
+// which clang 14 does not skip.
 
 }  // namespace tessera::tp
