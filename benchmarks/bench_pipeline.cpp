@@ -1,21 +1,31 @@
 // The pipeline bubble: one training step (forward and backward of every microbatch) of
 // a stack of GELU MLP layers split over p = the number of ranks stages, for
-// m = p, 2p, 4p, 8p microbatches, GPipe and 1F1B. Counter bubble: the measured idle
-// fraction of a stage, 1 - (its compute time) / (the step's time), averaged over the
-// stages; theory: (p - 1) / (m + p - 1), the schedules' bubble when a backward costs a
-// fixed multiple of a forward and messages are free; imbalance: the slowest stage's
-// compute time over the fastest's, minus 1 (the stages hold the same layers, so this is
-// what the machine makes of equal work). benchmarks/pipeline_bubble_model.py replays the
-// schedules with message costs and an imbalance.
+// m = p, 2p, 4p, 8p microbatches, GPipe and 1F1B. Counters:
+//   bubble     the idle fraction of the busiest stage, 1 - (its compute time) / (the
+//              step's time): the time the pipeline's bottleneck waits on the schedule's
+//              fill and drain and on messages;
+//   theory     (p - 1) / (m + p - 1), the schedules' bubble when the stages are equally
+//              fast, a backward costs a fixed multiple of a forward and messages are free;
+//   idle       1 - (a stage's compute time) / (the step's time), averaged over the stages:
+//              the bubble plus what the faster stages wait for the slowest one;
+//   imbalance  the slowest stage's compute time over the fastest's, minus 1. The stages
+//              hold the same layers, so this is what the machine makes of equal work
+//              (docs/pipeline.md: one core of the 2-core test machine runs them ~10 %
+//              slower than the other).
+// With stages of unequal speed the theory holds for the busiest stage, not for the
+// average: a faster stage also idles in the steady state, waiting for the slowest one.
+// benchmarks/pipeline_bubble_model.py replays the schedules with message costs and an
+// imbalance, and prints both figures.
 //
-//   mpiexec -n 2 bench_pipeline [--hidden=256] [--rows=32] [--layers=2]
-//                               [--activations=stash|recompute] [--threads=1]
+//   mpiexec -bind-to core -n 2 bench_pipeline [--hidden=256] [--rows=32] [--layers=2]
+//                                             [--activations=stash|recompute] [--threads=1]
 //
 // --rows is the rows of one microbatch (the batch grows with m, so the work per
 // microbatch is fixed); --layers the Linear + GELU pairs per stage; --activations how
-// the stages keep their activations (pp/pipeline.hpp). Run one rank per
-// core: a rank that shares its core with another stage is idle when it is descheduled,
-// not only in the bubble.
+// the stages keep their activations (pp/pipeline.hpp). Run one rank per core, bound to
+// it (-bind-to core; srun --cpu-bind=cores): a rank that shares its core with another
+// stage is idle when it is descheduled, not only in the bubble, and unbound ranks that
+// the scheduler moves between cores measured a larger bubble (docs/pipeline.md).
 //
 // The measured bubble sits above theory by what the schedule does not model: the
 // stage-boundary messages, the loss on the last stage and, with --activations=recompute,
@@ -70,7 +80,7 @@ void BM_pipeline(benchmark::State& state, pp::Schedule schedule) {
   // stash's free lists, which later steps reuse.
   model.zero_grad();
   pipeline.train_step(batch, loss);
-  double bubble_sum = 0, imbalance_sum = 0;
+  double bubble_sum = 0, idle_sum = 0, imbalance_sum = 0;
   for (auto _ : state) {
     model.zero_grad();
     const double t = bench::timed(g.mesh->world(), [&] { pipeline.train_step(batch, loss); });
@@ -80,18 +90,22 @@ void BM_pipeline(benchmark::State& state, pp::Schedule schedule) {
     const auto& times = pipeline.last_step_times();
     Tensor idle = Tensor::from_vector<double>({1.0 - times.compute_seconds / t}, {1});
     g.mesh->pp().all_reduce(idle, ReduceOp::avg);
-    bubble_sum += idle.to_vector<double>()[0];
+    idle_sum += idle.to_vector<double>()[0];
     Tensor slowest = Tensor::from_vector<double>({times.compute_seconds}, {1});
     Tensor fastest = slowest.clone();
     g.mesh->pp().all_reduce(slowest, ReduceOp::max);
     g.mesh->pp().all_reduce(fastest, ReduceOp::min);
-    imbalance_sum += slowest.to_vector<double>()[0] / fastest.to_vector<double>()[0] - 1.0;
+    const double busiest = slowest.to_vector<double>()[0];
+    bubble_sum += 1.0 - busiest / t;
+    imbalance_sum += busiest / fastest.to_vector<double>()[0] - 1.0;
   }
+  const auto per_step = [&](double sum) { return sum / static_cast<double>(state.iterations()); };
   state.counters["p"] = p;
   state.counters["m"] = m;
-  state.counters["bubble"] = bubble_sum / static_cast<double>(state.iterations());
+  state.counters["bubble"] = per_step(bubble_sum);
   state.counters["theory"] = pp::schedule_bubble_fraction(p, m);
-  state.counters["imbalance"] = imbalance_sum / static_cast<double>(state.iterations());
+  state.counters["idle"] = per_step(idle_sum);
+  state.counters["imbalance"] = per_step(imbalance_sum);
 }
 
 void register_all(const bench::Flags& flags) {

@@ -18,10 +18,14 @@ forward and one backward) with two costs per stage-boundary message:
 and, with --imbalance x, stages of unequal speed: stage s's forwards and backwards take
 (1 + x s / (p - 1)) times the given ones (the last stage x slower; x < 0: faster).
 
-and prints the bubble as bench_pipeline defines it: 1 - (a stage's compute time) / (the
-step's time), averaged over the stages. With latency = receive = 0 it equals the theory
-(--check asserts that for p = 1..5, m = 1..24, and that costs never lower the bubble; ctest
-runs it as pipeline_bubble_model). docs/pipeline.md compares it with measured runs.
+and prints the two figures bench_pipeline measures: the bubble, 1 - (the busiest stage's
+compute time) / (the step's time), and the idle fraction, the same averaged over the
+stages (with unequal stages the faster ones also wait for the slowest in the steady
+state). With latency = receive = 0 and equal stages both equal the theory; with unequal
+stages (--imbalance) the bubble stays at or below it, since the theory's idle time is the
+other stages' work on one microbatch, while the idle fraction adds the faster stages'
+waiting. --check asserts these for p = 1..5, m = 1..24, and that costs never lower the
+bubble; ctest runs it as pipeline_bubble_model. docs/pipeline.md compares it with measured runs.
 """
 
 import argparse
@@ -42,7 +46,7 @@ def stage_actions(schedule, stage, stages, microbatches):
 
 
 def bubble(schedule, stages, microbatches, forward, backward, latency, receive, imbalance=0.0):
-    """bench_pipeline's bubble of one step under the costs above (times in any unit)."""
+    """bench_pipeline's (bubble, idle) of one step under the costs above (times in any unit)."""
     actions = [stage_actions(schedule, s, stages, microbatches) for s in range(stages)]
     finished = {}  # (stage, kind, microbatch) -> end time
     clock = [0.0] * stages
@@ -71,20 +75,26 @@ def bubble(schedule, stages, microbatches, forward, backward, latency, receive, 
     if any(position[s] < len(actions[s]) for s in range(stages)):
         raise RuntimeError("the schedule deadlocked")  # cannot happen for GPipe or 1F1B
     step = max(clock)
-    return sum(1.0 - b / step for b in busy) / stages
+    return 1.0 - max(busy) / step, sum(1.0 - b / step for b in busy) / stages
 
 
 def check():
-    """Free messages give the theory; costly ones never give less."""
+    """Free messages give the theory; costly ones never give less; unequal stages leave the
+    bubble at or below the theory."""
     for p in range(1, 6):
         for m in range(1, 25):
             theory = (p - 1) / (m + p - 1)
             for schedule in ("gpipe", "1f1b"):
                 free = bubble(schedule, p, m, 5.0, 10.0, 0.0, 0.0)
                 costly = bubble(schedule, p, m, 5.0, 10.0, 0.2, 0.2)
-                if abs(free - theory) > 1e-12 or costly < free - 1e-12:
+                if max(abs(f - theory) for f in free) > 1e-12 or costly[0] < free[0] - 1e-12:
                     raise SystemExit(f"{schedule} p={p} m={m}: theory {theory}, free {free}, costly {costly}")
-    print("pipeline_bubble_model: free messages give the theory at p = 1..5, m = 1..24")
+                for x in (0.1, -0.1):
+                    b = bubble(schedule, p, m, 5.0, 10.0, 0.0, 0.0, x)[0]
+                    if b > theory + 1e-12:
+                        raise SystemExit(f"{schedule} p={p} m={m} imbalance {x}: theory {theory}, bubble {b}")
+    print("pipeline_bubble_model: free messages give the theory at p = 1..5, m = 1..24; "
+          "unequal stages keep the bubble at or below it")
 
 
 def main():
@@ -104,11 +114,12 @@ def main():
     counts = [int(m) for m in args.microbatches.split(",")] if args.microbatches else [p, 2 * p, 4 * p, 8 * p]
     print(f"p = {p}, forward {args.forward_ms} ms, backward {args.backward_ms} ms, "
           f"message latency {args.latency_ms} ms, receive {args.receive_ms} ms, imbalance {args.imbalance}")
-    print(f"{'m':>4} {'theory':>8} {'gpipe':>8} {'1f1b':>8}")
+    print(f"{'m':>4} {'theory':>8} {'gpipe':>8} {'(idle)':>8} {'1f1b':>8} {'(idle)':>8}")
     for m in counts:
         costs = (args.forward_ms, args.backward_ms, args.latency_ms, args.receive_ms, args.imbalance)
-        print(f"{m:>4} {(p - 1) / (m + p - 1):8.3f} {bubble('gpipe', p, m, *costs):8.3f} "
-              f"{bubble('1f1b', p, m, *costs):8.3f}")
+        gpipe, one_f_one_b = bubble("gpipe", p, m, *costs), bubble("1f1b", p, m, *costs)
+        print(f"{m:>4} {(p - 1) / (m + p - 1):8.3f} {gpipe[0]:8.3f} {gpipe[1]:8.3f} "
+              f"{one_f_one_b[0]:8.3f} {one_f_one_b[1]:8.3f}")
 
 
 if __name__ == "__main__":
