@@ -9,6 +9,12 @@
 // timed operation, then the time is the maximum over ranks (MPI_Allreduce MAX), so every
 // rank reports the same time and Google Benchmark makes the same iteration decisions
 // everywhere. Only rank 0 reports; bytes_per_second counts master bytes.
+//
+// --device=cuda builds the model on this rank's GPU (the Mesh on it): save copies the
+// parameters to the host, load copies them back, and the write + fsync baseline copies
+// its blocks to the host inside its timed region too (what any writer of device data
+// pays). Times end after the device's queue is drained. Without a GPU the program says
+// so and exits 0.
 
 #include <fcntl.h>
 #include <mpi.h>
@@ -42,7 +48,7 @@ Setup setup;
 struct Model {
   std::unique_ptr<nn::Sequential> net;
   std::int64_t master_bytes = 0;
-  std::vector<Tensor> written_blocks;  // this rank's share of the bytes (main replicas)
+  std::vector<Tensor> written_blocks;  // this rank's share of the bytes (main replicas), on the mesh's device
 };
 
 Model make_model(int size_mb) {
@@ -51,9 +57,11 @@ Model make_model(int size_mb) {
   const std::int64_t unit = 16 * tp;
   const std::int64_t h = std::max<std::int64_t>(unit, static_cast<std::int64_t>(std::sqrt(elements) / unit) * unit);
   Model m;
+  tp::ParallelLinearOptions on_device;
+  on_device.device = setup.mesh->device();
   m.net = std::make_unique<nn::Sequential>();
-  m.net->append(std::make_unique<tp::ColumnParallelLinear>(h, h, setup.mesh->tp(), false));
-  m.net->append(std::make_unique<tp::RowParallelLinear>(h, h, setup.mesh->tp(), true));
+  m.net->append(std::make_unique<tp::ColumnParallelLinear>(h, h, setup.mesh->tp(), false, on_device));
+  m.net->append(std::make_unique<tp::RowParallelLinear>(h, h, setup.mesh->tp(), true, on_device));
   nn::initialize_parameters(*m.net, 1);
   for (auto& [name, p] : m.net->named_parameters()) {
     m.master_bytes += shape_numel(p->global_shape) * static_cast<std::int64_t>(p->value.element_size());
@@ -79,7 +87,9 @@ void BM_save(benchmark::State& state, io::CheckpointLayout layout) {
   options.layout = layout;
   for (auto _ : state) {
     remove_dir(dir);
-    state.SetIterationTime(bench::timed(setup.mesh->world(), [&] { io::save_checkpoint(dir, *setup.mesh, *m.net, nullptr, options); }));
+    state.SetIterationTime(bench::timed(
+        setup.mesh->world(), [&] { io::save_checkpoint(dir, *setup.mesh, *m.net, nullptr, options); },
+        setup.mesh->device()));
   }
   state.SetBytesProcessed(state.iterations() * m.master_bytes);
   state.counters["ranks"] = setup.mesh->world_size();
@@ -94,7 +104,8 @@ void BM_load(benchmark::State& state, io::CheckpointLayout layout) {
   remove_dir(dir);
   io::save_checkpoint(dir, *setup.mesh, *m.net, nullptr, options);
   for (auto _ : state) {
-    state.SetIterationTime(bench::timed(setup.mesh->world(), [&] { io::load_checkpoint(dir, *setup.mesh, *m.net); }));
+    state.SetIterationTime(bench::timed(
+        setup.mesh->world(), [&] { io::load_checkpoint(dir, *setup.mesh, *m.net); }, setup.mesh->device()));
   }
   state.SetBytesProcessed(state.iterations() * m.master_bytes);
   state.counters["ranks"] = setup.mesh->world_size();
@@ -114,8 +125,9 @@ void BM_posix_write_fsync(benchmark::State& state) {
       const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd < 0) throw IoError("bench_checkpoint: cannot create " + file);
       for (const Tensor& block : m.written_blocks) {
-        const char* p = static_cast<const char*>(block.data());
-        std::size_t left = block.nbytes();
+        const Tensor bytes = block.to(Device::host());  // the block itself on the host
+        const char* p = static_cast<const char*>(bytes.data());
+        std::size_t left = bytes.nbytes();
         while (left > 0) {
           const ssize_t n = ::write(fd, p, left);
           if (n <= 0) throw IoError("bench_checkpoint: write to " + file + " failed");
@@ -125,7 +137,7 @@ void BM_posix_write_fsync(benchmark::State& state) {
       }
       ::fsync(fd);
       ::close(fd);
-    }));
+    }, setup.mesh->device()));
   }
   state.SetBytesProcessed(state.iterations() * m.master_bytes);
   state.counters["ranks"] = setup.mesh->world_size();
@@ -138,7 +150,7 @@ void register_benchmarks(const bench::Flags& flags) {
   for (long mb : bench::int_list(flags.at("size_mb"), "size_mb")) setup.sizes_mb.push_back(static_cast<int>(mb));
   ParallelismConfig config;
   MPI_Comm_size(MPI_COMM_WORLD, &config.tensor);
-  setup.mesh = std::make_unique<Mesh>(MPI_COMM_WORLD, config);
+  setup.mesh = std::make_unique<Mesh>(MPI_COMM_WORLD, config, bench::device());
   for (int size : setup.sizes_mb) {
     benchmark::RegisterBenchmark("save/per_rank", BM_save, io::CheckpointLayout::per_rank)
         ->Arg(size)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -156,6 +168,6 @@ void register_benchmarks(const bench::Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run(argc, argv, "bench_checkpoint", {{"size_mb", "16,64"}, {"ckpt_dir", "bench_checkpoint_data"}},
+  return bench::run(argc, argv, "bench_checkpoint", {{"size_mb", "16,64"}, {"ckpt_dir", "bench_checkpoint_data"}, {"device", "host"}},
                     register_benchmarks);
 }

@@ -27,6 +27,18 @@
 // zero-filled beyond the poles. --lon_width adds longitude halos of that width: with every
 // rank owning whole latitude bands they are local periodic copies (no MPI), narrow strided
 // rows that measure the pack and unpack loops.
+//
+// --device=cuda registers halo/device instead: the same exchange with the fields on this
+// rank's GPU (pack, unpack and zero fills are kernels; messages go straight from device
+// buffers with CUDA-aware MPI, else through pinned host buffers), beside a device-to-
+// device copy of the same bytes (Tensor::copy_from between two contiguous device
+// tensors), timed alternately in the same run: counters d2d_us and vs_d2d = copy time /
+// halo time, the exchange's bandwidth as a fraction of the copy's. "The same bytes" are
+// the cells the exchange fills from data (received and local-wrap cells, not the zero
+// fills beyond the poles). On one rank with --lon_width > 0 every such cell is a local
+// wrap, so the exchange is pure pack + unpack: it reads and writes each byte twice where
+// the copy does so once, and 50 % is a pack and an unpack each at the copy's speed.
+// Without a GPU the program says so and exits 0.
 
 #include <algorithm>
 #include <cstddef>
@@ -44,6 +56,7 @@ namespace {
 struct State : bench::World {
   std::int64_t channels = 8;
   int lon_width = 0;
+  Device device;
 };
 State g;
 
@@ -93,17 +106,41 @@ void rewrite_sent_rows(const Tensor& field, int width, float value) {
     }
 }
 
-void BM_halo(benchmark::State& state) {
-  const std::int64_t lat = state.range(0), lon = state.range(1);
-  const int width = static_cast<int>(state.range(2)), nfields = static_cast<int>(state.range(3));
-  domain::Decomposition decomposition(*g.comm, {g.channels, lat, lon});
-  domain::HaloSpec spec;
-  // Latitude halos are the messages between ranks; longitude halos are local wraps.
-  spec.width = {width, width, g.lon_width, g.lon_width};
-  spec.periodic_lon = true;
-  domain::HaloExchange halo(decomposition, spec);
+// The exchange both benchmarks time, for the arguments (lat, lon, width, fields) and
+// its fields on `device`.
+struct Exchange {
+  domain::Decomposition decomposition;
+  domain::HaloExchange halo;
   std::vector<Tensor> fields;
-  for (int f = 0; f < nfields; ++f) fields.push_back(halo.allocate(DType::f32, {g.channels}));
+
+  Exchange(const benchmark::State& state, Device device)
+      : decomposition(*g.comm, {g.channels, state.range(0), state.range(1)}), halo(decomposition, spec(state)) {
+    for (std::int64_t f = 0; f < state.range(3); ++f) fields.push_back(halo.allocate(DType::f32, {g.channels}, device));
+  }
+  // Latitude halos are the messages between ranks; longitude halos are local wraps.
+  static domain::HaloSpec spec(const benchmark::State& state) {
+    const int width = static_cast<int>(state.range(2));
+    domain::HaloSpec spec;
+    spec.width = {width, width, g.lon_width, g.lon_width};
+    spec.periodic_lon = true;
+    return spec;
+  }
+};
+
+void set_shape_counters(benchmark::State& state) {
+  state.counters["ranks"] = g.comm->size();
+  state.counters["lat"] = static_cast<double>(state.range(0));
+  state.counters["lon"] = static_cast<double>(state.range(1));
+  state.counters["width"] = static_cast<double>(state.range(2));
+  state.counters["fields"] = static_cast<double>(state.range(3));
+}
+
+void BM_halo(benchmark::State& state) {
+  const std::int64_t lon = state.range(1);
+  const int width = static_cast<int>(state.range(2)), nfields = static_cast<int>(state.range(3));
+  Exchange exchange(state, Device::host());
+  domain::HaloExchange& halo = exchange.halo;
+  const std::vector<Tensor>& fields = exchange.fields;
   RawExchange raw(lon, width, nfields), unwritten(lon, width, nfields);
   double total = 0, raw_total = 0, unwritten_total = 0;
   float value = 0;
@@ -124,11 +161,32 @@ void BM_halo(benchmark::State& state) {
   bench::report_peer(state, "sendrecv", raw_total, total);
   bench::report_peer(state, "sendrecv_unwritten", unwritten_total, total);
   state.counters["messages"] = halo.stats().send_messages;
-  state.counters["ranks"] = g.comm->size();
-  state.counters["lat"] = static_cast<double>(lat);
-  state.counters["lon"] = static_cast<double>(lon);
-  state.counters["width"] = width;
-  state.counters["fields"] = nfields;
+  set_shape_counters(state);
+}
+
+// The device exchange beside a device-to-device copy of the bytes it fills from data.
+void BM_halo_device(benchmark::State& state) {
+  Exchange exchange(state, g.device);
+  const domain::HaloPlanStats& stats = exchange.halo.stats();
+  const std::int64_t floats = (stats.recv_cells + stats.self_cells) * g.channels * state.range(3);
+  const Tensor from = Tensor::zeros({std::max<std::int64_t>(floats, 1)}, DType::f32, g.device);
+  Tensor to = Tensor::zeros(from.shape(), DType::f32, g.device);
+  // Untimed: the plan's buffers, the staging path and the kernels' first launches.
+  exchange.halo.exchange(exchange.fields);
+  to.copy_from(from);
+  double total = 0, copy_total = 0;
+  for (auto _ : state) {
+    const double t = bench::timed(*g.comm, [&] { exchange.halo.exchange(exchange.fields); }, g.device);
+    state.SetIterationTime(t);
+    total += t;
+    copy_total += bench::timed(*g.comm, [&] { to.copy_from(from); }, g.device);
+  }
+  const double bytes = 4.0 * static_cast<double>(floats);
+  state.counters["bytes_filled"] = bytes;
+  state.counters["GBps"] = bytes * static_cast<double>(state.iterations()) / total / 1e9;
+  bench::report_peer(state, "d2d", copy_total, total);
+  state.counters["messages"] = stats.send_messages;
+  set_shape_counters(state);
 }
 
 void BM_raw(benchmark::State& state) {
@@ -200,6 +258,15 @@ void register_all(const bench::Flags& flags) {
   g.open();
   g.channels = bench::int_list(flags.at("channels"), "channels").front();
   g.lon_width = static_cast<int>(bench::int_list(flags.at("lon_width"), "lon_width").front());
+  g.device = bench::device();
+  if (g.device.is_cuda()) {
+    auto* device = benchmark::RegisterBenchmark("halo/device", BM_halo_device);
+    for (const auto& [lat, lon] : bench::lat_lon_sizes(flags))
+      for (long w : bench::int_list(flags.at("width"), "width"))
+        for (long f : bench::int_list(flags.at("fields"), "fields")) device->Args({lat, lon, w, f});
+    device->ArgNames({"lat", "lon", "width", "fields"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+    return;
+  }
   auto* halo = benchmark::RegisterBenchmark("halo/exchange", BM_halo);
   auto* raw = benchmark::RegisterBenchmark("halo/mpi_sendrecv", BM_raw);
   for (const auto& [lat, lon] : bench::lat_lon_sizes(flags))
@@ -229,6 +296,7 @@ int main(int argc, char** argv) {
                      {"width", "1,3"},
                      {"fields", "1,4"},
                      {"channels", "8"},
-                     {"lon_width", "0"}},
+                     {"lon_width", "0"},
+                     {"device", "host"}},
                     register_all);
 }

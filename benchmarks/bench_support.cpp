@@ -1,6 +1,7 @@
 #include "bench_support.hpp"
 
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "tessera/backend.hpp"
@@ -32,7 +33,30 @@ std::string mpi_library_version() {
   return version;
 }
 
+Device g_device = Device::host();
+
+// --device of a program that takes it: the host, this rank's GPU, or nothing (empty:
+// --device=cuda and some rank sees no GPU; the reason is in `why`). Collective.
+std::optional<Device> settle_device(const std::string& flag, const NodeInfo& node, std::string& why) {
+  if (flag == "host") return Device::host();
+  if (flag != "cuda") throw ConfigError("--device: '" + flag + "' is neither host nor cuda");
+  const int visible = cuda_device_count();
+  int fewest = visible;
+  MPI_Allreduce(&visible, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (fewest == 0) {
+    why = visible == 0 ? cuda_unavailable_reason() : "another rank sees no CUDA device";
+    return std::nullopt;
+  }
+  return Device::cuda(node.local_rank % visible);
+}
+
 }  // namespace
+
+Device device() { return g_device; }
+
+void synchronize(Device device) {
+  if (!device.is_host()) backend_for(device).synchronize(device.index);
+}
 
 std::vector<long> int_list(const std::string& text, const std::string& flag) {
   std::vector<long> out;
@@ -120,12 +144,30 @@ int run(int argc, char** argv, const std::string& program, Flags flags,
     benchmark::AddCustomContext("mpi", mpi_library_version());
     for (const auto& [name, value] : flags) benchmark::AddCustomContext("flag_" + name, value);
 
-    register_benchmarks(flags);
-    if (rank == 0) {
-      benchmark::RunSpecifiedBenchmarks();
+    std::string no_gpu;
+    if (const auto flag = flags.find("device"); flag != flags.end()) {
+      const std::optional<Device> device = settle_device(flag->second, node, no_gpu);
+      if (device) g_device = *device;
+    }
+    if (!no_gpu.empty()) {
+      if (rank == 0) std::printf("%s: --device=cuda: no GPU here (%s); nothing was run\n", program.c_str(), no_gpu.c_str());
     } else {
-      NullReporter quiet;
-      benchmark::RunSpecifiedBenchmarks(&quiet);
+      if (g_device.is_cuda()) {
+        // Which GPU, and how many of the node's ranks share it: with more than one the
+        // collectives take the shared-GPU path (staged through host MPI), not NCCL.
+        const int visible = cuda_device_count();
+        benchmark::AddCustomContext("device", "cuda:" + std::to_string(g_device.index) + " of " +
+                                                  std::to_string(visible) + " visible");
+        benchmark::AddCustomContext("ranks_per_gpu",
+                                    std::to_string((node.local_size - g_device.index + visible - 1) / visible));
+      }
+      register_benchmarks(flags);
+      if (rank == 0) {
+        benchmark::RunSpecifiedBenchmarks();
+      } else {
+        NullReporter quiet;
+        benchmark::RunSpecifiedBenchmarks(&quiet);
+      }
     }
     benchmark::Shutdown();
   } catch (const std::exception& e) {

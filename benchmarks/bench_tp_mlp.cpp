@@ -19,6 +19,14 @@
 // tp_mlp_bf16_mixed runs the same MLP (and its GEMM floor) with
 // set_compute_precision(bf16_mixed): bf16 GEMM operands, fp32 accumulation. Its time
 // over tp_mlp's, in the same run, is what mixed precision costs or saves here.
+//
+// --device=cuda puts the parameters, activations and the GEMM floor's tensors on this
+// rank's GPU (fp32 GEMMs without TF32; bf16_mixed through cuBLAS's bf16 GEMM), the
+// Mesh on that device, and drains the device before each clock stop. Ranks that share a
+// GPU (2 ranks on 1 GPU) all-reduce through the shared-GPU fallback, staged through host
+// MPI; each rank of its own GPU uses NCCL. The tp group's path is settled and one step is
+// run untimed before timing (cuBLAS handles, the caching allocator's first blocks).
+// Without a GPU the program says so and exits 0.
 
 #include <memory>
 
@@ -35,6 +43,7 @@ namespace {
 
 struct State {
   std::unique_ptr<Mesh> mesh;
+  Device device;
   std::int64_t tokens = 512;
 };
 State g;
@@ -42,23 +51,27 @@ State g;
 void run_tp_mlp(benchmark::State& state, Precision precision) {
   const std::int64_t h = state.range(0);
   Communicator& tp = g.mesh->tp();
+  const Device device = g.device;
+  tp::ParallelLinearOptions on_device;
+  on_device.device = device;
   nn::Sequential mlp;
-  mlp.append(std::make_unique<tp::ColumnParallelLinear>(h, 4 * h, tp, /*gather_output=*/false));
+  mlp.append(std::make_unique<tp::ColumnParallelLinear>(h, 4 * h, tp, /*gather_output=*/false, on_device));
   mlp.append(std::make_unique<nn::GELU>());
-  mlp.append(std::make_unique<tp::RowParallelLinear>(4 * h, h, tp, /*input_is_parallel=*/true));
+  mlp.append(std::make_unique<tp::RowParallelLinear>(4 * h, h, tp, /*input_is_parallel=*/true, on_device));
   nn::initialize_parameters(mlp, 1);
   mlp.set_compute_precision(precision);
   std::vector<float> values(static_cast<std::size_t>(g.tokens * h));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
-  const Tensor x = Tensor::from_vector(values, {g.tokens, h});
+  const Tensor x = Tensor::from_vector(values, {g.tokens, h}).to(device);
   const Tensor dy = x.clone();
 
   // The six GEMMs of a step on this rank's shards: y1 = x W1^T, y2 = a W2^T, da = dy W2,
   // dW2 += dy^T a, dx = dh W1, dW1 += dh^T x.
   const std::int64_t f = 4 * h / tp.size();
-  Tensor w1 = Tensor::zeros({f, h}, DType::f32), w2 = Tensor::zeros({h, f}, DType::f32);
-  Tensor act = Tensor::zeros({g.tokens, f}, DType::f32), out = Tensor::zeros({g.tokens, h}, DType::f32), dact = Tensor::zeros({g.tokens, f}, DType::f32);
-  Tensor dx = Tensor::zeros({g.tokens, h}, DType::f32), dw1 = Tensor::zeros({f, h}, DType::f32), dw2 = Tensor::zeros({h, f}, DType::f32);
+  auto zeros = [&](const Shape& shape) { return Tensor::zeros(shape, DType::f32, device); };
+  Tensor w1 = zeros({f, h}), w2 = zeros({h, f});
+  Tensor act = zeros({g.tokens, f}), out = zeros({g.tokens, h}), dact = zeros({g.tokens, f});
+  Tensor dx = zeros({g.tokens, h}), dw1 = zeros({f, h}), dw2 = zeros({h, f});
   auto gemms = [&] {
     ops::gemm(x, false, w1, true, act, 1.0, 0.0, precision);
     ops::gemm(act, false, w2, true, out, 1.0, 0.0, precision);
@@ -68,15 +81,21 @@ void run_tp_mlp(benchmark::State& state, Precision precision) {
     ops::gemm(dact, true, x, false, dw1, 1.0, 1.0, precision);
   };
 
+  auto step = [&] {
+    benchmark::DoNotOptimize(mlp.forward(x).data());
+    benchmark::DoNotOptimize(mlp.backward(dy).data());
+  };
+  if (device.is_cuda()) {
+    step();
+    gemms();
+    bench::synchronize(device);
+  }
   double total = 0, gemm_total = 0;
   for (auto _ : state) {
-    const double t = bench::timed(g.mesh->world(), [&] {
-      benchmark::DoNotOptimize(mlp.forward(x).data());
-      benchmark::DoNotOptimize(mlp.backward(dy).data());
-    });
+    const double t = bench::timed(g.mesh->world(), step, device);
     state.SetIterationTime(t);
     total += t;
-    gemm_total += bench::timed(g.mesh->world(), gemms);
+    gemm_total += bench::timed(g.mesh->world(), gemms, device);
   }
   const double flops = 48.0 * static_cast<double>(g.tokens) * static_cast<double>(h) * static_cast<double>(h);
   state.counters["gemm_ms"] = 1e3 * gemm_total / static_cast<double>(state.iterations());
@@ -93,7 +112,9 @@ void BM_tp_mlp_bf16_mixed(benchmark::State& state) { run_tp_mlp(state, Precision
 void register_all(const bench::Flags& flags) {
   ParallelismConfig config;
   MPI_Comm_size(MPI_COMM_WORLD, &config.tensor);
-  g.mesh = std::make_unique<Mesh>(MPI_COMM_WORLD, config);
+  g.device = bench::device();
+  g.mesh = std::make_unique<Mesh>(MPI_COMM_WORLD, config, g.device);
+  g.mesh->tp().prepare_device(g.mesh->device());  // NCCL or host staging, settled untimed
   g.tokens = bench::int_list(flags.at("tokens"), "tokens").front();
   benchmark::AddCustomContext("mesh", "dp 1 x tp " + std::to_string(config.tensor) + " x domain 1");
   for (auto* b : {benchmark::RegisterBenchmark("tp_mlp", BM_tp_mlp),
@@ -106,5 +127,5 @@ void register_all(const bench::Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return bench::run(argc, argv, "bench_tp_mlp", {{"hidden", "256,512,1024"}, {"tokens", "512"}}, register_all);
+  return bench::run(argc, argv, "bench_tp_mlp", {{"hidden", "256,512,1024"}, {"tokens", "512"}, {"device", "host"}}, register_all);
 }
