@@ -1,15 +1,29 @@
 #!/usr/bin/python3
 """PyTorch's side of bench_tp_mlp: the same column -> GELU -> row tensor-parallel MLP
-(Megatron's partition rules, written out with torch.distributed on gloo), forward +
-backward, tokens x hidden, MLP width 4 x hidden, fp32, one thread per rank.
+(Megatron's partition rules, written out with torch.distributed), forward + backward,
+tokens x hidden, MLP width 4 x hidden, fp32, one thread per rank.
 
     torch_tp_mlp.py --ranks 2 [--hidden 1024] [--tokens 512] [--min-time 2] [--warmup 2]
+                    [--device cpu|cuda] [--dtype fp32|bf16] [--backend auto|gloo|nccl]
 
-Spawns --ranks processes on this machine (gloo over TCP on 127.0.0.1). Timing follows
-tessera's benchmarks: barrier, time one step, all-reduce MAX of the elapsed time over
-ranks; steps repeat until --min-time seconds of timed steps and at least --min-iters
-steps. Prints one JSON object on stdout: {"ms_per_step": mean, "median_ms": ...,
-"iterations": n, ...}.
+Spawns --ranks processes on this machine (the process group's rendezvous over TCP on
+127.0.0.1). Timing follows tessera's benchmarks: barrier, time one step, all-reduce MAX
+of the elapsed time over ranks; steps repeat until --min-time seconds of timed steps and
+at least --min-iters steps. Prints one JSON object on stdout: {"ms_per_step": mean,
+"median_ms": ..., "iterations": n, ...}.
+
+--device cuda (bench_tp_mlp --device=cuda's peer): rank r on GPU r % visible GPUs, the
+tensors there, TF32 off (torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 are
+False: fp32 GEMMs in full fp32, as tessera's cuBLAS calls), the GPU synchronised before
+the barrier and before the clock stops. The backend (--backend auto): NCCL when every
+rank has a GPU of its own; gloo when ranks share one, since NCCL refuses two ranks on one
+device ("Duplicate GPU detected") - gloo all-reduces CUDA tensors by staging them through
+host memory, which is what tessera's shared-GPU fallback does with MPI, so the 2-ranks-
+on-1-GPU pair compares like with like. Without CUDA it prints an error object and exits 3.
+
+--dtype bf16 (bench_tp_mlp's tp_mlp_bf16_mixed peer): the step under torch.autocast with
+bfloat16: GEMMs on bf16 copies of fp32 weights and activations, fp32 parameters and
+gradients.
 
 The step, per rank (tp = ranks, F = 4 x hidden / tp):
   column: x [tokens, hidden] (replicated; its gradient is all-reduced in backward)
@@ -43,7 +57,13 @@ def worker(rank, args, port, queue):
 
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
     tp = args.ranks
     h, n = args.hidden, args.tokens
     f = 4 * h // tp
@@ -75,29 +95,44 @@ def worker(rank, args, port, queue):
 
     gen = torch.Generator().manual_seed(1 + rank)
     bound1, bound2 = 1.0 / h ** 0.5, 1.0 / (4 * h) ** 0.5
-    w1 = ((torch.rand(f, h, generator=gen) * 2 - 1) * bound1).requires_grad_()
-    b1 = ((torch.rand(f, generator=gen) * 2 - 1) * bound1).requires_grad_()
-    w2 = ((torch.rand(h, f, generator=gen) * 2 - 1) * bound2).requires_grad_()
-    b2 = ((torch.rand(h, generator=torch.Generator().manual_seed(1)) * 2 - 1) * bound2).requires_grad_()
+
+    def leaf(t):  # drawn on the host (the same values on every device), then moved
+        return t.to(device).requires_grad_()
+
+    w1 = leaf((torch.rand(f, h, generator=gen) * 2 - 1) * bound1)
+    b1 = leaf((torch.rand(f, generator=gen) * 2 - 1) * bound1)
+    w2 = leaf((torch.rand(h, f, generator=gen) * 2 - 1) * bound2)
+    b2 = leaf((torch.rand(h, generator=torch.Generator().manual_seed(1)) * 2 - 1) * bound2)
     # The input pattern of bench_tp_mlp; dy = x.
     idx = torch.arange(n * h, dtype=torch.int64)
-    x = (((idx * 7919) % 1000).to(torch.float32) / 1000.0 - 0.5).reshape(n, h).requires_grad_()
+    x = leaf((((idx * 7919) % 1000).to(torch.float32) / 1000.0 - 0.5).reshape(n, h))
     dy = x.detach().clone()
     params = [w1, b1, w2, b2, x]
     fn = torch.nn.functional
+    # bf16: autocast's GEMMs on bf16 copies; fp32: a context that does nothing.
+    precision = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
 
     def step():
         for p in params:
             p.grad = None
-        hid = fn.linear(CopyToParallel.apply(x), w1, b1)
-        y = ReduceFromParallel.apply(fn.linear(fn.gelu(hid), w2)) + b2
-        y.backward(dy)
+        with precision:
+            hid = fn.linear(CopyToParallel.apply(x), w1, b1)
+            y = ReduceFromParallel.apply(fn.linear(fn.gelu(hid), w2)) + b2
+        y.backward(dy.to(y.dtype))
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     def timed():
+        synchronize()
         dist.barrier()
         t0 = time.perf_counter()
         step()
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        synchronize()
+        # NCCL reduces device tensors only.
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64,
+                         device=device if args.backend == "nccl" else "cpu")
         if tp > 1:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t)
@@ -111,7 +146,9 @@ def worker(rank, args, port, queue):
         queue.put({
             "peer": "pytorch",
             "torch": torch.__version__,
-            "backend": "gloo",
+            "backend": args.backend,
+            "device": str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
+            "dtype": args.dtype,
             "ranks": tp,
             "hidden": h,
             "tokens": n,
@@ -132,12 +169,23 @@ def main():
     parser.add_argument("--min-time", type=float, default=2.0)
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
     args = parser.parse_args()
     try:
+        import torch
         import torch.multiprocessing as mp
     except ImportError:
         print(json.dumps({"peer": "pytorch", "error": "PyTorch is not installed for " + sys.executable}))
         return 3
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(json.dumps({"peer": "pytorch", "error": f"--device cuda: torch {torch.__version__} sees no CUDA device"}))
+        return 3
+    if args.backend == "auto":
+        # NCCL needs a GPU per rank; ranks sharing one go through gloo's host staging.
+        own_gpus = args.device == "cuda" and args.ranks <= torch.cuda.device_count()
+        args.backend = "nccl" if own_gpus else "gloo"
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = free_port()
