@@ -3,7 +3,7 @@
 the disk's own speed for those bytes (raw).
 
     checkpoint_peers.py --writer torch|h5py|raw --ranks 2 --size-mb 64 --dir DIR
-                        [--min-time 2] [--min-iters 3]
+                        [--min-time 2] [--min-iters 3] [--op save|load] [--device cpu|cuda]
 
 The model is bench_checkpoint's: a column-parallel Linear(H, H) then a row-parallel
 Linear(H, H) over tp = --ranks, H chosen (as bench_checkpoint does) so that the master
@@ -17,11 +17,18 @@ file of its own, then fsyncs the file and its directory:
          8 MiB blocks, no header and no checksum: what the disk itself costs, the floor
          under every writer (tessera's time / raw's is how far above the disk it is)
 
+--op load (torch only): each rank writes its file once, untimed, then times torch.load
+of it (map_location: the rank's device), as bench_checkpoint's load reads a checkpoint it
+has just written. --device cuda (torch only; bench_checkpoint --device=cuda's peer): the
+rank's tensors live on GPU rank % visible GPUs, torch.save copies them to the host and
+torch.load back to the device, and the GPU is synchronised before the clock stops;
+without CUDA it prints an error object and exits 3.
+
 One process per rank on this machine, one thread each. Timing follows tessera's
 benchmarks: every iteration removes the previous files (untimed), then all ranks pass a
 barrier, each times its write + fsync, and the iteration's time is the slowest rank's.
-Prints one JSON object: {"writer", "ranks", "size_mb", "hidden", "bytes", "iterations",
-"ms_per_save" (mean), "median_ms", "min_ms"}.
+Prints one JSON object: {"writer", "op", "device", "ranks", "size_mb", "hidden", "bytes",
+"iterations", "ms_per_save" or "ms_per_load" (mean), "median_ms", "min_ms"}.
 """
 import argparse
 import json
@@ -93,13 +100,23 @@ def worker(rank, args, barrier, times, stop):
         import torch
 
         torch.set_num_threads(1)
-        tensors = {name: torch.from_numpy(a) for name, a in arrays.items()}
+        device = torch.device("cpu")
+        if args.device == "cuda":
+            device = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(device)
+        tensors = {name: torch.from_numpy(a).to(device) for name, a in arrays.items()}
 
         def write(path):
             with open(path, "wb") as f:
                 torch.save(tensors, f)
                 f.flush()
                 os.fsync(f.fileno())
+
+        def read(path):
+            loaded = torch.load(path, map_location=device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return loaded
     elif args.writer == "raw":
         def write(path):
             write_raw(path, arrays.values())
@@ -113,18 +130,32 @@ def worker(rank, args, barrier, times, stop):
             fsync_path(path)
 
     directory = os.path.join(args.dir, f"{args.writer}_np{tp}")
-    iteration = 0
-    while True:
-        # Untimed: a fresh directory for this iteration.
+    path = os.path.join(directory, f"rank{rank}.{EXTENSION[args.writer]}")
+
+    def fresh_directory():
         if rank == 0:
             shutil.rmtree(directory, ignore_errors=True)
             os.makedirs(directory)
+
+    if args.op == "load":  # untimed: the file every iteration reads
+        fresh_directory()
+        barrier.wait()
+        write(path)
+        fsync_path(directory)
+    iteration = 0
+    while True:
+        # Untimed: a fresh directory for this iteration's save.
+        if args.op == "save":
+            fresh_directory()
         barrier.wait()
         if stop.value:
             break
         t0 = time.perf_counter()
-        write(os.path.join(directory, f"rank{rank}.{EXTENSION[args.writer]}"))
-        fsync_path(directory)
+        if args.op == "save":
+            write(path)
+            fsync_path(directory)
+        else:
+            read(path)
         times[rank] = time.perf_counter() - t0
         barrier.wait()
         if rank == 0:
@@ -152,6 +183,8 @@ def main():
     parser.add_argument("--min-iters", type=int, default=3)
     parser.add_argument("--max-iters", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--op", choices=["save", "load"], default="save")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     try:
         import numpy  # noqa: F401
@@ -159,6 +192,16 @@ def main():
     except ImportError as e:
         print(json.dumps({"writer": args.writer, "error": f"{e.name} is not installed for {sys.executable}"}))
         return 3
+    if args.writer != "torch" and (args.op != "save" or args.device != "cpu"):
+        print(json.dumps({"writer": args.writer, "error": "--op load and --device cuda are torch's only"}))
+        return 2
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(json.dumps({"writer": args.writer,
+                              "error": f"--device cuda: torch {torch.__version__} sees no CUDA device"}))
+            return 3
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -178,12 +221,14 @@ def main():
     h = hidden_for(args.size_mb, args.ranks)
     print(json.dumps({
         "writer": args.writer,
+        "op": args.op,
+        "device": args.device,
         "ranks": args.ranks,
         "size_mb": args.size_mb,
         "hidden": h,
         "bytes": 4 * (2 * h * h + 2 * h),
         "iterations": len(timed),
-        "ms_per_save": 1e3 * statistics.fmean(timed),
+        f"ms_per_{args.op}": 1e3 * statistics.fmean(timed),
         "median_ms": 1e3 * statistics.median(timed),
         "min_ms": 1e3 * min(timed),
     }))
