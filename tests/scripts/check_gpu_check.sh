@@ -25,7 +25,17 @@ expect() {
 # Stand-ins: a node with two H100s, a node whose driver sees none, an NCCL tree, a wheel.
 cat >"$work/bin/smi-two-h100" <<'SH'
 #!/bin/sh
-printf 'NVIDIA H100 80GB HBM3, 550.54.15, 9.0\nNVIDIA H100 80GB HBM3, 550.54.15, 9.0\n'
+case "$*" in
+  *compute_cap*) printf '9.0\n9.0\n' ;;
+  *) printf 'NVIDIA H100 80GB HBM3, 550.54.15\nNVIDIA H100 80GB HBM3, 550.54.15\n' ;;
+esac
+SH
+cat >"$work/bin/smi-old-driver" <<'SH'
+#!/bin/sh
+case "$*" in
+  *compute_cap*) echo 'Field "compute_cap" is not a valid field to query.'; exit 2 ;;
+  *) echo 'Tesla V100-SXM2-32GB, 470.57.02' ;;
+esac
 SH
 cat >"$work/bin/smi-none" <<'SH'
 #!/bin/sh
@@ -68,6 +78,11 @@ for want in "-DCMAKE_CUDA_ARCHITECTURES=90 " "-DCMAKE_CUDA_COMPILER=$work/cuda/b
 done
 [ "$(grep -c -- '--set=device=cuda' <<<"$last")" = 2 ] || fail "two GPUs: expected 2 device trainings:"$'\n'"$last"
 expect 0 '-DTESSERA_ENABLE_NCCL=OFF' --dry-run --no-nccl
+# A driver too old to report the compute capability: --cuda-arch is needed.
+export TESSERA_NVIDIA_SMI=$work/bin/smi-old-driver
+expect 4 'does not report the GPUs. compute capability.*give --cuda-arch'
+expect 0 '-DCMAKE_CUDA_ARCHITECTURES=70 ' --dry-run --cuda-arch 70
+[ ! -e "$build" ] || fail "gpu-check created $build before building"
 
 # --deps: the prefix's environment and wrappers; a directory that is not one is refused.
 mkdir -p "$work/prefix/usr/lib/x86_64-linux-gnu" && echo x86_64-linux-gnu >"$work/prefix/.tessera-deps-prefix"
