@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -55,6 +56,7 @@ class CommRequest {
   bool done() const;
 
  private:
+  friend class Communicator;  // attaches the readiness probe of a queued NCCL message
   std::unique_ptr<State> state_;
 };
 
@@ -64,7 +66,7 @@ struct CommStats {
   std::int64_t collectives = 0;  // collective calls requested
   std::int64_t mpi_calls = 0;    // MPI communication calls issued
   std::int64_t bytes = 0;        // payload bytes handed to MPI or NCCL
-  std::int64_t nccl_calls = 0;   // NCCL collectives issued (CUDA tensors)
+  std::int64_t nccl_calls = 0;   // NCCL collectives and messages issued (CUDA tensors)
 };
 
 // Whether the MPI library can send from and receive into CUDA device memory (CUDA-aware
@@ -131,15 +133,36 @@ class Communicator {
   // Every rank passes its own device of the same kind.
   void prepare_device(Device device);
 
+  // Collective: opens the NCCL channels for CUDA messages between this rank and each of
+  // `peers` (ranks of this group, each listed by both sides: a rank that lists a peer
+  // which does not list it back, itself, a rank outside the group or a rank twice is an
+  // InvalidArgument on every rank). Settles the group's path as prepare_device does;
+  // when NCCL is picked, each pair gets two 2-rank NCCL communicators, one per
+  // direction, created by exactly the two ranks, in ascending order of the pairs' ranks
+  // on every rank (so a chain of pairs never waits in a cycle). Without it, or when the
+  // group's CUDA tensors are staged, CUDA messages take MPI. Peers already opened are
+  // kept. For the host, or a group of one, it returns at once and communicates nothing.
+  void prepare_point_to_point(Device device, const std::vector<int>& peers);
+
   // Point to point (pipeline stage boundaries): `tensor` sent to rank `dest`, or
   // received from rank `source`, matched by `tag` (>= 0) as MPI matches messages. Only
   // the two ranks take part, so these are not collectives: they do not count toward
   // the watchdog's arrival board (a wait that never ends is still reported, without
-  // the list of missing ranks). The receiver must know the shape and dtype. CUDA
-  // tensors MPI cannot address are staged through host memory. There is no NCCL
-  // send/recv path yet: a receive queued on the compute stream would hold back the
-  // kernels and sends queued after it (see docs/pipeline.md). The non-blocking forms
-  // let compute run while the message is in flight; their buffers stay alive until wait().
+  // the list of missing ranks). The receiver must know the shape and dtype. The
+  // non-blocking forms let compute run while the message is in flight; their buffers
+  // stay alive until wait() (or a test() that returns true).
+  //
+  // Host tensors go through MPI. CUDA tensors go through NCCL between two ranks whose
+  // channels prepare_point_to_point opened; otherwise through MPI, staged through host
+  // memory unless MPI is CUDA-aware (the path of a group whose ranks share a GPU, of
+  // TESSERA_NCCL=0 and of a build without NCCL). On the NCCL path a message travels on
+  // a stream and NCCL communicator of its own per peer and direction, never on the
+  // compute stream (a receive queued there would hold back the kernels and sends
+  // queued after it), and its send waits for the compute work queued before it; wait()
+  // returns once the data has arrived, so compute queued afterwards sees it. NCCL has
+  // no tags: the messages one rank sends another on this path match in the order they
+  // are posted, so sender and receiver must post them in the same order (the tag is
+  // still checked, and used on the MPI path).
   void send(const Tensor& tensor, int dest, int tag = 0);
   void recv(Tensor& tensor, int source, int tag = 0);
   CommRequest isend(const Tensor& tensor, int dest, int tag = 0);
@@ -170,6 +193,12 @@ class Communicator {
   detail::NcclCommunicator& nccl_for(Device device, const char* op);
   CommRequest nccl_launch(std::int64_t bytes, bool blocking, std::function<void()> waiter,
                           std::vector<Tensor> keep_alive);
+  // The NCCL channel that carries CUDA messages to (`outgoing`) or from `peer`, or null
+  // when CUDA messages with `peer` take MPI (no channel opened, or not a CUDA tensor).
+  detail::NcclCommunicator* nccl_channel(Device device, int peer, bool outgoing, const char* op);
+  // The blocking/async wrapper of a queued NCCL message (CommRequest::test polls `ready`).
+  CommRequest nccl_message(std::int64_t bytes, bool blocking, std::function<void()> wait,
+                           std::function<bool()> ready, std::vector<Tensor> keep_alive);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -184,6 +213,13 @@ class Communicator {
   // first CUDA collective (no when two of its ranks share a GPU, which NCCL refuses;
   // see uses_nccl).
   enum class NcclPath { undecided, nccl, staged } nccl_path_ = NcclPath::undecided;
+  // The point-to-point channels prepare_point_to_point opened, by peer rank: a 2-rank
+  // NCCL communicator per direction, and the peer's rank in them.
+  struct NcclPeer {
+    std::shared_ptr<detail::NcclCommunicator> outgoing, incoming;
+    int nccl_rank = 0;
+  };
+  std::map<int, NcclPeer> nccl_peers_;
 };
 
 // Broadcasts `text` from `root` to every rank of `comm` (two broadcasts: the length, then

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_runtime.hpp"
@@ -46,8 +47,12 @@ class NcclComm final : public NcclCommunicator, public std::enable_shared_from_t
   NcclComm(ncclComm_t comm, int device) : comm_(comm), device_(device) {}
   ~NcclComm() override {
     // ncclCommDestroy waits for this rank's queued operations; errors at teardown have
-    // no one left to report to.
+    // no one left to report to. The point-to-point stream goes after the operations on it.
     if (comm_ != nullptr) (void)ncclCommDestroy(comm_);
+    if (p2p_stream_ != nullptr) {
+      DeviceGuard guard(device_);
+      (void)cudaStreamDestroy(p2p_stream_);
+    }
   }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -79,43 +84,90 @@ class NcclComm final : public NcclCommunicator, public std::enable_shared_from_t
     });
   }
 
+  Pending send(const Tensor& t, int peer, const WaitOptions& wait) override {
+    return message("ncclSend", wait, [&](cudaStream_t s) {
+      return ncclSend(t.data(), static_cast<std::size_t>(t.numel()), nccl_type(t.dtype()), peer, comm_, s);
+    });
+  }
+  Pending recv(Tensor& t, int peer, const WaitOptions& wait) override {
+    return message("ncclRecv", wait, [&](cudaStream_t s) {
+      return ncclRecv(t.data(), static_cast<std::size_t>(t.numel()), nccl_type(t.dtype()), peer, comm_, s);
+    });
+  }
+
  private:
-  // Queues `call` on the compute stream, records an event after it, and returns the
-  // waiter. The waiter holds this communicator alive (shared_from_this).
+  using Event = std::shared_ptr<CUevent_st>;
+
+  static Event make_event() {
+    cudaEvent_t raw = nullptr;
+    TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming));
+    return Event(raw, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
+  }
+
+  // Queues `call` on `stream` and returns an event recorded after it. The caller holds
+  // a DeviceGuard for device_.
   template <class Call>
-  std::function<void()> run(const char* name, const WaitOptions& wait, Call&& call) {
-    DeviceGuard guard(device_);
-    cudaStream_t stream = compute_stream(device_);
+  Event queue(const char* name, cudaStream_t stream, Call&& call) {
     const ncclResult_t status = call(stream);
     if (status != ncclSuccess && status != ncclInProgress) {
       throw_nccl_error(static_cast<int>(status), name, __FILE__, __LINE__);
     }
-    cudaEvent_t raw = nullptr;
-    TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming));
-    std::shared_ptr<CUevent_st> event(raw, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
-    TESSERA_CHECK_CUDA(cudaEventRecord(raw, stream));
+    Event done = make_event();
+    TESSERA_CHECK_CUDA(cudaEventRecord(done.get(), stream));
+    return done;
+  }
+
+  // A collective: queued on the compute stream (ordered with the kernels that produced
+  // the data). The waiter holds this communicator alive (shared_from_this).
+  template <class Call>
+  std::function<void()> run(const char* name, const WaitOptions& wait, Call&& call) {
+    DeviceGuard guard(device_);
+    Event done = queue(name, compute_stream(device_), std::forward<Call>(call));
     std::shared_ptr<NcclComm> self = shared_from_this();
     const std::string op = name;
-    return [self, event, wait, op]() { self->wait_for(event.get(), wait, op); };
+    return [self, done, wait, op]() { self->wait_for(done.get(), wait, op); };
+  }
+
+  // A message: queued on this channel's own stream after the compute stream's work so
+  // far (see nccl_communicator.hpp), never on the compute stream itself.
+  template <class Call>
+  Pending message(const char* name, const WaitOptions& wait, Call&& call) {
+    DeviceGuard guard(device_);
+    if (p2p_stream_ == nullptr) TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&p2p_stream_, cudaStreamNonBlocking));
+    Event before = make_event();
+    TESSERA_CHECK_CUDA(cudaEventRecord(before.get(), compute_stream(device_)));
+    TESSERA_CHECK_CUDA(cudaStreamWaitEvent(p2p_stream_, before.get(), 0));
+    Event done = queue(name, p2p_stream_, std::forward<Call>(call));
+    std::shared_ptr<NcclComm> self = shared_from_this();
+    const std::string op = name;
+    return {[self, done, wait, op]() { self->wait_for(done.get(), wait, op); },
+            [self, done, op]() { return self->poll(done.get(), op); }};
+  }
+
+  // One look at `event`: true once it completed. While it is pending, a peer that failed
+  // (or vanished) shows up as NCCL's asynchronous error, not as a hang: the
+  // communicator is aborted and NcclError raised.
+  bool poll(cudaEvent_t event, const std::string& op) {
+    DeviceGuard guard(device_);
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return true;
+    if (status != cudaErrorNotReady) throw_cuda_error(static_cast<int>(status), op.c_str(), __FILE__, __LINE__);
+    if (comm_ == nullptr) throw NcclError(op + ": the NCCL communicator was aborted by an earlier failure");
+    ncclResult_t async = ncclSuccess;
+    TESSERA_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      (void)ncclCommAbort(comm_);
+      comm_ = nullptr;  // aborted: the destructor must not destroy it again
+      throw NcclError(op + " failed asynchronously: " + ncclGetErrorString(async) +
+                      " (the NCCL communicator was aborted; recreate the process group)");
+    }
+    return false;
   }
 
   void wait_for(cudaEvent_t event, const WaitOptions& wait, const std::string& op) {
-    DeviceGuard guard(device_);
     const double timeout = collective_timeout();
     const auto start = std::chrono::steady_clock::now();
-    for (;;) {
-      const cudaError_t status = cudaEventQuery(event);
-      if (status == cudaSuccess) return;
-      if (status != cudaErrorNotReady) throw_cuda_error(static_cast<int>(status), op.c_str(), __FILE__, __LINE__);
-      // Still running: a peer that failed (or vanished) shows up here, not as a hang.
-      ncclResult_t async = ncclSuccess;
-      TESSERA_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
-      if (async != ncclSuccess && async != ncclInProgress) {
-        (void)ncclCommAbort(comm_);
-        comm_ = nullptr;  // aborted: the destructor must not destroy it again
-        throw NcclError(op + " failed asynchronously: " + ncclGetErrorString(async) +
-                        " (the NCCL communicator was aborted; recreate the process group)");
-      }
+    while (!poll(event, op)) {
       if (timeout > 0) {
         const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (waited > timeout) watchdog_abort(WaitSite{op.c_str()}, waited);
@@ -127,6 +179,7 @@ class NcclComm final : public NcclCommunicator, public std::enable_shared_from_t
 
   ncclComm_t comm_ = nullptr;
   int device_ = 0;
+  cudaStream_t p2p_stream_ = nullptr;  // point-to-point messages only (created on the first)
 };
 
 }  // namespace

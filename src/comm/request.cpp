@@ -86,6 +86,7 @@ void CommRequest::wait() {
 
 bool CommRequest::test() {
   if (done()) return true;
+  if (state_->ready && !state_->ready()) return false;
   int flag = 0;
   TESSERA_CHECK_MPI(MPI_Test(&state_->request, &flag, MPI_STATUS_IGNORE));
   if (!flag) return false;

@@ -15,6 +15,9 @@ struct CommRequest::State {
   MPI_Request request = MPI_REQUEST_NULL;
   WaitOptions wait;               // resolved: spin or sleep
   std::function<void()> finish;   // post-processing once MPI is done (avg, copy back)
+  // A queued NCCL message: whether it completed, asked once without blocking (test()
+  // calls it before `finish`, the message's waiter, which then returns at once).
+  std::function<bool()> ready;
   std::vector<Tensor> keep_alive; // buffers MPI reads or writes until completion
   bool complete = false;
   detail::WaitSite site;          // what the watchdog names if the wait never ends
