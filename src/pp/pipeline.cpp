@@ -1,5 +1,6 @@
 #include "tessera/pp/pipeline.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -23,6 +24,34 @@ enum HeaderField { kDType = 0, kDims = 1, kShape = 2, kBegin = kShape + kMaxDims
 int header_tag(int j) { return 3 * j; }
 int activation_tag(int j) { return 3 * j + 1; }
 int gradient_tag(int j) { return 3 * j + 2; }
+
+// The header of an activation `y` that holds microbatch `info`'s rows.
+Tensor make_header(const Tensor& y, const Microbatch& info) {
+  if (y.dim() > kMaxDims) {
+    throw UnsupportedError("Pipeline: an activation of " + std::to_string(y.dim()) +
+                           " dims crosses a stage boundary; at most " + std::to_string(kMaxDims) + " are sent");
+  }
+  std::vector<std::int64_t> h(kHeaderSize, 0);
+  h[kDType] = static_cast<std::int64_t>(y.dtype());
+  h[kDims] = y.dim();
+  for (int d = 0; d < y.dim(); ++d) h[kShape + d] = y.size(d);
+  h[kBegin] = info.begin;
+  h[kEnd] = info.end;
+  h[kRows] = info.batch_rows;
+  return Tensor::from_vector(h, {kHeaderSize});
+}
+
+// What a received header announces: the microbatch (index `j`) and an empty tensor of
+// the activation's shape and dtype on `device`, to receive it into.
+struct Announced {
+  Microbatch info;
+  Tensor activation;
+};
+Announced read_header(const Tensor& header, int j, Device device) {
+  const auto h = header.to_vector<std::int64_t>();
+  Shape shape(h.begin() + kShape, h.begin() + kShape + h[kDims]);
+  return {{j, h[kBegin], h[kEnd], h[kRows]}, Tensor::empty(shape, static_cast<DType>(h[kDType]), device)};
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -149,10 +178,9 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     } else if (!f.header_request.test()) {
       return false;
     }
-    const auto h = f.header.to_vector<std::int64_t>();
-    Shape shape(h.begin() + kShape, h.begin() + kShape + h[kDims]);
-    f.info = {j, h[kBegin], h[kEnd], h[kRows]};
-    f.input = Tensor::empty(shape, static_cast<DType>(h[kDType]), mesh_.device());
+    Announced announced = read_header(f.header, j, mesh_.device());
+    f.info = announced.info;
+    f.input = std::move(announced.activation);
     f.input_request = pp.irecv(f.input, prev, activation_tag(j));
     f.input_posted = true;
     return true;
@@ -218,18 +246,7 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
       } else {
         times_.compute_seconds += seconds_since(compute_start);
         y = y.contiguous();
-        if (y.dim() > kMaxDims) {
-          throw UnsupportedError("Pipeline: an activation of " + std::to_string(y.dim()) +
-                                 " dims crosses a stage boundary; at most " + std::to_string(kMaxDims) + " are sent");
-        }
-        std::vector<std::int64_t> h(kHeaderSize, 0);
-        h[kDType] = static_cast<std::int64_t>(y.dtype());
-        h[kDims] = y.dim();
-        for (int d = 0; d < y.dim(); ++d) h[kShape + d] = y.size(d);
-        h[kBegin] = f.info.begin;
-        h[kEnd] = f.info.end;
-        h[kRows] = f.info.batch_rows;
-        sends.push_back(pp.isend(Tensor::from_vector(h, {kHeaderSize}), next, header_tag(j)));
+        sends.push_back(pp.isend(make_header(y, f.info), next, header_tag(j)));
         sends.push_back(pp.isend(y, next, activation_tag(j)));
         f.output_shape = y.shape();
         f.grad_output = Tensor::empty(y.shape(), y.dtype(), y.device());
@@ -259,6 +276,57 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
   for (CommRequest& r : sends) r.wait();
   times_.total_seconds = seconds_since(step_start);
 
+  Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
+  pp.broadcast(loss, stages() - 1);
+  return loss.to_vector<double>()[0];
+}
+
+double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
+  Communicator& pp = mesh_.pp();
+  const int prev = stage_ - 1, next = stage_ + 1;
+  // min(microbatches, rows) microbatches: a validation set's last batch may be short.
+  // Stage 0 knows the rows; the other stages read them from the first header.
+  auto microbatch_count = [&](std::int64_t rows) {
+    return static_cast<int>(std::min<std::int64_t>(options_.microbatches, rows));
+  };
+  int m = 1;
+  if (is_first()) {
+    if (!batch.defined() || batch.dim() < 1 || batch.size(0) < 1) {
+      throw InvalidArgument("Pipeline::evaluate: stage 0 needs a batch with at least one row along dim 0, got " +
+                            (batch.defined() ? batch.str() : std::string("an undefined tensor")));
+    }
+    m = microbatch_count(batch.size(0));
+  }
+  std::vector<CommRequest> sends;
+  double loss_sum = 0;
+  for (int j = 0; j < m; ++j) {
+    Microbatch info;
+    Tensor x;
+    if (is_first()) {
+      const ShardRange r = shard_range(batch.size(0), m, j);
+      info = {j, r.start, r.end(), batch.size(0)};
+      x = batch.narrow(0, r.start, r.length).contiguous();
+    } else {
+      Tensor header = Tensor::empty({kHeaderSize}, DType::i64);
+      pp.recv(header, prev, header_tag(j));
+      Announced announced = read_header(header, j, mesh_.device());
+      info = announced.info;
+      if (j == 0) m = microbatch_count(info.batch_rows);
+      x = std::move(announced.activation);
+      pp.recv(x, prev, activation_tag(j));
+    }
+    Tensor y = stage_forward(x);
+    // No backward follows: the caches the forward left are dropped at once.
+    for (const std::string& path : units()) model_.at(path).release_activations();
+    if (is_last()) {
+      loss_sum += loss_fn(y, info);
+    } else {
+      y = y.contiguous();
+      sends.push_back(pp.isend(make_header(y, info), next, header_tag(j)));
+      sends.push_back(pp.isend(y, next, activation_tag(j)));
+    }
+  }
+  for (CommRequest& r : sends) r.wait();
   Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
   pp.broadcast(loss, stages() - 1);
   return loss.to_vector<double>()[0];

@@ -116,7 +116,6 @@ void check_decoder(const RunConfig& c) {
     const std::string pp = "with parallelism.pipeline " + n(c.parallelism.pipeline);
     if (a.tie_embeddings) fail("model.tie_embeddings must be false " + pp + " (the table would live on two stages)");
     if (c.parallelism.data == DataParallelMode::fsdp2) fail("parallelism.data fsdp2 is not supported " + pp + " (use ddp)");
-    if (c.data.has_validation()) fail("data.validation is not supported " + pp + " (evaluation runs no pipeline yet)");
     if (a.n_layers + 3 < c.parallelism.pipeline) {
       fail("parallelism.pipeline (" + n(c.parallelism.pipeline) + ") exceeds the decoder's " + n(a.n_layers + 3) +
            " pipeline units (embed, model.n_layers blocks, norm, head)");

@@ -441,21 +441,40 @@ elseif(MODE STREQUAL "decoder_pipeline")
   # parallelism.pipeline (docs/pipeline.md): the decoder trained at pipeline 2 (GPipe and
   # 1F1B, even split and a cut point), pipeline 2 x tp 2, pipeline 2 x ddp 2 and pipeline
   # 4, activations recomputed and blocks checkpointed, ends with the weights and AdamW
-  # state of the same training without a pipeline, to fp32 rounding; the dry run's stage
-  # assignment; the keys' errors.
-  set(common ${dtiny} --set=checkpoint.interval=0 --set=optimizer.clip_grad_norm=0 --set=parallelism.tensor=1)
+  # state of the same training without a pipeline, to fp32 rounding, and with its
+  # validation loss (a tenth of the samples held out, evaluated through the stages; the
+  # last validation batch, 2 sequences, is shorter than pipeline.microbatches); the dry
+  # run's stage assignment; the keys' errors.
+  set(common ${dtiny} --set=checkpoint.interval=0 --set=optimizer.clip_grad_norm=0 --set=parallelism.tensor=1
+             --set=data.validation=0.1)
+  # The last run's final validation loss, into val_<name>.
+  macro(keep_validation_loss name)
+    if(NOT last_output MATCHES "summary: final validation loss ([0-9.e+-]+)")
+      message(FATAL_ERROR "${name}: no final validation loss:\n${last_output}")
+    endif()
+    set(val_${name} "${CMAKE_MATCH_1}")
+  endmacro()
   expect_success(1 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp1")
+  keep_validation_loss(pp1)
   expect_success(2 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2" --set=parallelism.pipeline=2
                  --set=pipeline.schedule=gpipe --set=pipeline.microbatches=4)
   if(NOT last_output MATCHES "pipeline: 2 stages, gpipe, 4 microbatches")
     message(FATAL_ERROR "pipeline 2 did not report its stages:\n${last_output}")
   endif()
+  keep_validation_loss(pp2)
   expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2tp2" --set=parallelism.pipeline=2
                  --set=parallelism.tensor=2 "--set=pipeline.cut_points=[layers.1]")
+  keep_validation_loss(pp2tp2)
   expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2ddp2" --set=parallelism.pipeline=2
                  --set=parallelism.data=ddp --set=pipeline.microbatches=2)
+  keep_validation_loss(pp2ddp2)
   expect_success(4 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp4" --set=parallelism.pipeline=4
                  --set=pipeline.microbatches=8)
+  keep_validation_loss(pp4)
+  foreach(other pp2 pp2tp2 pp2ddp2 pp4)
+    expect_relatively_close("${val_pp1}" "${val_${other}}" 1e-5 "the final validation loss of pp1 and ${other}")
+    message(STATUS "decoder final validation loss: pp1 ${val_pp1}, ${other} ${val_${other}}")
+  endforeach()
   # The stages' activations recomputed instead of stashed, and checkpointed blocks inside
   # the stages (the stash then holds a checkpointed block's input only): the same training.
   expect_success(2 ${common} "--set=checkpoint.dir=${WORK_DIR}/pp2recompute" --set=parallelism.pipeline=2

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "mpi_test.hpp"
@@ -161,6 +162,80 @@ TEST(PipelineTraining, MatchesSerialTraining) {
         for (bool adamw : {false, true}) run_case(layout, schedule, m, adamw, pp::StageActivations::stash);
         run_case(layout, schedule, m, false, pp::StageActivations::recompute);
       }
+    }
+  }
+}
+
+// Pipeline::evaluate (forward only) gives the serial model's loss on every rank, for a
+// full batch and for one shorter than the microbatch count (m = min(microbatches, rows)),
+// changes no gradient, and leaves the stages ready for a training step that still
+// matches the serial one.
+TEST(PipelineTraining, EvaluateMatchesTheSerialForward) {
+  for (const Layout& layout : layouts()) {
+    for (auto schedule : {pp::Schedule::gpipe, pp::Schedule::one_f_one_b}) {
+      SCOPED_TRACE(layout.name + ", " + std::string(pp::schedule_name(schedule)));
+      Mesh mesh(MPI_COMM_WORLD, layout.config);
+      auto serial = make_blocks_model();
+      nn::initialize_parameters(*serial, kSeed);
+      auto model = make_blocks_model();
+      if (mesh.tp_size() > 1) tp::parallelize(*model, mesh, blocks_tp_plan());
+      pp::PipelineOptions options = layout.split;
+      options.schedule = schedule;
+      options.microbatches = 3;
+      pp::Pipeline pipeline(*model, mesh, options);
+      nn::initialize_parameters(*model, kSeed);
+      std::unique_ptr<dp::DataParallel> ddp;
+      if (mesh.dp_size() > 1) ddp = std::make_unique<dp::DataParallel>(*model, mesh, dp::DataParallelOptions{.overlap = false});
+      model->zero_grad();
+      serial->zero_grad();
+
+      // Each replica evaluates its own rows; a batch of 2 rows makes 2 microbatches.
+      for (std::int64_t batch_rows : {kBatch / mesh.dp_size(), std::int64_t{2}}) {
+        SCOPED_TRACE("batch of " + std::to_string(batch_rows) + " rows per replica");
+        const Tensor x = batch_input(5).narrow(0, 0, batch_rows * mesh.dp_size()).contiguous();
+        const Tensor t = batch_target(5).narrow(0, 0, batch_rows * mesh.dp_size()).contiguous();
+        Tensor unused;
+        const double serial_loss =
+            mse_share(serial->forward(x), t, {0, 0, x.size(0), x.size(0)}, unused);
+        const std::int64_t first_row = batch_rows * mesh.coords().dp;
+        const Tensor local_x = x.narrow(0, first_row, batch_rows).contiguous();
+        const Tensor local_t = t.narrow(0, first_row, batch_rows).contiguous();
+        int calls = 0;
+        const double loss = pipeline.evaluate(pipeline.is_first() ? local_x : Tensor(),
+                                              [&](const Tensor& out, const pp::Microbatch& mb) {
+                                                ++calls;
+                                                EXPECT_EQ(mb.batch_rows, batch_rows);
+                                                Tensor g;
+                                                return mse_share(out, local_t, mb, g);
+                                              });
+        EXPECT_EQ(calls, pipeline.is_last() ? std::min<std::int64_t>(3, batch_rows) : 0);
+        Tensor mean = Tensor::from_vector<double>({loss}, {1});
+        mesh.dp().all_reduce(mean, ReduceOp::avg);
+        EXPECT_NEAR(mean.to_vector<double>()[0], serial_loss, 1e-5 * std::abs(serial_loss));
+        const std::vector<std::string> all = all_gather_strings(std::to_string(loss), mesh.pp().mpi_comm());
+        for (const auto& s : all) EXPECT_EQ(s, all.front()) << "the loss differs between stages";
+      }
+      // No gradient moved (zero as set above, on every stage) ...
+      serial->zero_grad();
+      expect_stage_matches(*serial, *model, true, layout.name + " after evaluate (gradients)");
+      // ... and a training step after it matches the serial one.
+      const Tensor x = batch_input(0), t = batch_target(0);
+      Tensor dy;
+      const double serial_loss = mse_share(serial->forward(x), t, {0, 0, kBatch, kBatch}, dy);
+      serial->backward(dy);
+      const std::int64_t rows = kBatch / mesh.dp_size();
+      const Tensor local_x = x.narrow(0, rows * mesh.coords().dp, rows).contiguous();
+      const Tensor local_t = t.narrow(0, rows * mesh.coords().dp, rows).contiguous();
+      const double loss = pipeline.train_step(pipeline.is_first() ? local_x : Tensor(),
+                                              [&](const Tensor& out, const pp::Microbatch& mb, Tensor& grad) {
+                                                return mse_share(out, local_t, mb, grad);
+                                              });
+      if (ddp) ddp->finish_gradient_sync();
+      if (mesh.tp_size() > 1) tp::sync_replicated_gradients(*model, mesh.tp());
+      Tensor mean = Tensor::from_vector<double>({loss}, {1});
+      mesh.dp().all_reduce(mean, ReduceOp::avg);
+      EXPECT_NEAR(mean.to_vector<double>()[0], serial_loss, 1e-5 * std::abs(serial_loss));
+      expect_stage_matches(*serial, *model, true, layout.name + " step after evaluate (gradients)");
     }
   }
 }

@@ -140,11 +140,23 @@ class DecoderTask final : public TrainingTask {
   Evaluation evaluate(const std::vector<std::int64_t>& samples) override {
     std::vector<std::int64_t> indices(samples);
     for (auto& i : indices) i += split_.validation_first;
-    if (pipeline_) throw UnsupportedError("tessera-run: validation with parallelism.pipeline > 1");
     Tensor ids, targets;
     (validation_data_ ? *validation_data_ : *data_).batch(indices, ids, targets);
-    const Tensor logits = model_->forward(ids.to(mesh_.device()));
-    return {loss_of(logits, targets.to(mesh_.device())).loss, data_->unigram_entropy()};
+    ids = ids.to(mesh_.device());
+    targets = targets.to(mesh_.device());
+    if (pipeline_) {
+      // Forward through the stages, the microbatches' mean losses weighted by their rows
+      // as in forward_backward.
+      const std::int64_t seq_len = cfg_.decoder.seq_len;
+      const double loss = pipeline_->evaluate(
+          pipeline_->is_first() ? ids : Tensor(), [&](const Tensor& logits, const pp::Microbatch& mb) {
+            const double share = static_cast<double>(mb.end - mb.begin) / static_cast<double>(mb.batch_rows);
+            return loss_of(logits, targets.narrow(0, mb.begin * seq_len, (mb.end - mb.begin) * seq_len)).loss * share;
+          });
+      return {loss, data_->unigram_entropy()};
+    }
+    const Tensor logits = model_->forward(ids);
+    return {loss_of(logits, targets).loss, data_->unigram_entropy()};
   }
 
   std::string baseline_name() const override { return "unigram"; }

@@ -83,6 +83,8 @@ struct Microbatch {
 
 // Returns the microbatch's share of the loss; writes d(share)/d(output) into `grad`.
 using LossFunction = std::function<double(const Tensor& output, const Microbatch& microbatch, Tensor& grad)>;
+// Evaluation: returns the microbatch's share of the loss, no gradient.
+using EvaluationLoss = std::function<double(const Tensor& output, const Microbatch& microbatch)>;
 
 // Time spent per stage in the last train_step (for the bubble benchmark).
 struct StepTimes {
@@ -105,6 +107,14 @@ class Pipeline {
   Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options = {});
 
   double train_step(const Tensor& batch, const LossFunction& loss_fn);
+
+  // Forward only (validation): the batch's microbatches flow through the stages in
+  // order, `loss_fn` runs on the last stage per microbatch, and the sum of its shares is
+  // returned on every rank, as train_step's loss is. No gradient changes and no
+  // activation is kept. The batch is cut into min(microbatches, its rows) pieces, so a
+  // short last batch of a validation set needs no other options. Collective over the
+  // whole mesh, like train_step; call it between steps.
+  double evaluate(const Tensor& batch, const EvaluationLoss& loss_fn);
 
   int stage() const { return stage_; }
   int stages() const { return static_cast<int>(split_.stages.size()); }
