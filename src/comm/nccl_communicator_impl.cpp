@@ -49,10 +49,8 @@ class NcclComm final : public NcclCommunicator, public std::enable_shared_from_t
     // ncclCommDestroy waits for this rank's queued operations; errors at teardown have
     // no one left to report to. The point-to-point stream goes after the operations on it.
     if (comm_ != nullptr) (void)ncclCommDestroy(comm_);
-    if (p2p_stream_ != nullptr) {
-      DeviceGuard guard(device_);
-      (void)cudaStreamDestroy(p2p_stream_);
-    }
+    // (A stream names its device, so no device guard, whose constructor could throw.)
+    if (p2p_stream_ != nullptr) (void)cudaStreamDestroy(p2p_stream_);
   }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
