@@ -72,6 +72,30 @@ int backwards_after_another_forward(const std::vector<pp::Action>& actions) {
   return count;
 }
 
+struct StepLoss {
+  double own;             // the loss train_step returned here (this replica's)
+  double replicas_mean;   // its mean over the dp replicas: the whole batch's loss
+};
+
+// One pipelined step on this replica's rows of the global batch (x, t), the gradients
+// synchronised over dp and tp as without a pipeline.
+StepLoss pipelined_step(pp::Pipeline& pipeline, const Mesh& mesh, nn::Module& model, dp::DataParallel* ddp,
+                        const Tensor& x, const Tensor& t) {
+  const std::int64_t rows = x.size(0) / mesh.dp_size();
+  const std::int64_t first_row = rows * mesh.coords().dp;
+  const Tensor local_x = x.narrow(0, first_row, rows).contiguous();
+  const Tensor local_t = t.narrow(0, first_row, rows).contiguous();
+  const double loss = pipeline.train_step(pipeline.is_first() ? local_x : Tensor(),
+                                          [&](const Tensor& out, const pp::Microbatch& mb, Tensor& grad) {
+                                            return mse_share(out, local_t, mb, grad);
+                                          });
+  if (ddp) ddp->finish_gradient_sync();
+  if (mesh.tp_size() > 1) tp::sync_replicated_gradients(model, mesh.tp());
+  Tensor mean = Tensor::from_vector<double>({loss}, {1});
+  mesh.dp().all_reduce(mean, ReduceOp::avg);
+  return {loss, mean.to_vector<double>()[0]};
+}
+
 void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, bool adamw,
               pp::StageActivations activations) {
   const std::string what = layout.name + ", " + std::string(pp::schedule_name(schedule)) + ", m " +
@@ -102,9 +126,6 @@ void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, boo
   ASSERT_EQ(model->named_parameters().size(), expected_params);
   ASSERT_EQ(pipeline.stage(), mesh.coords().pp);
 
-  // This replica's rows of the global batch.
-  const std::int64_t rows = kBatch / mesh.dp_size();
-  const std::int64_t first_row = rows * mesh.coords().dp;
   for (int step = 0; step < kSteps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     const Tensor x = batch_input(step), t = batch_target(step);
@@ -116,22 +137,13 @@ void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, boo
     serial->backward(dy);
 
     optimizer->zero_grad();
-    const Tensor local_x = x.narrow(0, first_row, rows).contiguous();
-    const Tensor local_t = t.narrow(0, first_row, rows).contiguous();
-    double loss = pipeline.train_step(pipeline.is_first() ? local_x : Tensor(),
-                                      [&](const Tensor& out, const pp::Microbatch& mb, Tensor& grad) {
-                                        return mse_share(out, local_t, mb, grad);
-                                      });
-    if (ddp) ddp->finish_gradient_sync();
-    if (mesh.tp_size() > 1) tp::sync_replicated_gradients(*model, mesh.tp());
+    const StepLoss loss = pipelined_step(pipeline, mesh, *model, ddp.get(), x, t);
 
     // The replica's loss is on every rank of its pipeline; the replicas' mean is the
     // serial loss of the whole batch (equal shares).
-    Tensor mean = Tensor::from_vector<double>({loss}, {1});
-    mesh.dp().all_reduce(mean, ReduceOp::avg);
-    const std::vector<std::string> all = all_gather_strings(std::to_string(loss), mesh.pp().mpi_comm());
+    const std::vector<std::string> all = all_gather_strings(std::to_string(loss.own), mesh.pp().mpi_comm());
     for (const auto& s : all) EXPECT_EQ(s, all.front()) << "the loss differs between stages";
-    EXPECT_NEAR(mean.to_vector<double>()[0], serial_loss, 1e-5 * std::abs(serial_loss));
+    EXPECT_NEAR(loss.replicas_mean, serial_loss, 1e-5 * std::abs(serial_loss));
 
     expect_stage_matches(*serial, *model, true, what + " (gradients)");
     serial_opt->step();
@@ -223,18 +235,8 @@ TEST(PipelineTraining, EvaluateMatchesTheSerialForward) {
       Tensor dy;
       const double serial_loss = mse_share(serial->forward(x), t, {0, 0, kBatch, kBatch}, dy);
       serial->backward(dy);
-      const std::int64_t rows = kBatch / mesh.dp_size();
-      const Tensor local_x = x.narrow(0, rows * mesh.coords().dp, rows).contiguous();
-      const Tensor local_t = t.narrow(0, rows * mesh.coords().dp, rows).contiguous();
-      const double loss = pipeline.train_step(pipeline.is_first() ? local_x : Tensor(),
-                                              [&](const Tensor& out, const pp::Microbatch& mb, Tensor& grad) {
-                                                return mse_share(out, local_t, mb, grad);
-                                              });
-      if (ddp) ddp->finish_gradient_sync();
-      if (mesh.tp_size() > 1) tp::sync_replicated_gradients(*model, mesh.tp());
-      Tensor mean = Tensor::from_vector<double>({loss}, {1});
-      mesh.dp().all_reduce(mean, ReduceOp::avg);
-      EXPECT_NEAR(mean.to_vector<double>()[0], serial_loss, 1e-5 * std::abs(serial_loss));
+      EXPECT_NEAR(pipelined_step(pipeline, mesh, *model, ddp.get(), x, t).replicas_mean, serial_loss,
+                  1e-5 * std::abs(serial_loss));
       expect_stage_matches(*serial, *model, true, layout.name + " step after evaluate (gradients)");
     }
   }
