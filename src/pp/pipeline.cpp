@@ -97,6 +97,14 @@ Pipeline::Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options)
   }
   stage_ = mesh_.coords().pp;
   keep_stage(model_, split_, stage_);
+  // CUDA stage messages take NCCL channels of their own, one per neighbour and
+  // direction (Communicator::prepare_point_to_point), opened here, collectively over
+  // mesh.pp(), rather than on a first message the neighbour may not be ready for. For
+  // host tensors, or ranks sharing a GPU, it opens nothing and messages take MPI.
+  std::vector<int> neighbours;
+  if (stage_ > 0) neighbours.push_back(stage_ - 1);
+  if (stage_ + 1 < stages()) neighbours.push_back(stage_ + 1);
+  mesh_.pp().prepare_point_to_point(mesh_.device(), neighbours);
   actions_ = stage_actions(options_.schedule, stage_, stages(), options_.microbatches);
   // A stash that missed one layer's caches would give that layer another microbatch's
   // backward: every stage checks its units before the first step, agreed over the mesh
@@ -192,6 +200,24 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     }
   };
 
+  // NCCL matches a peer's messages in the order they are posted (it has no tags), and
+  // the next stage sends the gradients in its backward order, which is this stage's:
+  // their receives are posted in that order, each once its activation is sent (1F1B:
+  // right after it; GPipe: all after the last forward, from the last microbatch down).
+  std::vector<int> backward_order;
+  for (const Action& a : actions_) {
+    if (a.kind == Action::Kind::backward) backward_order.push_back(a.microbatch);
+  }
+  std::size_t gradients_posted = 0;
+  auto post_gradients = [&] {
+    for (; gradients_posted < backward_order.size(); ++gradients_posted) {
+      const int k = backward_order[gradients_posted];
+      auto& g = mb[static_cast<std::size_t>(k)];
+      if (!g.grad_output.defined()) return;  // its activation is not sent yet
+      g.grad_request = pp.irecv(g.grad_output, next, gradient_tag(k));
+    }
+  };
+
   double loss_sum = 0;
   int cached = -1;  // the microbatch whose forward the units' caches hold
   // stash: moves the caches of the microbatch they hold aside before another forward or
@@ -250,7 +276,7 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
         sends.push_back(pp.isend(y, next, activation_tag(j)));
         f.output_shape = y.shape();
         f.grad_output = Tensor::empty(y.shape(), y.dtype(), y.device());
-        f.grad_request = pp.irecv(f.grad_output, next, gradient_tag(j));
+        post_gradients();
       }
     } else {
       if (!is_last()) f.grad_request.wait();

@@ -41,10 +41,14 @@
 // microbatch's backward under GPipe, need neither.
 //
 // Communication: every send is non-blocking (Communicator::isend) and is completed at
-// the end of the step; the receives of the gradients are posted as soon as the matching
-// activation is sent, and an activation's receive as soon as its shape (a small header
-// message) has arrived, so transfers overlap the stage's compute. Collective over the
-// whole mesh: every rank must call train_step with the same options.
+// the end of the step; the receives of the gradients are posted in the stage's backward
+// order, each once the matching activation is sent (1F1B: right after it), and an
+// activation's receive as soon as its shape (a small header message) has arrived, so
+// transfers overlap the stage's compute. CUDA tensors travel through NCCL channels
+// between neighbouring stages when each rank has its own GPU (the constructor opens
+// them, collectively over mesh.pp(); Communicator::prepare_point_to_point), which match
+// messages in posting order: hence the backward order. Collective over the whole mesh:
+// every rank must call train_step with the same options.
 
 #include <cstdint>
 #include <functional>
