@@ -5,10 +5,14 @@
 // so nothing outside src/backend and src/comm may include it (docs/architecture.md).
 //
 // Stream model: every operation tessera issues on device d (copies, memsets, kernels,
-// cuBLAS, NCCL) goes on one non-blocking stream per device, compute_stream(d). That
-// single stream is what makes the caching allocator's reuse safe without events: a
-// block freed by the host is handed out again only to work queued later on the same
-// stream, which runs after every earlier use of the block.
+// cuBLAS, NCCL collectives) goes on one non-blocking stream per device,
+// compute_stream(d). That single stream is what makes the caching allocator's reuse
+// safe without events: a block freed by the host is handed out again only to work
+// queued later on the same stream, which runs after every earlier use of the block.
+// The one exception, the NCCL point-to-point channels of pipeline stages
+// (nccl_communicator_impl.cpp), run on streams of their own: each message's stream
+// first waits on an event of the compute stream, and its buffers stay alive (and so
+// out of the allocator's hands) until the host has seen the message complete.
 
 #include <cuda_runtime.h>
 
