@@ -150,7 +150,7 @@ int run(int argc, char** argv, const std::string& program, Flags flags,
       if (device) g_device = *device;
     }
     if (!no_gpu.empty()) {
-      if (rank == 0) std::printf("%s: --device=cuda: no GPU here (%s); nothing was run\n", program.c_str(), no_gpu.c_str());
+      if (rank == 0) std::printf("%s: --device=cuda: no usable CUDA device (%s); nothing was run\n", program.c_str(), no_gpu.c_str());
     } else {
       if (g_device.is_cuda()) {
         // Which GPU, and how many of the node's ranks share it: with more than one the
