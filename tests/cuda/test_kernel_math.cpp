@@ -149,6 +149,26 @@ TEST(KernelMath, BlockGlobalIndexMatchesNestedLoopsForStridedBlocks) {
       }
 }
 
+// The CUDA copy takes cudaMemcpyAsync exactly for row-major contiguous layouts: dense
+// strides, extents of 1 with any stride; not a transposed, padded or broadcast one.
+TEST(KernelMath, RowMajorContiguousLayouts) {
+  auto layout = [](std::initializer_list<std::int64_t> shape, std::initializer_list<std::int64_t> strides) {
+    StridedLayout l;
+    l.ndim = static_cast<int>(shape.size());
+    int d = 0;
+    for (std::int64_t e : shape) l.shape[d++] = e;
+    d = 0;
+    for (std::int64_t s : strides) l.strides[d++] = s;
+    return l;
+  };
+  EXPECT_TRUE(is_row_major_contiguous(layout({}, {})));
+  EXPECT_TRUE(is_row_major_contiguous(layout({3, 4, 5}, {20, 5, 1})));
+  EXPECT_TRUE(is_row_major_contiguous(layout({3, 1, 5}, {5, 99, 1})));
+  EXPECT_FALSE(is_row_major_contiguous(layout({3, 4}, {1, 3})));   // transposed
+  EXPECT_FALSE(is_row_major_contiguous(layout({3, 4}, {8, 1})));   // padded rows (narrowed)
+  EXPECT_FALSE(is_row_major_contiguous(layout({3, 4}, {0, 1})));   // broadcast rows
+}
+
 // The host initialiser uses uniform_in for uniforms: element g of a block is exactly
 // uniform_in(a, b, uniform53(philox block g)), the value the CUDA kernel computes.
 TEST(KernelMath, HostUniformInitIsTheSharedFormula) {

@@ -30,4 +30,16 @@ TESSERA_HOST_DEVICE inline std::int64_t strided_offset(std::int64_t linear,
   return offset;
 }
 
+// Whether `layout` walks one run of memory in linear order (row-major contiguous;
+// extents of 1 may carry any stride). A copy between two such layouts of one shape is
+// a single block copy, which the CUDA backend hands to cudaMemcpyAsync.
+inline bool is_row_major_contiguous(const StridedLayout& layout) {
+  std::int64_t expected = 1;
+  for (int d = layout.ndim - 1; d >= 0; --d) {
+    if (layout.shape[d] != 1 && layout.strides[d] != expected) return false;
+    expected *= layout.shape[d];
+  }
+  return true;
+}
+
 }  // namespace tessera::detail
