@@ -80,10 +80,14 @@ void for_each_slot(const std::vector<FieldView>& views, const std::vector<HaloRe
 
 }  // namespace
 
-void HaloExchange::Plan::reserve(MessageBuffer& buffer, std::int64_t cells, bool for_mpi) const {
+std::size_t HaloExchange::Plan::message_bytes(std::int64_t cells) const {
   std::size_t bytes = 0;
   for (const FieldView& f : views) bytes = align8(bytes) + static_cast<std::size_t>(f.leading * cells) * f.element;
-  buffer.reserve(bytes, device, for_mpi && !mpi_can_address(device));
+  return bytes;
+}
+
+void HaloExchange::Plan::reserve(MessageBuffer& buffer, std::int64_t cells, bool for_mpi) const {
+  buffer.reserve(message_bytes(cells), device, for_mpi && !mpi_can_address(device));
 }
 
 void HaloExchange::Plan::pack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer) const {
@@ -167,7 +171,7 @@ void HaloExchange::Plan::prepare_direct() {
   for (std::vector<halo::Transfer>* list : {&sends, &recvs}) {
     const bool sending = list == &sends;
     for (halo::Transfer& t : *list) {
-      bool eligible = true;
+      bool eligible = message_bytes(t.cells) <= kDirectMaxBytes;
       for (const FieldView& f : views)
         for (const HaloRect& rect : t.rects) eligible = eligible && long_rows(f, rect, kDirectRowBytes);
       if (!eligible) continue;

@@ -128,6 +128,9 @@ struct HaloExchange::Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
+  // The bytes of a message of `cells` per field of `views` (each field's part 8-byte
+  // aligned, as pack lays them out).
+  std::size_t message_bytes(std::int64_t cells) const;
   // Sizes `buffer` for `cells` per field of `views`, staged through pinned host memory
   // when MPI cannot address the fields' device (never for the self buffer, which MPI
   // never sees).
@@ -139,8 +142,16 @@ struct HaloExchange::Plan {
   void zero(const std::vector<HaloRect>& rects) const;
   // Builds (or keeps, for the same fields) the direct datatype of every forward transfer
   // whose rects MPI can walk cheaply: host fields, rows of at least kDirectRowBytes
-  // contiguous bytes. Transfers left without one are packed as before.
+  // contiguous bytes, and at most kDirectMaxBytes in the message. Transfers left without
+  // one are packed as before. Why the size limit: a small message travels eagerly, and
+  // MPI copies it into its own buffer either way, so the datatype saves tessera's pack;
+  // a large one travels by rendezvous, where a contiguous buffer is copied once, straight
+  // between the processes, while a datatype goes through MPI's own packing. Measured on
+  // 2 ranks (MPICH 4.0.2, UCX shared memory; docs/performance.md): the datatype won at
+  // 11.5 KiB, tied at 46 KiB and lost from 92 KiB (1440 x 2880, width 3, 4 fields: 65 %
+  // of a contiguous Sendrecv against 80 % packed).
   static constexpr std::size_t kDirectRowBytes = 256;
+  static constexpr std::size_t kDirectMaxBytes = 64 * 1024;
   void prepare_direct();
   void free_direct() noexcept;
 };

@@ -1,6 +1,6 @@
 // The forward halo exchange through MPI datatypes over the fields' own memory (the host
-// path for messages with rows of at least 256 bytes, src/domain/halo_buffers.cpp,
-// Plan::prepare_direct): every halo cell of wide fields (f32 and f64 in one exchange, an
+// path for messages of at most 64 KiB with rows of at least 256 bytes,
+// src/domain/halo_buffers.cpp, Plan::prepare_direct): every halo cell of wide fields (f32 and f64 in one exchange, an
 // odd longitude count so that the packed layout has padding between fields) follows the
 // rule it must (owner's value, periodic wrap, pole policy, zero), on 1-D and 2x2 grids
 // where wide latitude messages go direct and narrow longitude messages are packed; the
@@ -67,6 +67,25 @@ TEST(HaloDirect, WideFieldsFollowTheRule) {
             EXPECT_EQ(check_coordinates<float>(ex, fields[2]), "") << what;
           }
         }
+}
+
+// Messages over Plan::kDirectMaxBytes (64 KiB) are packed even with long rows: 4 f32
+// fields of 8 channels x 600 columns send 75 KiB per latitude message at width 1, while
+// the 2x2 grid's 300-column halves stay under the limit and go direct; the 2x2 grid's
+// longitude messages (1-cell rows) are packed. Every cell follows the rule either way.
+TEST(HaloDirect, MessagesOverTheSizeLimitArePackedAndFollowTheRule) {
+  for (const ProcessGrid& grid : direct_grids()) {
+    Decomposition d(world(), {8, 16, 600}, grid);
+    HaloSpec spec;
+    spec.width = HaloWidths::uniform(1);
+    spec.periodic_lon = true;
+    HaloExchange ex(d, spec);
+    std::vector<Tensor> fields;
+    for (int k = 0; k < 4; ++k) fields.push_back(ex.allocate(DType::f32, {8}));
+    for (Tensor& f : fields) fill_coordinates<float>(ex, f);
+    ex.exchange(fields);
+    for (const Tensor& f : fields) EXPECT_EQ(check_coordinates<float>(ex, f), "") << grid.str();
+  }
 }
 
 TEST(HaloDirect, NewFieldsGetNewDatatypes) {
