@@ -148,7 +148,6 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     Tensor header;       // received header (stages after the first)
     CommRequest header_request, input_request, grad_request;
     bool input_posted = false;
-    Shape output_shape;  // what was sent on, so the gradient's receive knows its shape
     Tensor grad_output;  // received gradient, or the loss function's on the last stage
   };
   std::vector<InFlight> mb(static_cast<std::size_t>(m));
@@ -274,7 +273,6 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
         y = y.contiguous();
         sends.push_back(pp.isend(make_header(y, f.info), next, header_tag(j)));
         sends.push_back(pp.isend(y, next, activation_tag(j)));
-        f.output_shape = y.shape();
         f.grad_output = Tensor::empty(y.shape(), y.dtype(), y.device());
         post_gradients();
       }
