@@ -161,6 +161,7 @@ void BM_halo(benchmark::State& state) {
   bench::report_peer(state, "sendrecv", raw_total, total);
   bench::report_peer(state, "sendrecv_unwritten", unwritten_total, total);
   state.counters["messages"] = halo.stats().send_messages;
+  state.counters["node_memory_messages"] = halo.stats().node_memory_messages;  // of `messages`
   set_shape_counters(state);
 }
 

@@ -55,49 +55,27 @@ void retire_arrival_board(std::shared_ptr<ArrivalBoard>& board) noexcept {
   board.reset();
 }
 
-ArrivalBoard::ArrivalBoard(MPI_Comm comm) {
-  int rank = 0;
+ArrivalBoard::ArrivalBoard(MPI_Comm comm) : node_(comm) {
   MPI_Comm_size(comm, &size_);
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_);
-  void* base = nullptr;
-  MPI_Win_allocate_shared(sizeof(std::int64_t), static_cast<int>(sizeof(std::int64_t)), MPI_INFO_NULL, node_, &base,
-                          &node_window_);
-  mine_ = static_cast<std::int64_t*>(base);
+  node_.allocate(sizeof(std::int64_t));
+  mine_ = reinterpret_cast<std::int64_t*>(node_.mine());
   std::atomic_ref<std::int64_t>(*mine_).store(0);
   // The same counter, exposed to every rank of the communicator for one-sided gets.
   MPI_Win_create(mine_, sizeof(std::int64_t), static_cast<int>(sizeof(std::int64_t)), MPI_INFO_NULL, comm, &window_);
-  // One passive epoch for each window's life: reads need no call from the target.
-  MPI_Win_lock_all(MPI_MODE_NOCHECK, node_window_);
+  // One passive epoch for the window's life: reads need no call from the target.
   MPI_Win_lock_all(MPI_MODE_NOCHECK, window_);
-
   // Where each node peer's counter is, by its rank in the communicator.
   local_.assign(static_cast<std::size_t>(size_), nullptr);
-  int node_size = 1;
-  MPI_Comm_size(node_, &node_size);
-  MPI_Group comm_group, node_group;
-  MPI_Comm_group(comm, &comm_group);
-  MPI_Comm_group(node_, &node_group);
-  for (int peer = 0; peer < node_size; ++peer) {
-    int in_comm = MPI_UNDEFINED;
-    MPI_Group_translate_ranks(node_group, 1, &peer, comm_group, &in_comm);
-    MPI_Aint bytes = 0;
-    int unit = 0;
-    void* where = nullptr;
-    MPI_Win_shared_query(node_window_, peer, &bytes, &unit, &where);
-    if (in_comm != MPI_UNDEFINED) local_[static_cast<std::size_t>(in_comm)] = static_cast<const std::int64_t*>(where);
+  for (int peer = 0; peer < size_; ++peer) {
+    local_[static_cast<std::size_t>(peer)] = reinterpret_cast<const std::int64_t*>(node_.of(peer));
   }
-  MPI_Group_free(&comm_group);
-  MPI_Group_free(&node_group);
 }
 
 void ArrivalBoard::release() noexcept {
   if (window_ == MPI_WIN_NULL) return;
   MPI_Win_unlock_all(window_);
   MPI_Win_free(&window_);
-  MPI_Win_unlock_all(node_window_);
-  MPI_Win_free(&node_window_);
-  MPI_Comm_free(&node_);
+  node_.release();
   mine_ = nullptr;
   local_.clear();
 }

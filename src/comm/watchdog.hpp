@@ -15,6 +15,8 @@
 
 #include <mpi.h>
 
+#include "comm/node_window.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -39,8 +41,7 @@ class ArrivalBoard {
   void release() noexcept;  // frees the windows and the node communicator (collective); idempotent
 
  private:
-  MPI_Comm node_ = MPI_COMM_NULL;           // this node's ranks of the communicator
-  MPI_Win node_window_ = MPI_WIN_NULL;      // their counters, in shared memory
+  NodeWindow node_;                         // this node's ranks' counters, in shared memory
   MPI_Win window_ = MPI_WIN_NULL;           // every rank's counter, for one-sided gets
   std::int64_t* mine_ = nullptr;
   std::vector<const std::int64_t*> local_;  // by communicator rank: the counter on this node, or null

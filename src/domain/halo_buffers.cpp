@@ -90,19 +90,36 @@ void HaloExchange::Plan::reserve(MessageBuffer& buffer, std::int64_t cells, bool
   buffer.reserve(message_bytes(cells), device, for_mpi && !mpi_can_address(device));
 }
 
-void HaloExchange::Plan::pack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer) const {
+void HaloExchange::Plan::pack(const std::vector<HaloRect>& rects, std::byte* packed) const {
   auto& compute = tessera::detail::compute_for(device);
   for_each_slot(views, rects, [&](const FieldView& f, const HaloRect& rect, std::size_t offset) {
-    compute.halo_pack(f.dtype, f.base, f.layout, rect, buffer.packed() + offset, device.index);
+    compute.halo_pack(f.dtype, f.base, f.layout, rect, packed + offset, device.index);
   });
 }
 
-void HaloExchange::Plan::unpack(const std::vector<HaloRect>& rects, const MessageBuffer& buffer,
-                                bool accumulate) const {
+void HaloExchange::Plan::unpack(const std::vector<HaloRect>& rects, const std::byte* packed, bool accumulate) const {
   auto& compute = tessera::detail::compute_for(device);
   for_each_slot(views, rects, [&](const FieldView& f, const HaloRect& rect, std::size_t offset) {
-    compute.halo_unpack(f.dtype, f.base, f.layout, rect, buffer.packed() + offset, accumulate, device.index);
+    compute.halo_unpack(f.dtype, f.base, f.layout, rect, packed + offset, accumulate, device.index);
   });
+}
+
+void HaloExchange::Plan::prepare_node_memory(bool all_host) {
+  std::size_t bytes = 0;
+  for (std::vector<halo::Transfer>* list : {&sends, &recvs}) {
+    std::size_t offset = 0;  // outgoing regions of one direction (forward: sends; adjoint: recvs)
+    for (halo::Transfer& t : *list) {
+      const std::size_t message = message_bytes(t.cells);
+      t.via_node = all_host && node.on_node(t.peer) && message >= kNodeMemoryMinBytes;
+      if (!t.via_node) continue;
+      t.window_offset = static_cast<std::int64_t>(offset);
+      offset += (message + 63) & ~std::size_t{63};  // each region on its own cache lines
+    }
+    bytes = std::max(bytes, offset);
+  }
+  stats.node_memory_messages =
+      static_cast<int>(std::count_if(sends.begin(), sends.end(), [](const halo::Transfer& t) { return t.via_node; }));
+  node.allocate(bytes);  // every node rank, together (prepare's agreement reaches all of them)
 }
 
 namespace {
@@ -145,7 +162,10 @@ MPI_Datatype rect_type(const FieldView& f, const HaloRect& rect) {
 
 }  // namespace
 
-HaloExchange::Plan::~Plan() { free_direct(); }
+HaloExchange::Plan::~Plan() {
+  settle_node_answers();
+  free_direct();
+}
 
 void HaloExchange::Plan::free_direct() noexcept {
   int finalized = 0;
@@ -158,6 +178,7 @@ void HaloExchange::Plan::free_direct() noexcept {
   }
   direct_views.clear();
   direct_built = false;
+  stats.direct_messages = 0;
 }
 
 void HaloExchange::Plan::prepare_direct() {
@@ -171,7 +192,7 @@ void HaloExchange::Plan::prepare_direct() {
   for (std::vector<halo::Transfer>* list : {&sends, &recvs}) {
     const bool sending = list == &sends;
     for (halo::Transfer& t : *list) {
-      bool eligible = message_bytes(t.cells) <= kDirectMaxBytes;
+      bool eligible = !t.via_node && message_bytes(t.cells) <= kDirectMaxBytes;
       for (const FieldView& f : views)
         for (const HaloRect& rect : t.rects) eligible = eligible && long_rows(f, rect, kDirectRowBytes);
       if (!eligible) continue;
@@ -217,6 +238,8 @@ void HaloExchange::Plan::prepare_direct() {
   }
   direct_views = views;
   direct_built = true;
+  stats.direct_messages = static_cast<int>(
+      std::count_if(sends.begin(), sends.end(), [](const halo::Transfer& t) { return t.direct != MPI_DATATYPE_NULL; }));
 }
 
 void HaloExchange::Plan::zero(const std::vector<HaloRect>& rects) const {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <utility>
 
@@ -52,6 +53,10 @@ using tessera::detail::halo_rect_area;
 // therefore never share a tag.
 constexpr int kForwardTag = 0x4100;
 constexpr int kAdjointTag = 0x4200;
+// The empty answer of a message read from node memory goes back under its own tag (on
+// the plan's node communicator, where the offsets travel under the tags above).
+constexpr int kForwardReadTag = 0x4300;
+constexpr int kAdjointReadTag = 0x4400;
 
 }  // namespace
 
@@ -120,6 +125,7 @@ HaloExchange::HaloExchange(const Decomposition& decomposition, HaloSpec spec)
                                 (p.spec.periodic_lon ? " periodic" : " bounded") + " " +
                                 std::string(pole_policy_name(p.spec.pole)),
                             "HaloExchange: the ranks of the domain communicator passed different arguments");
+  p.node = tessera::detail::NodeWindow(d.comm().mpi_comm());
 }
 
 HaloExchange::~HaloExchange() {
@@ -176,6 +182,35 @@ Tensor HaloExchange::interior(const Tensor& padded) const {
   }
   const int d = padded.dim();
   return padded.narrow(d - 2, w.lat_before, box.lat.length).narrow(d - 1, w.lon_before, box.lon.length);
+}
+
+void HaloExchange::Plan::await_node_answers() {
+  if (done_requests.empty()) return;
+  tessera::detail::wait_all(done_requests, wait,
+                            {"the halo exchange's node-memory read answers", decomposition.comm().mpi_comm()});
+  done_requests.clear();
+}
+
+void HaloExchange::Plan::settle_node_answers() noexcept {
+  if (done_requests.empty()) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (std::uncaught_exceptions() == 0) {
+    try {
+      await_node_answers();
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera: ~HaloExchange: %s\n", e.what());
+    }
+  }
+  // Unwinding (or the wait failed): a peer may never answer; drop the requests instead.
+  for (MPI_Request& r : done_requests) {
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);  // an unmatched receive is withdrawn; a sent answer completes anyway
+    MPI_Request_free(&r);
+  }
+  done_requests.clear();
 }
 
 namespace {
@@ -263,6 +298,7 @@ static void prepare(HaloExchange::Plan& p, const std::vector<Tensor>& fields, co
     throw InvalidArgument(std::string("HaloExchange::") + op +
                           ": an exchange of this plan is still in flight; call finish() first");
   }
+  p.await_node_answers();  // before this rank packs into (or frees) its node memory again
   auto describe = [&] { describe_fields(fields, p.padded_lat, p.padded_lon, p.decomposition.rank(), op, p.views); };
   if (p.validated_fields && same_fields(*p.validated_fields, fields)) {
     describe();
@@ -276,6 +312,11 @@ static void prepare(HaloExchange::Plan& p, const std::vector<Tensor>& fields, co
   std::vector<FieldKey> keys;
   for (const Tensor& t : fields) keys.push_back(key_of(t));
   p.validated_fields = std::move(keys);
+  // Node memory needs every rank's fields on the host: a device rank's packed bytes are
+  // not where its node peers could load them.
+  int all_host = std::all_of(fields.begin(), fields.end(), [](const Tensor& t) { return t.device().is_host(); }) ? 1 : 0;
+  TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all_host, 1, MPI_INT, MPI_LAND, comm));
+  p.prepare_node_memory(all_host != 0);
 }
 
 // Posts every receive, then every send: through the transfer's direct datatype when
@@ -294,7 +335,10 @@ static void post(HaloExchange::Plan& p, std::vector<Transfer>& incoming, std::ve
   // Receives first, so a message that arrives early lands in its buffer directly.
   for (Transfer& t : incoming) {
     MPI_Request r = MPI_REQUEST_NULL;
-    if (direct && t.direct != MPI_DATATYPE_NULL) {
+    if (t.via_node) {
+      TESSERA_CHECK_MPI(MPI_Irecv(&t.notice, 1, MPI_INT64_T, p.node.node_rank(t.peer), tag_base + t.direction,
+                                  p.node.comm(), &r));
+    } else if (direct && t.direct != MPI_DATATYPE_NULL) {
       TESSERA_CHECK_MPI(MPI_Irecv(MPI_BOTTOM, 1, t.direct, t.peer, tag_base + t.direction, comm, &r));
     } else {
       p.reserve(t.buffer, t.cells, /*for_mpi=*/true);
@@ -305,7 +349,10 @@ static void post(HaloExchange::Plan& p, std::vector<Transfer>& incoming, std::ve
   }
   for (Transfer& t : outgoing) {
     MPI_Request r = MPI_REQUEST_NULL;
-    if (direct && t.direct != MPI_DATATYPE_NULL) {
+    if (t.via_node) {
+      TESSERA_CHECK_MPI(MPI_Isend(&t.window_offset, 1, MPI_INT64_T, p.node.node_rank(t.peer), tag_base + t.direction,
+                                  p.node.comm(), &r));
+    } else if (direct && t.direct != MPI_DATATYPE_NULL) {
       TESSERA_CHECK_MPI(MPI_Isend(MPI_BOTTOM, 1, t.direct, t.peer, tag_base + t.direction, comm, &r));
     } else {
       TESSERA_CHECK_MPI(MPI_Isend(t.buffer.message(), check_count(t.buffer.bytes()), MPI_BYTE, t.peer,
@@ -337,12 +384,19 @@ void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bo
   std::vector<Transfer>& incoming = adjoint ? p.sends : p.recvs;
   const bool direct = !adjoint;
   if (direct) p.prepare_direct();
+  bool node_packed = false;
   for (Transfer& t : outgoing) {
+    if (t.via_node) {
+      p.pack(t.rects, p.node.mine() + t.window_offset);
+      node_packed = true;
+      continue;
+    }
     if (direct && t.direct != MPI_DATATYPE_NULL) continue;
     p.reserve(t.buffer, t.cells, /*for_mpi=*/true);
-    p.pack(t.rects, t.buffer);
+    p.pack(t.rects, t.buffer.packed());
     t.buffer.packed_to_message();
   }
+  if (node_packed) p.node.sync();  // the packed bytes before the offsets that announce them
   // MPI knows nothing of the device's stream. When it addresses device memory directly,
   // the pack kernels must be done before it reads the send buffers, and the previous
   // exchange's unpack kernels before it writes the receive buffers. (Staged copies
@@ -358,8 +412,8 @@ void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bo
   for (const HaloRect& rect : p.self_from) self_cells += halo_rect_area(rect);
   if (self_cells > 0) {
     p.reserve(p.self_buffer, self_cells, /*for_mpi=*/false);
-    p.pack(adjoint ? p.self_to : p.self_from, p.self_buffer);
-    p.unpack(adjoint ? p.self_from : p.self_to, p.self_buffer, adjoint);
+    p.pack(adjoint ? p.self_to : p.self_from, p.self_buffer.packed());
+    p.unpack(adjoint ? p.self_from : p.self_to, p.self_buffer.packed(), adjoint);
   }
   p.zero(adjoint ? p.frame : p.zeros);
 }
@@ -373,14 +427,42 @@ void finish_exchange(HaloExchange::Plan& p, bool adjoint) {
   }
   // Whatever happens, the plan is idle afterwards: a failed wait leaves nothing to finish.
   p.mode = HaloExchange::Plan::Mode::idle;
+  const MPI_Comm comm = p.decomposition.comm().mpi_comm();
   tessera::detail::wait_all(p.requests, p.wait,
-                            {adjoint ? "the halo exchange's adjoint messages" : "the halo exchange's messages",
-                             p.decomposition.comm().mpi_comm()});
-  for (const Transfer& t : adjoint ? p.sends : p.recvs) {
+                            {adjoint ? "the halo exchange's adjoint messages" : "the halo exchange's messages", comm});
+  std::vector<Transfer>& incoming = adjoint ? p.sends : p.recvs;
+  std::vector<Transfer>& outgoing = adjoint ? p.recvs : p.sends;
+  const int done_tag = adjoint ? kAdjointReadTag : kForwardReadTag;
+  bool node_read = false;
+  for (const Transfer& t : incoming) {
+    if (t.via_node) {
+      if (!node_read) p.node.sync();  // the sender's packed bytes, announced by its offset
+      node_read = true;
+      p.unpack(t.rects, p.node.of(t.peer) + t.notice, adjoint);
+      continue;
+    }
     if (!adjoint && t.direct != MPI_DATATYPE_NULL) continue;  // MPI wrote the halo itself
     t.buffer.message_to_packed();
-    p.unpack(t.rects, t.buffer, adjoint);
+    p.unpack(t.rects, t.buffer.packed(), adjoint);
   }
+  // Node memory: tell each sender its bytes are read, and ask each receiver for the same
+  // answer, awaited before this plan packs again (await_node_answers), not here: ranks
+  // may finish the exchanges of two plans in different orders, and a wait here for a
+  // peer that finishes the other plan first would wait for ever. The answers go over the
+  // plan's own node communicator (as the offsets do), so no plan takes another's.
+  for (const Transfer& t : incoming) {
+    if (!t.via_node) continue;
+    p.done_requests.push_back(MPI_REQUEST_NULL);
+    TESSERA_CHECK_MPI(MPI_Isend(nullptr, 0, MPI_BYTE, p.node.node_rank(t.peer), done_tag + t.direction,
+                                p.node.comm(), &p.done_requests.back()));
+  }
+  for (const Transfer& t : outgoing) {
+    if (!t.via_node) continue;
+    p.done_requests.push_back(MPI_REQUEST_NULL);
+    TESSERA_CHECK_MPI(MPI_Irecv(nullptr, 0, MPI_BYTE, p.node.node_rank(t.peer), done_tag + t.direction,
+                                p.node.comm(), &p.done_requests.back()));
+  }
+
   static const Tensor undefined;
   for (Tensor& t : p.fields) t = undefined;  // lets the fields go, keeps the objects for the next exchange
 }

@@ -27,12 +27,23 @@ std::string_view layout_name(Layout layout) noexcept {
   return "?";
 }
 
-ParallelStyle ParallelStyle::colwise(Layout input, Layout output) { return {Kind::colwise, input, output}; }
-ParallelStyle ParallelStyle::rowwise(Layout input, Layout output) { return {Kind::rowwise, input, output}; }
+namespace {
+// A style of `kind` between two layouts, the optional shard dims left unset.
+ParallelStyle style_of(ParallelStyle::Kind kind, Layout input, Layout output) {
+  ParallelStyle s;
+  s.kind = kind;
+  s.input = input;
+  s.output = output;
+  return s;
+}
+}  // namespace
+
+ParallelStyle ParallelStyle::colwise(Layout input, Layout output) { return style_of(Kind::colwise, input, output); }
+ParallelStyle ParallelStyle::rowwise(Layout input, Layout output) { return style_of(Kind::rowwise, input, output); }
 
 namespace {
 ParallelStyle prepared(ParallelStyle::Kind kind, const Prepare& input, const Prepare& output) {
-  ParallelStyle s{kind, input.layout, output.layout};
+  ParallelStyle s = style_of(kind, input.layout, output.layout);
   if (input.layout == Layout::shard_sequence) s.input_dim = input.dim;
   if (output.layout == Layout::shard_sequence) s.output_dim = output.dim;
   return s;
@@ -53,11 +64,11 @@ Prepare make_output_tensor() { return {Layout::replicate, {}}; }
 Prepare make_sharded_output_tensor() { return {Layout::shard_features, {}}; }
 Prepare make_output_shard_1d(int dim) { return shard_on(dim); }
 Prepare make_output_reshard_tensor() { return {Layout::shard_sequence, 0}; }
-ParallelStyle ParallelStyle::pairwise() { return {Kind::pairwise, Layout::replicate, Layout::replicate}; }
+ParallelStyle ParallelStyle::pairwise() { return style_of(Kind::pairwise, Layout::replicate, Layout::replicate); }
 ParallelStyle ParallelStyle::sequence_parallel(Layout input) {
-  return {Kind::sequence_parallel, input, Layout::shard_sequence};
+  return style_of(Kind::sequence_parallel, input, Layout::shard_sequence);
 }
-ParallelStyle ParallelStyle::replicated(Layout output) { return {Kind::replicate, Layout::replicate, output}; }
+ParallelStyle ParallelStyle::replicated(Layout output) { return style_of(Kind::replicate, Layout::replicate, output); }
 
 std::string ParallelStyle::str() const {
   const char* names[] = {"Colwise", "Rowwise", "Pairwise", "SequenceParallel", "Replicate"};

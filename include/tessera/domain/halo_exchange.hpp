@@ -23,7 +23,10 @@
 //
 // Several fields, of different dtypes and leading dims, travel in one exchange with one
 // message per (neighbour, direction): every field's part for that neighbour is packed
-// into one buffer. The MPI tag is the direction of the halo slot on the receiving side
+// into one buffer. With host fields, a neighbour on the same node (split_by_node) reads a
+// message of 8 KiB or more straight from the sender's packed bytes in MPI shared memory
+// (the message carries only where they are, and an empty answer says they were read);
+// smaller messages, other nodes and device fields go through MPI as described. The MPI tag is the direction of the halo slot on the receiving side
 // (below/inside/above in lat x before/inside/after in lon), so with 1 or 2 ranks along a
 // periodic dim the east and west messages between the same two ranks stay apart; a
 // rank's own pieces (periodic wrap onto itself) are copied locally without MPI.
@@ -90,6 +93,11 @@ struct HaloPlanStats {
   std::int64_t send_cells = 0;  // (lat, lon) cells per leading index sent per exchange
   std::int64_t recv_cells = 0;
   std::int64_t self_cells = 0;  // cells copied locally (periodic wrap onto this rank)
+  // How the last exchange's field set travels: of send_messages, those read by a peer on
+  // this node straight from this rank's node memory, and those MPI reads from the
+  // fields through a datatype (forward, host, rows >= 256 bytes, at most 64 KiB).
+  int node_memory_messages = 0;
+  int direct_messages = 0;
 };
 
 class HaloExchange {
@@ -100,7 +108,9 @@ class HaloExchange {
   // serve (odd longitude count, non-periodic longitude, latitude faces of the other kind
   // of rows). The fields follow the decomposition's stagger (its faces' boxes).
   HaloExchange(const Decomposition& decomposition, HaloSpec spec);
-  ~HaloExchange();  // waits for an exchange still in flight
+  // Waits for an exchange still in flight. Collective over the node's ranks of the
+  // domain communicator (it frees the node memory) unless an exception is unwinding.
+  ~HaloExchange();
   HaloExchange(const HaloExchange&) = delete;
   HaloExchange& operator=(const HaloExchange&) = delete;
   HaloExchange(HaloExchange&&) noexcept;
