@@ -7,8 +7,9 @@
 
 The schedules' theory, (p - 1) / (m + p - 1), takes messages as free. This replays each
 stage's actions in the order src/pp/schedule.cpp gives them (GPipe: every forward, then
-the backwards from the last microbatch; 1F1B: p - 1 - s warm-up forwards, then one
-forward and one backward) with two costs per stage-boundary message:
+the backwards from the last microbatch; 1F1B: p - s warm-up forwards on every stage but
+the last, none there, then one forward and one backward; --warmup pipedream for
+PipeDream-flush's p - 1 - s) with two costs per stage-boundary message:
 
   latency  from the end of the action that sends it to the moment it can be received;
   receive  time the receiving stage spends taking it in (with MPICH's UCX device on one
@@ -18,7 +19,8 @@ forward and one backward) with two costs per stage-boundary message:
 and, with --imbalance x, stages of unequal speed: stage s's forwards and backwards take
 (1 + x s / (p - 1)) times the given ones (the last stage x slower; x < 0: faster).
 
-and prints the two figures bench_pipeline measures: the bubble, 1 - (the busiest stage's
+and prints the two figures bench_pipeline measures (and, as 1f1b-pd, 1F1B's bubble with
+PipeDream-flush's warm-up): the bubble, 1 - (the busiest stage's
 compute time) / (the step's time), and the idle fraction, the same averaged over the
 stages (with unequal stages the faster ones also wait for the slowest in the steady
 state). With latency = receive = 0 and equal stages both equal the theory; with unequal
@@ -31,11 +33,15 @@ bubble; ctest runs it as pipeline_bubble_model. docs/pipeline.md compares it wit
 import argparse
 
 
-def stage_actions(schedule, stage, stages, microbatches):
-    """The (kind, microbatch) list of one stage, as pp::stage_actions builds it."""
+def stage_actions(schedule, stage, stages, microbatches, pipedream=False):
+    """The (kind, microbatch) list of one stage, as pp::stage_actions builds it (or, with
+    pipedream, with PipeDream-flush's one warm-up forward fewer)."""
     if schedule == "gpipe":
         return [("F", j) for j in range(microbatches)] + [("B", j) for j in reversed(range(microbatches))]
-    warmup = min(stages - 1 - stage, microbatches)
+    if pipedream:
+        warmup = min(stages - 1 - stage, microbatches)
+    else:
+        warmup = 0 if stage == stages - 1 else min(stages - stage, microbatches)
     actions = [("F", j) for j in range(warmup)]
     forward, backward = warmup, 0
     while forward < microbatches:
@@ -45,9 +51,9 @@ def stage_actions(schedule, stage, stages, microbatches):
     return actions
 
 
-def bubble(schedule, stages, microbatches, forward, backward, latency, receive, imbalance=0.0):
+def bubble(schedule, stages, microbatches, forward, backward, latency, receive, imbalance=0.0, pipedream=False):
     """bench_pipeline's (bubble, idle) of one step under the costs above (times in any unit)."""
-    actions = [stage_actions(schedule, s, stages, microbatches) for s in range(stages)]
+    actions = [stage_actions(schedule, s, stages, microbatches, pipedream) for s in range(stages)]
     finished = {}  # (stage, kind, microbatch) -> end time
     clock = [0.0] * stages
     busy = [0.0] * stages
@@ -84,17 +90,24 @@ def check():
     for p in range(1, 6):
         for m in range(1, 25):
             theory = (p - 1) / (m + p - 1)
-            for schedule in ("gpipe", "1f1b"):
-                free = bubble(schedule, p, m, 5.0, 10.0, 0.0, 0.0)
-                costly = bubble(schedule, p, m, 5.0, 10.0, 0.2, 0.2)
+            for schedule, pipedream in (("gpipe", False), ("1f1b", False), ("1f1b", True)):
+                name = schedule + (" (PipeDream-flush warm-up)" if pipedream else "")
+                free = bubble(schedule, p, m, 5.0, 10.0, 0.0, 0.0, 0.0, pipedream)
+                costly = bubble(schedule, p, m, 5.0, 10.0, 0.2, 0.2, 0.0, pipedream)
                 if max(abs(f - theory) for f in free) > 1e-12 or costly[0] < free[0] - 1e-12:
-                    raise SystemExit(f"{schedule} p={p} m={m}: theory {theory}, free {free}, costly {costly}")
+                    raise SystemExit(f"{name} p={p} m={m}: theory {theory}, free {free}, costly {costly}")
                 for x in (0.1, -0.1):
-                    b = bubble(schedule, p, m, 5.0, 10.0, 0.0, 0.0, x)[0]
+                    b = bubble(schedule, p, m, 5.0, 10.0, 0.0, 0.0, x, pipedream)[0]
                     if b > theory + 1e-12:
-                        raise SystemExit(f"{schedule} p={p} m={m} imbalance {x}: theory {theory}, bubble {b}")
+                        raise SystemExit(f"{name} p={p} m={m} imbalance {x}: theory {theory}, bubble {b}")
+            # The extra warm-up forward never costs time, and takes the messages' round trip
+            # off 1F1B's steady state.
+            ours = bubble("1f1b", p, m, 5.0, 10.0, 0.2, 0.2)[0]
+            pipedream = bubble("1f1b", p, m, 5.0, 10.0, 0.2, 0.2, 0.0, True)[0]
+            if ours > pipedream + 1e-12:
+                raise SystemExit(f"1f1b p={p} m={m}: {ours} with p - s warm-ups, {pipedream} with p - 1 - s")
     print("pipeline_bubble_model: free messages give the theory at p = 1..5, m = 1..24; "
-          "unequal stages keep the bubble at or below it")
+          "unequal stages keep the bubble at or below it; 1F1B's extra warm-up never raises it")
 
 
 def main():
@@ -114,12 +127,13 @@ def main():
     counts = [int(m) for m in args.microbatches.split(",")] if args.microbatches else [p, 2 * p, 4 * p, 8 * p]
     print(f"p = {p}, forward {args.forward_ms} ms, backward {args.backward_ms} ms, "
           f"message latency {args.latency_ms} ms, receive {args.receive_ms} ms, imbalance {args.imbalance}")
-    print(f"{'m':>4} {'theory':>8} {'gpipe':>8} {'(idle)':>8} {'1f1b':>8} {'(idle)':>8}")
+    print(f"{'m':>4} {'theory':>8} {'gpipe':>8} {'(idle)':>8} {'1f1b':>8} {'(idle)':>8} {'1f1b-pd':>8}")
     for m in counts:
         costs = (args.forward_ms, args.backward_ms, args.latency_ms, args.receive_ms, args.imbalance)
         gpipe, one_f_one_b = bubble("gpipe", p, m, *costs), bubble("1f1b", p, m, *costs)
+        pipedream = bubble("1f1b", p, m, *costs, True)
         print(f"{m:>4} {(p - 1) / (m + p - 1):8.3f} {gpipe[0]:8.3f} {gpipe[1]:8.3f} "
-              f"{one_f_one_b[0]:8.3f} {one_f_one_b[1]:8.3f}")
+              f"{one_f_one_b[0]:8.3f} {one_f_one_b[1]:8.3f} {pipedream[0]:8.3f}")
 
 
 if __name__ == "__main__":

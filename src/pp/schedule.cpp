@@ -41,8 +41,10 @@ std::vector<Action> stage_actions(Schedule schedule, int stage, int stages, int 
     for (int j = microbatches - 1; j >= 0; --j) out.push_back({K::backward, j});
     return out;
   }
-  // Warm-up forwards fill the pipeline below this stage; the last stage has none.
-  const int warmup = std::min(stages - 1 - stage, microbatches);
+  // Warm-up forwards fill the pipeline below this stage, plus one (schedule.hpp: the
+  // slack that keeps the stage messages' round trip off the critical path); the last
+  // stage has none.
+  const int warmup = stage == stages - 1 ? 0 : std::min(stages - stage, microbatches);
   int next_forward = 0, next_backward = 0;
   for (; next_forward < warmup; ++next_forward) out.push_back({K::forward, next_forward});
   while (next_forward < microbatches) {

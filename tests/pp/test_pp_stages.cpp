@@ -19,9 +19,11 @@ namespace {
 
 TEST(PipelineSchedule, ActionLists) {
   EXPECT_EQ(pp::actions_str(pp::stage_actions(Schedule::gpipe, 0, 2, 3)), "F0 F1 F2 B2 B1 B0");
-  EXPECT_EQ(pp::actions_str(pp::stage_actions(Schedule::one_f_one_b, 0, 4, 6)), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
-  EXPECT_EQ(pp::actions_str(pp::stage_actions(Schedule::one_f_one_b, 2, 4, 6)), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5");
+  // p - s warm-up forwards (one more than PipeDream-flush), none on the last stage.
+  EXPECT_EQ(pp::actions_str(pp::stage_actions(Schedule::one_f_one_b, 0, 4, 6)), "F0 F1 F2 F3 F4 B0 F5 B1 B2 B3 B4 B5");
+  EXPECT_EQ(pp::actions_str(pp::stage_actions(Schedule::one_f_one_b, 2, 4, 6)), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5");
   EXPECT_EQ(pp::actions_str(pp::stage_actions(Schedule::one_f_one_b, 3, 4, 3)), "F0 B0 F1 B1 F2 B2");
+  EXPECT_EQ(pp::actions_str(pp::stage_actions(Schedule::one_f_one_b, 0, 2, 4)), "F0 F1 F2 B0 F3 B1 B2 B3");
   // Fewer microbatches than warm-up slots: all forwards, then all backwards.
   EXPECT_EQ(pp::actions_str(pp::stage_actions(Schedule::one_f_one_b, 0, 4, 2)), "F0 F1 B0 B1");
 }
@@ -45,7 +47,8 @@ TEST(PipelineSchedule, EveryMicrobatchOnceAndBoundedInFlight) {
             }
           }
           for (int j = 0; j < m; ++j) EXPECT_EQ(forwards[j] + backwards[j], 2);
-          EXPECT_EQ(peak, schedule == Schedule::gpipe ? m : std::min(p - s, m)) << "stage " << s;
+          const int one_f_one_b_peak = s == p - 1 ? 1 : std::min(p - s + 1, m);
+          EXPECT_EQ(peak, schedule == Schedule::gpipe ? m : one_f_one_b_peak) << "stage " << s;
           EXPECT_EQ(pp::peak_in_flight(actions), peak) << "stage " << s;
         }
       }
