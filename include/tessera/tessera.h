@@ -228,6 +228,9 @@ int tessera_decomp_auto_grid(int ranks, int64_t nlat, int64_t nlon, int* grid_la
 /* Collective over the decomposition's communicator. */
 int tessera_halo_create(const tessera_decomp_t* decomp, int lat_before, int lat_after, int lon_before,
                         int lon_after, int periodic_lon, tessera_pole_t pole, tessera_halo_t** halo);
+/* Collective over the ranks of the halo's communicator that share a node (it frees the
+ * shared memory its on-node messages travel through): destroy halos in the same order on
+ * every rank. */
 int tessera_halo_destroy(tessera_halo_t** halo);
 /* Padded local extents of a field. */
 int tessera_halo_padded(const tessera_halo_t* halo, int64_t* lat, int64_t* lon);

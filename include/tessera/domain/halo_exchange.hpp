@@ -108,8 +108,9 @@ class HaloExchange {
   // serve (odd longitude count, non-periodic longitude, latitude faces of the other kind
   // of rows). The fields follow the decomposition's stagger (its faces' boxes).
   HaloExchange(const Decomposition& decomposition, HaloSpec spec);
-  // Waits for an exchange still in flight. Collective over the node's ranks of the
-  // domain communicator (it frees the node memory) unless an exception is unwinding.
+  // Waits for an exchange still in flight and for the node-memory "read" answers.
+  // Collective over the node's ranks of the domain communicator (it frees the node
+  // memory; destroy plans in the same order on every rank) unless an exception unwinds.
   ~HaloExchange();
   HaloExchange(const HaloExchange&) = delete;
   HaloExchange& operator=(const HaloExchange&) = delete;
