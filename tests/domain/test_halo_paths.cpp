@@ -90,10 +90,10 @@ class OwnNodes {
 // 4 f32 fields of 8 channels x 600 columns send 75 KiB per latitude message at width 1,
 // the 2x2 grid's 300-column halves 37.5 KiB, its longitude messages (1-cell rows) 1 KiB
 // and the corners 128 bytes. On one node the latitude messages go through node memory
-// and the others are packed. On nodes of their own, messages over Plan::kDirectMaxBytes (64 KiB) are
-// packed even with long rows and the 2x2 halves go direct. Every cell follows the rule
-// on every path, in exchanges one after the other (a segment is packed again only after
-// its reader said it was read).
+// and the others are packed. On nodes of their own, messages over
+// Plan::kDirectMaxBytes (64 KiB) are packed even with long rows and the 2x2 halves go
+// direct. Every cell follows the rule on every path, in exchanges one after the other
+// (a segment is packed again only after its reader said it was read).
 TEST(HaloPaths, LargeMessagesThroughNodeMemoryOrMpiFollowTheRule) {
   for (bool own_nodes : {false, true})
     for (const ProcessGrid& grid : direct_grids()) {
@@ -110,7 +110,8 @@ TEST(HaloPaths, LargeMessagesThroughNodeMemoryOrMpiFollowTheRule) {
       const std::string what = grid.str() + (own_nodes ? " on nodes of their own" : " on one node");
       for (int round = 0; round < 3; ++round) {
         for (Tensor& f : fields) fill_coordinates<float>(ex, f);
-        if (round == 1) ex.exchange(std::vector<Tensor>{});  // another field set in between: the segments are sized anew
+        // Another field set in between: the segments are sized anew (and back).
+        if (round == 1) ex.exchange(std::vector<Tensor>{});
         ex.exchange(fields);
         for (const Tensor& f : fields) EXPECT_EQ(check_coordinates<float>(ex, f), "") << what << " round " << round;
       }
