@@ -309,14 +309,16 @@ static void prepare(HaloExchange::Plan& p, const std::vector<Tensor>& fields, co
   require_same_on_all_ranks(comm, shared_signature_of(fields),
       std::string("HaloExchange::") + op +
           " (field count, dtypes, leading dims): the ranks of the domain communicator passed different arguments");
-  std::vector<FieldKey> keys;
-  for (const Tensor& t : fields) keys.push_back(key_of(t));
-  p.validated_fields = std::move(keys);
   // Node memory needs every rank's fields on the host: a device rank's packed bytes are
   // not where its node peers could load them.
   int all_host = std::all_of(fields.begin(), fields.end(), [](const Tensor& t) { return t.device().is_host(); }) ? 1 : 0;
   TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all_host, 1, MPI_INT, MPI_LAND, comm));
   p.prepare_node_memory(all_host != 0);
+  // Agreed only once the node memory is in place: a failure above leaves the next
+  // exchange to agree (and size the segments) again instead of using half a plan.
+  std::vector<FieldKey> keys;
+  for (const Tensor& t : fields) keys.push_back(key_of(t));
+  p.validated_fields = std::move(keys);
 }
 
 // Posts every receive, then every send: through the transfer's direct datatype when
