@@ -41,6 +41,59 @@ Tensor make_header(const Tensor& y, const Microbatch& info) {
   return Tensor::from_vector(h, {kHeaderSize});
 }
 
+// A header whose dtype field holds kRefusedBatch announces no activation: stage 0
+// refused the step's batch, and its kRows field holds the batch's rows (-1: no batch
+// with a leading dim). Every later stage passes it on and raises the same error, so no
+// stage is left waiting for a microbatch that will not come, at no cost to a good step.
+constexpr std::int64_t kRefusedBatch = -1;
+
+// Why stage 0 refuses a batch of `rows` rows (-1: undefined or 0-dim) for `m`
+// microbatches (m = 0 for evaluate, which takes any batch with a row); empty if it
+// does not. Stage 0 and the stages its refusal reaches raise the same text.
+std::string batch_refusal(std::int64_t rows, int m) {
+  if (rows < 0) return "a batch with a leading batch dim, got an undefined or 0-dim tensor";
+  if (rows < std::max(m, 1)) {
+    return m > 0 ? "a batch of at least " + std::to_string(m) + " rows for " + std::to_string(m) +
+                       " microbatches, got " + std::to_string(rows)
+                 : "a batch with at least one row along dim 0, got 0 rows";
+  }
+  return {};
+}
+
+Tensor refusal_header(std::int64_t rows) {
+  std::vector<std::int64_t> h(kHeaderSize, 0);
+  h[kDType] = kRefusedBatch;
+  h[kRows] = rows;
+  return Tensor::from_vector(h, {kHeaderSize});
+}
+
+// The batch rows a refusal header carries; nullopt for an activation's header.
+std::optional<std::int64_t> refused_rows(const Tensor& header) {
+  const auto h = header.to_vector<std::int64_t>();
+  if (h[kDType] != kRefusedBatch) return std::nullopt;
+  return h[kRows];
+}
+
+// Raises stage 0's refusal of a batch of `rows` rows on `stage`, after passing it on to
+// the next stage as `headers` refusal headers: one per header receive that stage has
+// posted (train_step posts all m at once, evaluate one), so none stays pending.
+[[noreturn]] void refuse_batch(Communicator& pp, int stage, int stages, const std::string& who, std::int64_t rows,
+                               int microbatches, int headers) {
+  if (stage + 1 < stages) {
+    const Tensor header = refusal_header(rows);
+    std::vector<CommRequest> sends;
+    for (int j = 0; j < headers; ++j) sends.push_back(pp.isend(header, stage + 1, header_tag(j)));
+    for (CommRequest& r : sends) r.wait();
+  }
+  throw InvalidArgument(who + ": stage 0 needs " + batch_refusal(rows, microbatches) +
+                        (stage == 0 ? std::string()
+                                    : " (stage 0 refused its batch; stage " + std::to_string(stage) +
+                                          " raises with it)"));
+}
+
+// Stage 0's batch rows for the refusal rule: -1 for an undefined or 0-dim tensor.
+std::int64_t batch_rows(const Tensor& batch) { return batch.defined() && batch.dim() >= 1 ? batch.size(0) : -1; }
+
 // What a received header announces: the microbatch (index `j`) and an empty tensor of
 // the activation's shape and dtype on `device`, to receive it into.
 struct Announced {
@@ -154,15 +207,8 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
   std::vector<CommRequest> sends;
 
   if (is_first()) {
-    if (!batch.defined() || batch.dim() < 1) {
-      throw InvalidArgument("Pipeline::train_step: stage 0 needs a batch with a leading batch dim, got " +
-                            (batch.defined() ? batch.str() : std::string("an undefined tensor")));
-    }
-    const std::int64_t rows = batch.size(0);
-    if (rows < m) {
-      throw InvalidArgument("Pipeline::train_step: a batch of " + std::to_string(rows) + " rows cannot make " +
-                            std::to_string(m) + " microbatches");
-    }
+    const std::int64_t rows = batch_rows(batch);
+    if (!batch_refusal(rows, m).empty()) refuse_batch(pp, stage_, stages(), "Pipeline::train_step", rows, m, m);
     for (int j = 0; j < m; ++j) {
       const ShardRange r = shard_range(rows, m, j);
       mb[static_cast<std::size_t>(j)].info = {j, r.start, r.end(), rows};
@@ -184,6 +230,10 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
       f.header_request.wait();
     } else if (!f.header_request.test()) {
       return false;
+    }
+    if (const auto refused = refused_rows(f.header)) {
+      for (InFlight& other : mb) other.header_request.wait();  // stage 0 sent all m headers
+      refuse_batch(pp, stage_, stages(), "Pipeline::train_step", *refused, m, m);
     }
     Announced announced = read_header(f.header, j, mesh_.device());
     f.info = announced.info;
@@ -315,11 +365,9 @@ double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
   };
   int m = 1;
   if (is_first()) {
-    if (!batch.defined() || batch.dim() < 1 || batch.size(0) < 1) {
-      throw InvalidArgument("Pipeline::evaluate: stage 0 needs a batch with at least one row along dim 0, got " +
-                            (batch.defined() ? batch.str() : std::string("an undefined tensor")));
-    }
-    m = microbatch_count(batch.size(0));
+    const std::int64_t rows = batch_rows(batch);
+    if (!batch_refusal(rows, 0).empty()) refuse_batch(pp, stage_, stages(), "Pipeline::evaluate", rows, 0, 1);
+    m = microbatch_count(rows);
   }
   std::vector<CommRequest> sends;
   double loss_sum = 0;
@@ -333,6 +381,9 @@ double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
     } else {
       Tensor header = Tensor::empty({kHeaderSize}, DType::i64);
       pp.recv(header, prev, header_tag(j));
+      if (const auto refused = refused_rows(header)) {
+        refuse_batch(pp, stage_, stages(), "Pipeline::evaluate", *refused, 0, 1);
+      }
       Announced announced = read_header(header, j, mesh_.device());
       info = announced.info;
       if (j == 0) m = microbatch_count(info.batch_rows);

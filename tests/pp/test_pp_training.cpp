@@ -318,3 +318,76 @@ TEST(PipelineTraining, AnUnlistedLayerIsRefusedForStashAndTrainsWithRecompute) {
   EXPECT_NEAR(loss, serial_loss, 1e-5 * std::abs(serial_loss));
   expect_stage_matches(*serial, *model, true, "unlisted layer, recompute (gradients)");
 }
+
+// A batch that stage 0 refuses (undefined, too few rows for the microbatches, no rows to
+// evaluate) raises InvalidArgument on every stage, each naming stage 0's reason: the
+// refusal travels down the pipeline in place of the first header, so no stage is left
+// waiting for a microbatch that will not come (before, the later stages hung here). The
+// pipeline stays usable: a good step after the refusals still equals the serial one.
+TEST(PipelineTraining, StageZerosRefusalOfABatchRaisesOnEveryStage) {
+  for (const Layout& layout : layouts()) {
+    for (auto schedule : {pp::Schedule::gpipe, pp::Schedule::one_f_one_b}) {
+      SCOPED_TRACE(layout.name + ", " + std::string(pp::schedule_name(schedule)));
+      Mesh mesh(MPI_COMM_WORLD, layout.config);
+      auto model = make_blocks_model();
+      if (mesh.tp_size() > 1) tp::parallelize(*model, mesh, blocks_tp_plan());
+      pp::PipelineOptions options = layout.split;
+      options.schedule = schedule;
+      options.microbatches = 4;
+      pp::Pipeline pipeline(*model, mesh, options);
+      nn::initialize_parameters(*model, kSeed);
+      std::unique_ptr<dp::DataParallel> ddp;
+      if (mesh.dp_size() > 1) ddp = std::make_unique<dp::DataParallel>(*model, mesh, dp::DataParallelOptions{.overlap = false});
+
+      int loss_calls = 0;
+      const auto count_train = [&](const Tensor&, const pp::Microbatch&, Tensor&) { return ++loss_calls, 0.0; };
+      const auto count_eval = [&](const Tensor&, const pp::Microbatch&) { return ++loss_calls, 0.0; };
+      const auto expect_refused = [&](const std::string& what, const std::string& reason, auto&& call) {
+        SCOPED_TRACE(what);
+        try {
+          call();
+          ADD_FAILURE() << "stage " << pipeline.stage() << " did not raise";
+        } catch (const InvalidArgument& e) {
+          const std::string message = e.what();
+          EXPECT_NE(message.find("stage 0 needs " + reason), std::string::npos) << message;
+          const std::string relayed = "stage 0 refused its batch; stage " + std::to_string(pipeline.stage());
+          EXPECT_EQ(message.find(relayed) != std::string::npos, !pipeline.is_first()) << message;
+        }
+      };
+      const Tensor three_rows = batch_input(0).narrow(0, 0, 3).contiguous();
+      const Tensor no_rows = Tensor::empty({0, kWidth}, DType::f32);
+      expect_refused("3 rows for 4 microbatches", "a batch of at least 4 rows for 4 microbatches, got 3", [&] {
+        (void)pipeline.train_step(pipeline.is_first() ? three_rows : Tensor(), count_train);
+      });
+      expect_refused("undefined batch", "a batch with a leading batch dim", [&] {
+        (void)pipeline.train_step(Tensor(), count_train);
+      });
+      expect_refused("0-dim batch", "a batch with a leading batch dim", [&] {
+        (void)pipeline.train_step(pipeline.is_first() ? Tensor::from_vector<float>({1.0F}, {}) : Tensor(),
+                                  count_train);
+      });
+      expect_refused("evaluate, no rows", "a batch with at least one row along dim 0, got 0 rows", [&] {
+        (void)pipeline.evaluate(pipeline.is_first() ? no_rows : Tensor(), count_eval);
+      });
+      EXPECT_EQ(loss_calls, 0);
+      for (const auto& [name, p] : model->named_parameters()) {
+        if (!p->grad.defined()) continue;
+        const auto g = p->grad.contiguous().to_vector<float>();
+        EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return v == 0.0F; }))
+            << name << " got a gradient from a refused step";
+      }
+
+      // Nothing of the refusals is left in flight: the next step is the serial one.
+      auto serial = make_blocks_model();
+      nn::initialize_parameters(*serial, kSeed);
+      const Tensor x = batch_input(1), t = batch_target(1);
+      Tensor dy;
+      const double serial_loss = mse_share(serial->forward(x), t, {0, 0, kBatch, kBatch}, dy);
+      serial->backward(dy);
+      model->zero_grad();
+      const StepLoss loss = pipelined_step(pipeline, mesh, *model, ddp.get(), x, t);
+      EXPECT_NEAR(loss.replicas_mean, serial_loss, 1e-5 * std::abs(serial_loss));
+      expect_stage_matches(*serial, *model, true, layout.name + ", after the refusals (gradients)");
+    }
+  }
+}

@@ -17,6 +17,10 @@
 // shares, is broadcast from the last stage over mesh.pp(), so every rank returns it.
 // Parameter gradients accumulate over the microbatches (zero them between steps as
 // without a pipeline); the sum equals the whole batch's gradient up to rounding.
+// A batch stage 0 refuses (fewer rows than microbatches, undefined, 0-dim; evaluate: no
+// rows) raises InvalidArgument on every stage of its pipeline with stage 0's reason:
+// the refusal replaces the first header, so no stage waits for it, and nothing is left
+// in flight.
 //
 // Inside a stage, the units are ordinary modules: tensor-parallel and domain-parallel
 // layers work unchanged (every rank of a tp or domain group runs the same schedule, so
