@@ -8,6 +8,7 @@
 #include "tessera/comm.hpp"
 #include "tessera/error.hpp"
 #include "tessera/placement.hpp"
+#include "stage_ties.hpp"
 
 namespace tessera::pp {
 
@@ -149,6 +150,9 @@ Pipeline::Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options)
                           "; give one cut point or count per stage boundary or stage");
   }
   stage_ = mesh_.coords().pp;
+  // While every unit is still here: the ties' parameters, readers and replicas. Their
+  // tags follow the microbatches' three per microbatch.
+  ties_ = std::make_unique<detail::StageTies>(model_, split_, stage_, options_.tied, 3 * options_.microbatches);
   keep_stage(model_, split_, stage_);
   // CUDA stage messages take NCCL channels of their own, one per neighbour and
   // direction (Communicator::prepare_point_to_point), opened here, collectively over
@@ -168,6 +172,8 @@ Pipeline::Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options)
     });
   }
 }
+
+Pipeline::~Pipeline() = default;
 
 Tensor Pipeline::stage_forward(const Tensor& input) {
   Tensor x = input;
@@ -203,12 +209,16 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     bool input_posted = false;
     Tensor grad_output;  // received gradient, or the loss function's on the last stage
   };
-  std::vector<InFlight> mb(static_cast<std::size_t>(m));
   std::vector<CommRequest> sends;
+  ties_->post_values(pp, sends);
+  std::vector<InFlight> mb(static_cast<std::size_t>(m));
 
   if (is_first()) {
     const std::int64_t rows = batch_rows(batch);
-    if (!batch_refusal(rows, m).empty()) refuse_batch(pp, stage_, stages(), "Pipeline::train_step", rows, m, m);
+    if (!batch_refusal(rows, m).empty()) {
+      ties_->receive_values();  // nothing left in flight
+      refuse_batch(pp, stage_, stages(), "Pipeline::train_step", rows, m, m);
+    }
     for (int j = 0; j < m; ++j) {
       const ShardRange r = shard_range(rows, m, j);
       mb[static_cast<std::size_t>(j)].info = {j, r.start, r.end(), rows};
@@ -233,6 +243,7 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     }
     if (const auto refused = refused_rows(f.header)) {
       for (InFlight& other : mb) other.header_request.wait();  // stage 0 sent all m headers
+      ties_->receive_values();
       refuse_batch(pp, stage_, stages(), "Pipeline::train_step", *refused, m, m);
     }
     Announced announced = read_header(f.header, j, mesh_.device());
@@ -291,6 +302,7 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
       if (!r.done()) (void)r.test();
     }
   };
+  bool values_received = false;
   for (const Action& action : actions_) {
     progress_sends();
     post_ready_inputs();
@@ -302,6 +314,10 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
       } else {
         post_input(j, true);
         f.input_request.wait();
+      }
+      if (!values_received) {
+        ties_->receive_values();  // the tied parameters' replicas, before they are read
+        values_received = true;
       }
       const auto compute_start = Clock::now();
       set_aside();
@@ -348,6 +364,7 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     }
   }
   for (CommRequest& r : sends) r.wait();
+  ties_->reduce_gradients(pp);  // the readers' shares into the owners' gradients
   times_.total_seconds = seconds_since(step_start);
 
   Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
@@ -364,12 +381,17 @@ double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
     return static_cast<int>(std::min<std::int64_t>(options_.microbatches, rows));
   };
   int m = 1;
+  std::vector<CommRequest> sends;
+  ties_->post_values(pp, sends);
   if (is_first()) {
     const std::int64_t rows = batch_rows(batch);
-    if (!batch_refusal(rows, 0).empty()) refuse_batch(pp, stage_, stages(), "Pipeline::evaluate", rows, 0, 1);
+    if (!batch_refusal(rows, 0).empty()) {
+      ties_->receive_values();  // nothing left in flight
+      refuse_batch(pp, stage_, stages(), "Pipeline::evaluate", rows, 0, 1);
+    }
     m = microbatch_count(rows);
   }
-  std::vector<CommRequest> sends;
+  ties_->receive_values();
   double loss_sum = 0;
   for (int j = 0; j < m; ++j) {
     Microbatch info;

@@ -114,7 +114,6 @@ void check_decoder(const RunConfig& c) {
   // and sends replicated activations between them.
   if (c.parallelism.pipeline > 1) {
     const std::string pp = "with parallelism.pipeline " + n(c.parallelism.pipeline);
-    if (a.tie_embeddings) fail("model.tie_embeddings must be false " + pp + " (the table would live on two stages)");
     if (c.parallelism.data == DataParallelMode::fsdp2) fail("parallelism.data fsdp2 is not supported " + pp + " (use ddp)");
     if (a.n_layers + 3 < c.parallelism.pipeline) {
       fail("parallelism.pipeline (" + n(c.parallelism.pipeline) + ") exceeds the decoder's " + n(a.n_layers + 3) +

@@ -494,6 +494,25 @@ elseif(MODE STREQUAL "decoder_pipeline")
     expect_close("${WORK_DIR}/pp1" "${WORK_DIR}/${other}" 1e-5 "pp1 and ${other}")
     message(STATUS "decoder pp1 vs ${other}: max abs difference ${last_difference}")
   endforeach()
+  # Tied embeddings (pp/tied_parameters.hpp): the last stage's head reads a replica of
+  # the first stage's table, refreshed every step, and adds its gradient share to the
+  # table's. The same training as tied pipeline 1 at pipeline 2, 2 x ddp 2 (overlapped)
+  # and 4, and the checkpoints hold the same tensors (the table once, no head).
+  set(tied_common ${common} --set=model.tie_embeddings=true)
+  expect_success(1 ${tied_common} "--set=checkpoint.dir=${WORK_DIR}/tied1")
+  keep_validation_loss(tied1)
+  expect_success(2 ${tied_common} "--set=checkpoint.dir=${WORK_DIR}/tied2" --set=parallelism.pipeline=2
+                 --set=pipeline.microbatches=4)
+  keep_validation_loss(tied2)
+  expect_success(4 ${tied_common} "--set=checkpoint.dir=${WORK_DIR}/tied2ddp2" --set=parallelism.pipeline=2
+                 --set=parallelism.data=ddp --set=pipeline.microbatches=2)
+  expect_success(4 ${tied_common} "--set=checkpoint.dir=${WORK_DIR}/tied4" --set=parallelism.pipeline=4
+                 "--set=pipeline.cut_points=[layers.0,layers.1,norm]")
+  expect_relatively_close("${val_tied1}" "${val_tied2}" 1e-5 "the final validation loss of tied pp1 and pp2")
+  foreach(other tied2 tied2ddp2 tied4)
+    expect_close("${WORK_DIR}/tied1" "${WORK_DIR}/${other}" 1e-5 "tied pp1 and ${other}")
+    message(STATUS "tied decoder pp1 vs ${other}: max abs difference ${last_difference}")
+  endforeach()
   # The dry run: the stage assignment and each stage's memory; nothing trained.
   expect_success(4 ${common} --dry-run --set=parallelism.pipeline=2 --set=parallelism.tensor=2
                  "--set=pipeline.cut_points=[layers.1]" "--set=checkpoint.dir=${WORK_DIR}/none")
@@ -529,8 +548,9 @@ elseif(MODE STREQUAL "decoder_pipeline")
                         "got ${rc}:\n${out}")
   endif()
   # Errors naming the key.
-  foreach(bad "--set=model.tie_embeddings=true|model.tie_embeddings must be false with parallelism.pipeline 2"
-              "--set=pipeline.microbatches=9|pipeline.microbatches \\(9\\) exceeds the rows"
+  expect_error(4 "pipeline.cut_points: with model.tie_embeddings the last stage would hold only the head"
+               ${common} --dry-run --set=parallelism.pipeline=4 --set=model.tie_embeddings=true)
+  foreach(bad "--set=pipeline.microbatches=9|pipeline.microbatches \\(9\\) exceeds the rows"
               "--set=pipeline.schedule=zigzag|pipeline.schedule"
               "--set=pipeline.activations=keep|pipeline.activations"
               "--set=pipeline.cut_points=[nope]|pipeline.cut_points: .*'nope'")

@@ -21,6 +21,7 @@
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/mesh.hpp"
+#include "tessera/models/decoder_chain.hpp"
 #include "tessera/models/load_model.hpp"
 #include "tessera/nn/sequential.hpp"
 #include "tessera/ops.hpp"
@@ -33,20 +34,6 @@
 namespace tessera::run {
 
 namespace {
-
-// The decoder as the pipeline needs it: a Sequential (pp/stages.hpp) whose children are
-// the decoder's own "embed", "layers", "norm" and "head", moved out of it, so the units
-// are embed, layers.0 .. layers.N-1, norm and head and every parameter keeps its FQN
-// (checkpoints and initial values are those of the decoder). Untied embeddings only: the
-// decoder's own forward adds nothing else between its children.
-class DecoderChain final : public nn::Sequential {
- public:
-  explicit DecoderChain(models::Decoder& decoder) {
-    for (const char* name : {"embed", "layers", "norm", "head"}) {
-      register_child(name, decoder.replace(name, std::make_unique<nn::Sequential>()));
-    }
-  }
-};
 
 // The decoder units of one pipeline stage (its unit paths: embed, layers.<i>, norm,
 // head; a checkpointed block keeps its path), for the stage's activation estimate.
@@ -308,16 +295,23 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
       throw ConfigError(cfg.source + ": pipeline.microbatches (" + std::to_string(microbatches) +
                         ") exceeds the rows of a dp replica's batch (" + std::to_string(local_batch) + ")");
     }
-    auto chain = std::make_unique<DecoderChain>(static_cast<models::Decoder&>(*trained));
+    auto chain = std::make_unique<models::DecoderChain>(static_cast<models::Decoder&>(*trained));
     pp::PipelineOptions options;
     options.schedule = pp::parse_schedule(cfg.pipeline.schedule, "pipeline.schedule");
     options.microbatches = static_cast<int>(microbatches);
     options.cut_points = cfg.pipeline.cut_points;
     options.activations = pp::parse_stage_activations(cfg.pipeline.activations, "pipeline.activations");
+    options.tied = chain->pipeline_ties();  // tie_embeddings: the head reads embed's table
     try {
       pipeline = std::make_unique<pp::Pipeline>(*chain, mesh, options);
     } catch (const InvalidArgument& e) {
       throw ConfigError(cfg.source + ": pipeline.cut_points: " + e.what());
+    }
+    // The same split on every rank, so every rank raises this alike.
+    if (chain->tied() && pipeline->split().stages.back() == std::vector<std::string>{"head"}) {
+      throw ConfigError(cfg.source + ": pipeline.cut_points: with model.tie_embeddings the last stage would hold only "
+                        "the head, which reads embed's table and has no parameter of its own; give cut points that "
+                        "keep norm on the last stage (the split: " + pipeline->split().str() + ")");
     }
     trained = std::move(chain);
     std::string units;

@@ -56,6 +56,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,8 +65,13 @@
 #include "tessera/nn/module.hpp"
 #include "tessera/pp/schedule.hpp"
 #include "tessera/pp/stages.hpp"
+#include "tessera/pp/tied_parameters.hpp"
 
 namespace tessera::pp {
+
+namespace detail {
+class StageTies;
+}
 
 // How a stage keeps a microbatch's activations until its backward (see above).
 enum class StageActivations { stash, recompute };
@@ -79,6 +85,9 @@ struct PipelineOptions {
   int microbatches = 1;                 // >= 1, at most the batch's rows
   std::vector<std::string> cut_points;  // where stages 1.. begin; empty: by layer count
   std::vector<int> units_per_stage;     // by layer count, given per stage; empty: even
+  // Parameters read by a unit other than their owner (a tied LM head): the pipeline keeps
+  // the reader's stage in step with the owner's (tessera/pp/tied_parameters.hpp).
+  std::vector<TiedParameter> tied;
 };
 
 // What the loss function is told about a microbatch: its index and rows [begin, end) of
@@ -113,6 +122,9 @@ class Pipeline {
   // repeated per step, and a stage meeting an unlisted layer mid-step fails alone. The
   // model and the mesh must outlive the pipeline.
   Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
 
   double train_step(const Tensor& batch, const LossFunction& loss_fn);
 
@@ -153,6 +165,7 @@ class Pipeline {
   StepTimes times_;
   int recomputes_ = 0;
   int restores_ = 0;
+  std::unique_ptr<detail::StageTies> ties_;  // options_.tied on this stage
 };
 
 }  // namespace tessera::pp
