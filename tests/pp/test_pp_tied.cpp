@@ -6,7 +6,8 @@
 // so does evaluate afterwards. The stage holding the embedding checkpoints its table
 // once, under its serial FQN: the checkpoint loads into the serial tied Decoder, and a
 // serial checkpoint loads back into the pipeline, whose next step (the head's replica
-// refreshed from the loaded table) still equals the serial one.
+// refreshed from the loaded table) still equals the serial one. A refused batch before
+// the first step leaves nothing of the tie in flight.
 //
 // At 1 rank: pipeline 1 (the head reads the table itself). At 2 ranks: pipeline 2 (embed
 // and the blocks on stage 0, norm and head on stage 1). At 4 ranks: pipeline 4 (embed
@@ -203,6 +204,13 @@ TEST(PipelineTiedEmbeddings, TrainsLikeTheSerialDecoderAndCheckpointsTheTableOnc
       const auto tied = pipelined.ddp->tied_parameters();
       EXPECT_EQ(tied.size(), holds_embed ? 1u : 0u) << "embed.weight must be reduced after the head's share";
     }
+
+    // A batch stage 0 refuses (1 row for 2 microbatches) raises on every stage and leaves
+    // none of the tie's messages (the table's value is already on its way) in flight.
+    EXPECT_THROW((void)pipelined.pipeline->train_step(
+                     pipelined.pipeline->is_first() ? batch_ids(0).narrow(0, 0, 1).contiguous() : Tensor(),
+                     [](const Tensor&, const pp::Microbatch&, Tensor&) { return 0.0; }),
+                 InvalidArgument);
 
     for (int s = 0; s < kSteps; ++s) {
       SCOPED_TRACE("step " + std::to_string(s));
