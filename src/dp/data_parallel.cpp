@@ -103,6 +103,18 @@ DataParallel::DataParallel(nn::Module& model, const Mesh& mesh, DataParallelMode
   const std::string label = e.label();
   if (options.bucket_bytes == 0) throw InvalidArgument(label + ": option bucket_bytes must be > 0");
   tessera::detail::check_reduce_dtype(options.reduce_dtype, label + ": option reduce_dtype");
+  // The hooks of fsdp2 and overlapped ddp count one forward and one backward per unit and
+  // step; a pipeline stage runs one of each per microbatch, and a bucket would be reduced
+  // after the first microbatch's backward, before the others have added to it (a silently
+  // wrong gradient). The same options on every rank: every rank raises alike.
+  if (mode != DataParallelMode::none && mesh.dp_size() > 1 && mesh.pp_size() > 1 &&
+      (mode == DataParallelMode::fsdp2 || options.overlap)) {
+    throw InvalidArgument(label + ": " +
+                          (mode == DataParallelMode::fsdp2 ? std::string("fsdp2") : std::string("option overlap")) +
+                          " is not supported on a mesh with pipeline " + std::to_string(mesh.pp_size()) +
+                          " (a stage runs a forward and a backward per microbatch, which its hooks do not count); "
+                          "use ddp with overlap = false");
+  }
 
   // Every parameter once (a tied parameter may be registered under two names).
   std::unordered_map<Parameter*, int> index_of;

@@ -56,7 +56,9 @@
 // effect. A root module that registers parameters itself cannot be replaced and is an
 // InvalidArgument. Modules below a unit are no longer visible to at()/named_modules():
 // apply tp::parallelize / apply_tensor_parallel first. ddp without overlap wraps nothing
-// and works with any model.
+// and works with any model. The hooks count one forward and one backward per step, so
+// fsdp2 and overlap are InvalidArguments on a mesh with pipeline > 1, where a stage runs
+// one of each per microbatch (pp/pipeline.hpp): use ddp without overlap there.
 //
 // Per step, on every rank:
 //     y = model.forward(x);  ...;  model.backward(dy);
