@@ -28,6 +28,9 @@ DecoderChain::DecoderChain(Decoder& decoder) : tied_(decoder.config().tie_embedd
   }
   if (tied_) {
     auto& head = register_child("head", std::make_unique<TiedHead>());
+    // The decoder's own tied head ran at the decoder's precision; the moved children
+    // keep theirs.
+    head.set_compute_precision(decoder.compute_precision());
     // Without a pipeline (or on the stage holding both) the head reads the table itself;
     // a pipeline points it at a replica where the embedding is elsewhere.
     for (const auto& [name, p] : at("embed").named_parameters()) {
@@ -41,7 +44,6 @@ DecoderChain::DecoderChain(Decoder& decoder) : tied_(decoder.config().tie_embedd
   } else {
     register_child("head", decoder.replace("head", std::make_unique<nn::Sequential>()));
   }
-  set_compute_precision(decoder.compute_precision());
 }
 
 std::vector<pp::TiedParameter> DecoderChain::pipeline_ties() const {

@@ -322,8 +322,9 @@ TEST(PipelineTraining, AnUnlistedLayerIsRefusedForStashAndTrainsWithRecompute) {
 // A batch that stage 0 refuses (undefined, too few rows for the microbatches, no rows to
 // evaluate) raises InvalidArgument on every stage, each naming stage 0's reason: the
 // refusal travels down the pipeline in place of the first header, so no stage is left
-// waiting for a microbatch that will not come (before, the later stages hung here). The
-// pipeline stays usable: a good step after the refusals still equals the serial one.
+// waiting for a microbatch that will not come (before, the later stages kept waiting and
+// took the next step's messages for the refused step's). The pipeline stays usable: a
+// good step after the refusals still equals the serial one.
 TEST(PipelineTraining, StageZerosRefusalOfABatchRaisesOnEveryStage) {
   for (const Layout& layout : layouts()) {
     for (auto schedule : {pp::Schedule::gpipe, pp::Schedule::one_f_one_b}) {

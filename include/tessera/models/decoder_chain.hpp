@@ -44,7 +44,8 @@ class TiedHead final : public nn::Module, public pp::ParameterReader {
 class DecoderChain final : public nn::Sequential {
  public:
   // Moves `decoder`'s children into the chain (the decoder is left with empty
-  // Sequentials in their place and must not be used) and keeps its compute precision.
+  // Sequentials in their place and must not be used); they keep their compute
+  // precision, and a TiedHead takes the decoder's, as the decoder's tied head had.
   explicit DecoderChain(Decoder& decoder);
 
   bool tied() const { return tied_; }
