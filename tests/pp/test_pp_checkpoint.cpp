@@ -92,17 +92,6 @@ pp::PipelineOptions cut_at(std::vector<std::string> cuts) {
   return o;
 }
 
-std::string scratch_dir(const std::string& name) {
-  const std::string dir =
-      (std::filesystem::current_path() / ("scratch_pp_" + name + "_np" + std::to_string(world_size()))).string();
-  if (world_rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  Communicator(MPI_COMM_WORLD).barrier();
-  return dir;
-}
-
 bool same_bytes(const Tensor& a, const Tensor& b) {
   const Tensor ha = a.contiguous(), hb = b.contiguous();
   return ha.dtype() == hb.dtype() && ha.shape() == hb.shape() && std::memcmp(ha.data(), hb.data(), ha.nbytes()) == 0;

@@ -179,17 +179,6 @@ struct Pipelined {
   }
 };
 
-std::string scratch_dir(const std::string& name) {
-  const std::string dir =
-      (std::filesystem::current_path() / ("scratch_pp_tied_" + name + "_np" + std::to_string(world_size()))).string();
-  if (world_rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  Communicator(MPI_COMM_WORLD).barrier();
-  return dir;
-}
-
 }  // namespace
 
 TEST(PipelineTiedEmbeddings, TrainsLikeTheSerialDecoderAndCheckpointsTheTableOnce) {
@@ -233,7 +222,7 @@ TEST(PipelineTiedEmbeddings, TrainsLikeTheSerialDecoderAndCheckpointsTheTableOnc
     EXPECT_NEAR(pipelined.evaluate(7), serial_eval, 1e-5 * std::abs(serial_eval));
 
     // Saved at the pipeline: the serial Decoder's parameters, each once.
-    const std::string root = scratch_dir("trained");
+    const std::string root = scratch_dir("tied_trained");
     io::SaveOptions save;
     save.step = kSteps;
     io::save_checkpoint(root, pipelined.mesh, *pipelined.chain, pipelined.optimizer.get(), save);
@@ -245,7 +234,7 @@ TEST(PipelineTiedEmbeddings, TrainsLikeTheSerialDecoderAndCheckpointsTheTableOnc
       expect_stage_matches(serial.model, loaded, false, layout.name + ", loaded serially");
     }
     // A serial checkpoint loads into a fresh pipeline, whose next step is the serial one.
-    const std::string serial_root = scratch_dir("serial");
+    const std::string serial_root = scratch_dir("tied_serial");
     if (world_rank() == 0) {
       Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1, 1});
       io::save_checkpoint(serial_root, self, serial.model, serial.optimizer.get(), save);
