@@ -175,6 +175,8 @@ Pipeline::Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options)
 
 Pipeline::~Pipeline() = default;
 
+TiedReplicaBytes Pipeline::tied_replica_bytes() const { return ties_->replica_bytes(); }
+
 Tensor Pipeline::stage_forward(const Tensor& input) {
   Tensor x = input;
   // Through at() at call time: a unit replaced since (a data-parallel wrapper) is used.

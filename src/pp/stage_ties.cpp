@@ -104,4 +104,14 @@ void StageTies::reduce_gradients(Communicator& pp) {
   }
 }
 
+TiedReplicaBytes StageTies::replica_bytes() const {
+  TiedReplicaBytes bytes;
+  for (const Tie& t : ties_) {
+    if (!t.replica) continue;
+    bytes.values += static_cast<std::int64_t>(t.replica->value.nbytes());
+    if (t.replica->grad.defined()) bytes.gradients += static_cast<std::int64_t>(t.replica->grad.nbytes());
+  }
+  return bytes;
+}
+
 }  // namespace tessera::pp::detail

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/comm.hpp"
+#include "tessera/pp/pipeline.hpp"
 #include "tessera/pp/stages.hpp"
 #include "tessera/pp/tied_parameters.hpp"
 
@@ -32,6 +33,8 @@ class StageTies {
   // End of train_step, after the last backward: the reader's stage sends the replica's
   // gradient and zeroes it; the owner's stage adds it into the parameter's gradient.
   void reduce_gradients(Communicator& pp);
+  // The replicas' values and gradients, in bytes (Pipeline::tied_replica_bytes).
+  TiedReplicaBytes replica_bytes() const;
 
  private:
   struct Tie {

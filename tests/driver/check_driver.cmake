@@ -524,6 +524,15 @@ elseif(MODE STREQUAL "decoder_pipeline")
      last_output MATCHES "\nstep " OR EXISTS "${WORK_DIR}/none")
     message(FATAL_ERROR "unexpected pipeline --dry-run output:\n${last_output}")
   endif()
+  # Tied embeddings: the last stage's replica of embed's table (4096 x 16 f32, 256 KiB)
+  # and its gradient count in its memory, though they are not its parameters (16
+  # elements: norm's weight). The plan used to leave them out.
+  expect_success(2 ${common} --dry-run --set=parallelism.pipeline=2 --set=model.tie_embeddings=true
+                 --set=model.vocab=4096 "--set=checkpoint.dir=${WORK_DIR}/none")
+  if(NOT last_output MATCHES "stage 1: norm \\.\\. head, 16 parameter elements per rank, parameters 0\\.25 MiB \\+ gradients 0\\.25 MiB \\(with embed\\.weight's tied replica, 0\\.25 MiB \\+ 0\\.25 MiB\\)" OR
+     NOT last_output MATCHES "\n +1 +0 +0 +0 +\\[0, 16\\) +256\\.06 KiB +256\\.06 KiB ")
+    message(FATAL_ERROR "unexpected tied pipeline --dry-run output:\n${last_output}")
+  endif()
   # init_weights from a checkpoint that lacks a parameter only stage 1 holds (head.weight,
   # left out by an import): every rank fails with stage 1's error; a stage failing alone
   # used to leave the other waiting in the first step (the run never ended).

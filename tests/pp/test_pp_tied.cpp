@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -189,6 +190,18 @@ TEST(PipelineTiedEmbeddings, TrainsLikeTheSerialDecoderAndCheckpointsTheTableOnc
     const bool holds_embed = pipelined.chain->at("embed").named_parameters().size() == 1;
     // The table is a parameter of the embedding's stage only; the head owns none.
     EXPECT_EQ(pipelined.chain->at("head").named_parameters().size(), 0u);
+    // The head's stage without the table keeps a replica of it (whole: a tied table stays
+    // a serial Embedding under tp) and the replica's gradient; no other stage keeps any.
+    const auto& units = pipelined.pipeline->units();
+    const bool holds_head = std::find(units.begin(), units.end(), "head") != units.end();
+    std::int64_t table_bytes = 0;
+    for (const auto& [name, p] : serial.model.named_parameters()) {
+      if (name == "embed.weight") table_bytes = static_cast<std::int64_t>(p->value.nbytes());
+    }
+    ASSERT_GT(table_bytes, 0);
+    const pp::TiedReplicaBytes replica = pipelined.pipeline->tied_replica_bytes();
+    EXPECT_EQ(replica.values, holds_head && !holds_embed ? table_bytes : 0);
+    EXPECT_EQ(replica.gradients, replica.values);
     if (pipelined.ddp) {
       const auto tied = pipelined.ddp->tied_parameters();
       EXPECT_EQ(tied.size(), holds_embed ? 1u : 0u) << "embed.weight must be reduced after the head's share";

@@ -327,8 +327,12 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
 
   const ShardRange rows = sp ? shard_range(seq_len, tp_size, mesh.coords().tp) : ShardRange{0, seq_len};
   if (opts.dry_run) {
-    const dp::MemoryReport report =
-        dp::plan_memory(*trained, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
+    dp::MemoryReport report = dp::plan_memory(*trained, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
+    // A tied head's replica of embed's table on a later stage is not a parameter of that
+    // stage, so the plan does not see it: its value and gradient count as the stage's.
+    const pp::TiedReplicaBytes replica = pipeline ? pipeline->tied_replica_bytes() : pp::TiedReplicaBytes{};
+    report.parameter_bytes += replica.values;
+    report.gradient_bytes += replica.gradients;
     // Activations: the whole decoder's for one local batch, or with a pipeline the stage's
     // units for its largest microbatch times the microbatches it holds at its peak
     // (stash: every microbatch in flight keeps its caches; recompute: one microbatch's
@@ -347,23 +351,28 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
     };
     if (pipeline) {
       // Every stage's state (its rank with tp and dp coordinate 0), printed by rank 0.
-      Tensor mine = Tensor::from_vector<std::int64_t>(
-          {report.parameter_elements, report.parameter_bytes, report.gradient_bytes, report.optimizer_bytes}, {4});
-      Tensor all = Tensor::zeros({4 * pp_size}, DType::i64);
+      Tensor mine = Tensor::from_vector<std::int64_t>({report.parameter_elements, report.parameter_bytes,
+                                                       report.gradient_bytes, report.optimizer_bytes,
+                                                       replica.values, replica.gradients},
+                                                      {6});
+      Tensor all = Tensor::zeros({6 * pp_size}, DType::i64);
       mesh.pp().all_gather(mine, all);
       const auto v = all.to_vector<std::int64_t>();
       const auto& options = pipeline->options();
       const std::int64_t mb_rows = shard_range(local_batch, options.microbatches, 0).length;
       auto mib = [](std::int64_t bytes) { return fmt("%.2f", static_cast<double>(bytes) / 1048576.0) + " MiB"; };
       for (int s = 0; s < pp_size; ++s) {
-        const auto* r = &v[static_cast<std::size_t>(4 * s)];
+        const auto* r = &v[static_cast<std::size_t>(6 * s)];
         const auto& stage = pipeline->split().stages[static_cast<std::size_t>(s)];
         const std::int64_t held =
             pp::peak_in_flight(pp::stage_actions(options.schedule, s, pp_size, options.microbatches));
         const std::int64_t act = activations(s, checkpointing);
         log.info("  stage " + std::to_string(s) + ": " + stage.front() + (stage.size() > 1 ? " .. " + stage.back() : std::string()) +
                  ", " + std::to_string(r[0]) + " parameter elements per rank, parameters " + mib(r[1]) +
-                 " + gradients " + mib(r[2]) + " + optimizer " + mib(r[3]) + " + activations " + mib(act) + " (" +
+                 " + gradients " + mib(r[2]) +
+                 (r[4] > 0 ? " (with embed.weight's tied replica, " + mib(r[4]) + " + " + mib(r[5]) + ")"
+                           : std::string()) +
+                 " + optimizer " + mib(r[3]) + " + activations " + mib(act) + " (" +
                  std::to_string(held) + (held == 1 ? " microbatch" : " microbatches") + " of " + std::to_string(mb_rows) +
                  " rows in flight, " +
                  std::string(pp::stage_activations_name(options.activations)) + ") = " +

@@ -109,6 +109,12 @@ struct StepTimes {
   double compute_seconds = 0;  // forward, recompute, backward and loss, summed
 };
 
+// Pipeline::tied_replica_bytes: the replicas' values and their gradients.
+struct TiedReplicaBytes {
+  std::int64_t values = 0;
+  std::int64_t gradients = 0;
+};
+
 class Pipeline {
  public:
   // Splits `model` (a Sequential: pp/stages.hpp) into mesh.pp_size() stages and keeps
@@ -149,6 +155,11 @@ class Pipeline {
   // and stashes put back before a backward (activations: stash); see above.
   int last_step_recomputes() const { return recomputes_; }
   int last_step_restores() const { return restores_; }
+  // Bytes this stage holds for replicas of tied parameters it reads but does not own
+  // (PipelineOptions::tied). A replica is not a parameter of the stage, so
+  // measure_memory and plan_memory do not see it; 0 on the other stages. During a step
+  // the received value takes as much again, on the host.
+  TiedReplicaBytes tied_replica_bytes() const;
 
   // This stage's forward and backward over its units (no communication besides the
   // units' own tp / domain collectives).
