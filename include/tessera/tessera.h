@@ -391,6 +391,8 @@ int tessera_checkpoint_destroy(tessera_checkpoint_t** checkpoint);
  * Model inference (tessera::load_any_model): a model trained by tessera-run, rebuilt
  * from its checkpoint alone on the caller's mesh, of the type its metadata names.
  *
+ * The mesh must have pipeline 1 (TESSERA_ERR_INVALID_ARGUMENT otherwise): inference runs
+ * the whole model on every rank, not in stages.
  * A field emulator (any tp / domain split) runs on caller-owned fields
  * (tessera_model_predict / _forward). Fields are f32 (B, channels, local lat, nlon) in
  * tessera's view -- C: float x[B][C][lat][lon]; Fortran: real(real32) :: x(nlon, lat, C, B)

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "tessera/error.hpp"
+
 namespace tessera::io::detail {
 
 bool is_main_replica(const Mesh& mesh, const MeshPlacement& placement) {
@@ -11,6 +13,21 @@ bool is_main_replica(const Mesh& mesh, const MeshPlacement& placement) {
     if (placement[d].is_replicate() && mesh.rank(d) != 0) return false;
   }
   return true;
+}
+
+void require_one_stage_per_tensor(const std::map<int, std::vector<std::string>>& paths_of_stage) {
+  std::map<std::string, int> stage_of;
+  for (const auto& [stage, paths] : paths_of_stage) {
+    for (const std::string& path : paths) {
+      const auto [it, added] = stage_of.emplace(path, stage);
+      if (!added) {
+        throw InvalidArgument("checkpoint: " + path + " is held by pipeline stages " + std::to_string(it->second) +
+                              " and " + std::to_string(stage) +
+                              "; a tensor must belong to one stage (a pp::Pipeline keeps each rank's own stage; a "
+                              "model that is whole on every rank needs a mesh of pipeline 1)");
+      }
+    }
+  }
 }
 
 // Sums 64-bit checksums modulo 2^64 over `comm`: each is split into 32-bit halves so

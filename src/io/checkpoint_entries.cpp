@@ -121,18 +121,11 @@ void add_entries_of_other_stages(const Mesh& mesh, std::vector<Entry>& entries) 
                             " do not agree on the tensors to save (names, global shapes, dtypes or placements)");
     }
   }
-  // A tensor belongs to one stage: two would both write it.
-  std::map<std::string, int> stage_of;
+  std::map<int, std::vector<std::string>> paths_of_stage;
   for (const auto& [stage, r] : first_rank_of_stage) {
-    for (std::size_t k = 1; k < all[r].size(); ++k) {
-      const Entry e = entry_of_other_stage(all[r][k]);
-      const auto [it, added] = stage_of.emplace(e.path(), stage);
-      if (!added) {
-        throw InvalidArgument("checkpoint: " + e.path() + " is held by pipeline stages " + std::to_string(it->second) +
-                              " and " + std::to_string(stage) + "; a tensor must belong to one stage");
-      }
-    }
+    for (std::size_t k = 1; k < all[r].size(); ++k) paths_of_stage[stage].push_back(entry_of_other_stage(all[r][k]).path());
   }
+  require_one_stage_per_tensor(paths_of_stage);
   // The union in one order on every rank: the model's tensors stage by stage, then the
   // optimizer's (for a serial split, the serial model's order).
   std::map<std::string, Entry> own;

@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -79,9 +80,23 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
     for (const OptimizerState& s : optimizer->named_state()) state_names.insert(s.name);
   }
   if (mesh.pp_size() > 1) {
+    // Each rank's list starts with its stage; a parameter on two stages (a model not
+    // split by a pp::Pipeline) is refused before anything is read.
+    std::map<int, std::vector<std::string>> paths_of_stage;
     for (auto* names : {&model_names, &state_names}) {
-      for (const auto& list : all_gather_strings(world, {names->begin(), names->end()})) names->insert(list.begin(), list.end());
+      const char* section = names == &model_names ? "model" : "optimizer";
+      std::vector<std::string> mine{std::to_string(mesh.coords().pp)};
+      mine.insert(mine.end(), names->begin(), names->end());
+      std::set<int> stages_seen;
+      for (const auto& list : all_gather_strings(world, mine)) {
+        names->insert(list.begin() + 1, list.end());
+        // The first rank of each stage speaks for it (its ranks hold the same names).
+        if (!stages_seen.insert(std::stoi(list.front())).second) continue;
+        auto& paths = paths_of_stage[std::stoi(list.front())];
+        for (auto it = list.begin() + 1; it != list.end(); ++it) paths.push_back(dataset_path(section, *it));
+      }
     }
+    require_one_stage_per_tensor(paths_of_stage);
   }
 
   const auto shape_text = [&](const Shape& s) {

@@ -160,6 +160,11 @@ io::CheckpointMetadata header_of(const std::string& checkpoint_path, const Mesh&
 
 std::unique_ptr<models::FieldEmulator> emulator_from(const io::CheckpointMetadata& header, const Mesh& mesh) {
   const models::FieldEmulatorConfig config = models::model_config_from_metadata(header.metadata, header.file);
+  // Inference runs the whole model on every rank: a pipeline stage would hold it again.
+  if (mesh.pp_size() != 1) {
+    throw InvalidArgument("a field emulator runs on a mesh of pipeline 1 (dp, tp and domain only); this mesh has "
+                          "pipeline " + std::to_string(mesh.pp_size()));
+  }
   // A layout the model cannot take (mlp_hidden not divisible by tp, a band thinner than
   // the halo) is the same verdict on every rank; construction is collective.
   auto model = std::make_unique<models::FieldEmulator>(config, mesh);

@@ -245,6 +245,14 @@ int main(int argc, char** argv) {
       CHECK(std::strstr(tessera_last_error(), "domain") != nullptr);
     }
     EXPECT_STATUS(tessera_mesh_destroy(&cmesh), TESSERA_OK);
+    // A decoder on a mesh with pipeline stages (domain 1): refused, naming the pipeline.
+    if (world_size % 2 == 0) {
+      EXPECT_STATUS(tessera_mesh_create_pipeline(MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, 1, 2, &cmesh), TESSERA_OK);
+      EXPECT_STATUS(tessera_model_load(cmesh, (dir + "/tied").c_str(), &model), TESSERA_ERR_INVALID_ARGUMENT);
+      CHECK(std::strstr(tessera_last_error(), "and pipeline 2") != nullptr);
+      CHECK(model == nullptr);
+      EXPECT_STATUS(tessera_mesh_destroy(&cmesh), TESSERA_OK);
+    }
   }
   return capi_test::finish("test_capi_decoder");
 }

@@ -190,6 +190,9 @@ TEST(PipelineCheckpoint, OlderCheckpointsReadAsPipelineOne) {
 }
 
 // A tensor held by two stages would be written twice: an error naming it, on every rank.
+// Loading one is the same error: a model that is whole on every stage (not split by a
+// pp::Pipeline) used to read each tensor once per stage and call the checkpoint
+// corrupted (the stages' checksum shares added up to a multiple of the stored sum).
 TEST(PipelineCheckpoint, TensorOnTwoStagesIsAnError) {
   Mesh mesh(MPI_COMM_WORLD, {DataParallelMode::none, 1, 1, world_size()});
   nn::Linear shared_layer(2, 2);
@@ -201,6 +204,25 @@ TEST(PipelineCheckpoint, TensorOnTwoStagesIsAnError) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("/model/weight is held by pipeline stages 0 and 1"), std::string::npos)
         << e.what();
+  }
+
+  const std::string serial_root = scratch_dir("two_stages_serial");
+  if (world_rank() == 0) {
+    Mesh self(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::none, 1, 1, 1});
+    io::save_checkpoint(serial_root, self, shared_layer);
+  }
+  Communicator(MPI_COMM_WORLD).barrier();
+  nn::Linear whole(2, 2);
+  try {
+    (void)io::load_checkpoint(serial_root, mesh, whole);
+    ADD_FAILURE() << "loading one tensor into both stages did not fail";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    // The first name in order: the load compares the stages' names sorted.
+    EXPECT_NE(message.find("/model/bias is held by pipeline stages 0 and 1"), std::string::npos) << message;
+    EXPECT_NE(message.find("pipeline 1"), std::string::npos) << message;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "loading one tensor into both stages: " << e.what();
   }
 }
 

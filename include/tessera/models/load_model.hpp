@@ -5,7 +5,8 @@
 // tessera-run stores the model's architecture as YAML in the checkpoint's metadata
 // attribute (a top-level `model:` mapping whose `type` is field_emulator or decoder).
 // The loaders read it, build the model on `mesh` (any tp/domain split: the checkpoint
-// loader reads exactly the hyperslabs the current layout needs) and load the weights
+// loader reads exactly the hyperslabs the current layout needs; pipeline 1, since the
+// whole model runs on every rank: InvalidArgument otherwise) and load the weights
 // (no optimizer state). load_any_model dispatches on the stored type; it is the entry
 // point the C and Fortran inference calls use. The field emulator:
 //
