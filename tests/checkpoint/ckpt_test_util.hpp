@@ -7,7 +7,6 @@
 #include <mpi.h>
 
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -78,19 +77,6 @@ inline ParallelismConfig config(DataParallelMode data, int tensor, int domain = 
   c.tensor = tensor;
   c.domain = domain;
   return c;
-}
-
-// A fresh directory in the test's working directory (the build tree), unique per test
-// and rank count; made by rank 0, visible to every rank on return.
-inline std::string scratch_dir(const std::string& name) {
-  const std::string dir =
-      (std::filesystem::current_path() / ("scratch_" + name + "_np" + std::to_string(world_size()))).string();
-  if (world_rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  Communicator(MPI_COMM_WORLD).barrier();
-  return dir;
 }
 
 inline bool same_bytes(const Tensor& a, const Tensor& b) {

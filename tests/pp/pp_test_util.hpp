@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -89,19 +88,6 @@ inline void expect_stage_matches(nn::Module& serial, nn::Module& stage, bool gra
     EXPECT_TRUE(tensors_close(got, master_block(master, p->local_offset, got.shape()), rel))
         << what << ": " << (grads ? "grad of " : "") << name << " (" << p->placement.str() << ")";
   }
-}
-
-// A fresh directory "scratch_pp_<name>_np<ranks>" in the test's working directory, made
-// by rank 0 and visible to every rank on return (the pipeline tests' checkpoints).
-inline std::string scratch_dir(const std::string& name) {
-  const std::string dir =
-      (std::filesystem::current_path() / ("scratch_pp_" + name + "_np" + std::to_string(world_size()))).string();
-  if (world_rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  Communicator(MPI_COMM_WORLD).barrier();
-  return dir;
 }
 
 }  // namespace tessera::testing

@@ -96,34 +96,51 @@ StepLoss pipelined_step(pp::Pipeline& pipeline, const Mesh& mesh, nn::Module& mo
   return {loss, mean.to_vector<double>()[0]};
 }
 
+// The blocks model at `layout` as the tests below train it: tp-parallelised, split into
+// the pipeline's stages, initialised from kSeed, under ddp (without overlap) when dp > 1.
+struct PipelinedBlocks {
+  Mesh mesh;
+  std::unique_ptr<nn::Sequential> model = make_blocks_model();
+  std::unique_ptr<pp::Pipeline> pipeline;
+  std::unique_ptr<dp::DataParallel> ddp;
+
+  PipelinedBlocks(const Layout& layout, pp::Schedule schedule, int microbatches,
+                  pp::StageActivations activations = pp::StageActivations::stash)
+      : mesh(MPI_COMM_WORLD, layout.config) {
+    if (mesh.tp_size() > 1) tp::parallelize(*model, mesh, blocks_tp_plan());
+    pp::PipelineOptions options = layout.split;
+    options.schedule = schedule;
+    options.microbatches = microbatches;
+    options.activations = activations;
+    pipeline = std::make_unique<pp::Pipeline>(*model, mesh, options);
+    nn::initialize_parameters(*model, kSeed);
+    if (mesh.dp_size() > 1) {
+      ddp = std::make_unique<dp::DataParallel>(*model, mesh, dp::DataParallelOptions{.overlap = false});
+    }
+  }
+  StepLoss step(const Tensor& x, const Tensor& t) { return pipelined_step(*pipeline, mesh, *model, ddp.get(), x, t); }
+};
+
 void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, bool adamw,
               pp::StageActivations activations) {
   const std::string what = layout.name + ", " + std::string(pp::schedule_name(schedule)) + ", m " +
                            std::to_string(microbatches) + (adamw ? ", AdamW" : ", SGD") + ", " +
                            std::string(pp::stage_activations_name(activations));
   SCOPED_TRACE(what);
-  Mesh mesh(MPI_COMM_WORLD, layout.config);
-
   auto serial = make_blocks_model();
   nn::initialize_parameters(*serial, kSeed);
   auto serial_opt = make_optimizer(adamw, *serial);
 
-  auto model = make_blocks_model();
-  if (mesh.tp_size() > 1) tp::parallelize(*model, mesh, blocks_tp_plan());
-  pp::PipelineOptions options = layout.split;
-  options.schedule = schedule;
-  options.microbatches = microbatches;
-  options.activations = activations;
-  pp::Pipeline pipeline(*model, mesh, options);
-  nn::initialize_parameters(*model, kSeed);
-  std::unique_ptr<dp::DataParallel> ddp;
-  if (mesh.dp_size() > 1) ddp = std::make_unique<dp::DataParallel>(*model, mesh, dp::DataParallelOptions{.overlap = false});
-  auto optimizer = make_optimizer(adamw, *model);
+  PipelinedBlocks blocks(layout, schedule, microbatches, activations);
+  const Mesh& mesh = blocks.mesh;
+  nn::Module& model = *blocks.model;
+  const pp::Pipeline& pipeline = *blocks.pipeline;
+  auto optimizer = make_optimizer(adamw, model);
 
   // The stage holds exactly the parameters of its units.
   std::size_t expected_params = 0;
   for (const auto& path : pipeline.units()) expected_params += serial->at(path).named_parameters().size();
-  ASSERT_EQ(model->named_parameters().size(), expected_params);
+  ASSERT_EQ(model.named_parameters().size(), expected_params);
   ASSERT_EQ(pipeline.stage(), mesh.coords().pp);
 
   for (int step = 0; step < kSteps; ++step) {
@@ -137,7 +154,7 @@ void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, boo
     serial->backward(dy);
 
     optimizer->zero_grad();
-    const StepLoss loss = pipelined_step(pipeline, mesh, *model, ddp.get(), x, t);
+    const StepLoss loss = blocks.step(x, t);
 
     // The replica's loss is on every rank of its pipeline; the replicas' mean is the
     // serial loss of the whole batch (equal shares).
@@ -145,10 +162,10 @@ void run_case(const Layout& layout, pp::Schedule schedule, int microbatches, boo
     for (const auto& s : all) EXPECT_EQ(s, all.front()) << "the loss differs between stages";
     EXPECT_NEAR(loss.replicas_mean, serial_loss, 1e-5 * std::abs(serial_loss));
 
-    expect_stage_matches(*serial, *model, true, what + " (gradients)");
+    expect_stage_matches(*serial, model, true, what + " (gradients)");
     serial_opt->step();
     optimizer->step();
-    expect_stage_matches(*serial, *model, false, what + " (weights)");
+    expect_stage_matches(*serial, model, false, what + " (weights)");
 
     // Restores (stash) or recomputes are exactly what the schedule needs: none on the
     // last stage under 1F1B; GPipe every microbatch but the last. The other count is 0:
@@ -186,19 +203,13 @@ TEST(PipelineTraining, EvaluateMatchesTheSerialForward) {
   for (const Layout& layout : layouts()) {
     for (auto schedule : {pp::Schedule::gpipe, pp::Schedule::one_f_one_b}) {
       SCOPED_TRACE(layout.name + ", " + std::string(pp::schedule_name(schedule)));
-      Mesh mesh(MPI_COMM_WORLD, layout.config);
       auto serial = make_blocks_model();
       nn::initialize_parameters(*serial, kSeed);
-      auto model = make_blocks_model();
-      if (mesh.tp_size() > 1) tp::parallelize(*model, mesh, blocks_tp_plan());
-      pp::PipelineOptions options = layout.split;
-      options.schedule = schedule;
-      options.microbatches = 3;
-      pp::Pipeline pipeline(*model, mesh, options);
-      nn::initialize_parameters(*model, kSeed);
-      std::unique_ptr<dp::DataParallel> ddp;
-      if (mesh.dp_size() > 1) ddp = std::make_unique<dp::DataParallel>(*model, mesh, dp::DataParallelOptions{.overlap = false});
-      model->zero_grad();
+      PipelinedBlocks blocks(layout, schedule, /*microbatches=*/3);
+      const Mesh& mesh = blocks.mesh;
+      nn::Module& model = *blocks.model;
+      pp::Pipeline& pipeline = *blocks.pipeline;
+      model.zero_grad();
       serial->zero_grad();
 
       // Each replica evaluates its own rows; a batch of 2 rows makes 2 microbatches.
@@ -229,15 +240,14 @@ TEST(PipelineTraining, EvaluateMatchesTheSerialForward) {
       }
       // No gradient moved (zero as set above, on every stage) ...
       serial->zero_grad();
-      expect_stage_matches(*serial, *model, true, layout.name + " after evaluate (gradients)");
+      expect_stage_matches(*serial, model, true, layout.name + " after evaluate (gradients)");
       // ... and a training step after it matches the serial one.
       const Tensor x = batch_input(0), t = batch_target(0);
       Tensor dy;
       const double serial_loss = mse_share(serial->forward(x), t, {0, 0, kBatch, kBatch}, dy);
       serial->backward(dy);
-      EXPECT_NEAR(pipelined_step(pipeline, mesh, *model, ddp.get(), x, t).replicas_mean, serial_loss,
-                  1e-5 * std::abs(serial_loss));
-      expect_stage_matches(*serial, *model, true, layout.name + " step after evaluate (gradients)");
+      EXPECT_NEAR(blocks.step(x, t).replicas_mean, serial_loss, 1e-5 * std::abs(serial_loss));
+      expect_stage_matches(*serial, model, true, layout.name + " step after evaluate (gradients)");
     }
   }
 }
@@ -329,16 +339,9 @@ TEST(PipelineTraining, StageZerosRefusalOfABatchRaisesOnEveryStage) {
   for (const Layout& layout : layouts()) {
     for (auto schedule : {pp::Schedule::gpipe, pp::Schedule::one_f_one_b}) {
       SCOPED_TRACE(layout.name + ", " + std::string(pp::schedule_name(schedule)));
-      Mesh mesh(MPI_COMM_WORLD, layout.config);
-      auto model = make_blocks_model();
-      if (mesh.tp_size() > 1) tp::parallelize(*model, mesh, blocks_tp_plan());
-      pp::PipelineOptions options = layout.split;
-      options.schedule = schedule;
-      options.microbatches = 4;
-      pp::Pipeline pipeline(*model, mesh, options);
-      nn::initialize_parameters(*model, kSeed);
-      std::unique_ptr<dp::DataParallel> ddp;
-      if (mesh.dp_size() > 1) ddp = std::make_unique<dp::DataParallel>(*model, mesh, dp::DataParallelOptions{.overlap = false});
+      PipelinedBlocks blocks(layout, schedule, /*microbatches=*/4);
+      nn::Module& model = *blocks.model;
+      pp::Pipeline& pipeline = *blocks.pipeline;
 
       int loss_calls = 0;
       const auto count_train = [&](const Tensor&, const pp::Microbatch&, Tensor&) { return ++loss_calls, 0.0; };
@@ -371,7 +374,7 @@ TEST(PipelineTraining, StageZerosRefusalOfABatchRaisesOnEveryStage) {
         (void)pipeline.evaluate(pipeline.is_first() ? no_rows : Tensor(), count_eval);
       });
       EXPECT_EQ(loss_calls, 0);
-      for (const auto& [name, p] : model->named_parameters()) {
+      for (const auto& [name, p] : model.named_parameters()) {
         if (!p->grad.defined()) continue;
         const auto g = p->grad.contiguous().to_vector<float>();
         EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return v == 0.0F; }))
@@ -385,10 +388,9 @@ TEST(PipelineTraining, StageZerosRefusalOfABatchRaisesOnEveryStage) {
       Tensor dy;
       const double serial_loss = mse_share(serial->forward(x), t, {0, 0, kBatch, kBatch}, dy);
       serial->backward(dy);
-      model->zero_grad();
-      const StepLoss loss = pipelined_step(pipeline, mesh, *model, ddp.get(), x, t);
-      EXPECT_NEAR(loss.replicas_mean, serial_loss, 1e-5 * std::abs(serial_loss));
-      expect_stage_matches(*serial, *model, true, layout.name + ", after the refusals (gradients)");
+      model.zero_grad();
+      EXPECT_NEAR(blocks.step(x, t).replicas_mean, serial_loss, 1e-5 * std::abs(serial_loss));
+      expect_stage_matches(*serial, model, true, layout.name + ", after the refusals (gradients)");
     }
   }
 }

@@ -26,4 +26,9 @@ std::vector<std::string> all_gather_strings(const std::string& mine, MPI_Comm co
 // True on every rank iff `value` is true on every rank of `comm`.
 bool all_ranks(bool value, MPI_Comm comm = MPI_COMM_WORLD);
 
+// A fresh, empty directory "scratch_<name>_np<ranks>" in the test's working directory (the
+// build tree, one folder per test suite), made by rank 0 of MPI_COMM_WORLD and visible
+// to every rank on return.
+std::string scratch_dir(const std::string& name);
+
 }  // namespace tessera::testing

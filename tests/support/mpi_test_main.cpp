@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,17 @@ bool all_ranks(bool value, MPI_Comm comm) {
   int local = value ? 1 : 0, global = 0;
   MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_LAND, comm);
   return global != 0;
+}
+
+std::string scratch_dir(const std::string& name) {
+  const std::string dir =
+      (std::filesystem::current_path() / ("scratch_" + name + "_np" + std::to_string(world_size()))).string();
+  if (world_rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return dir;
 }
 
 namespace {

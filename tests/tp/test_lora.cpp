@@ -32,6 +32,7 @@ using namespace tessera;
 using tessera::testing::fill_random;
 using tessera::testing::random_tensor;
 using tessera::testing::tensors_close;
+using tessera::testing::scratch_dir;
 using tessera::testing::world_rank;
 using tessera::testing::world_size;
 
@@ -367,17 +368,6 @@ std::unique_ptr<Mesh> sub_mesh(int ranks) {
   auto mesh = std::make_unique<Mesh>(comm, cfg);
   MPI_Comm_free(&comm);
   return mesh;
-}
-
-std::string scratch_dir(const std::string& name) {
-  const std::string dir = (std::filesystem::current_path() /
-                           ("scratch_lora_" + name + "_np" + std::to_string(world_size()))).string();
-  if (world_rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  Communicator(MPI_COMM_WORLD).barrier();
-  return dir;
 }
 
 // The LoRA pair after two AdamW steps on gradients that depend only on (step, name,
