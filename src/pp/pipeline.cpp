@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <optional>
 
 #include "tessera/agree.hpp"
@@ -75,21 +76,57 @@ std::optional<std::int64_t> refused_rows(const Tensor& header) {
   return h[kRows];
 }
 
+// A header whose dtype field holds kFailedUpstream announces no activation either: a
+// stage before this one raised during the step (a unit's forward or backward, the loss
+// function), and its kRows field holds the batch's rows (evaluate's later stages count
+// their microbatches from them). Once a stage has failed or received one, it computes
+// nothing more in the step but keeps every message its neighbours expect: this header in
+// place of each activation it still owes the next stage (which then owes no gradient
+// for it), zeros in place of each gradient it owes the previous one. The step's
+// messages all complete, and the step ends with an agreement over the mesh that raises
+// the failing rank's error on every rank (agree_on_success), so no stage, and no rank
+// of another dp replica, is left waiting.
+constexpr std::int64_t kFailedUpstream = -2;
+
+Tensor failure_header(std::int64_t rows) {
+  std::vector<std::int64_t> h(kHeaderSize, 0);
+  h[kDType] = kFailedUpstream;
+  h[kRows] = rows;
+  return Tensor::from_vector(h, {kHeaderSize});
+}
+
+bool is_failure_header(const Tensor& header) { return header.to_vector<std::int64_t>()[kDType] == kFailedUpstream; }
+
+// End of a step: the caches a failed step may have left are dropped (the next step
+// starts as after a release), and every rank raises the error of the lowest rank that
+// failed, or none.
+void end_of_step(nn::Module& model, const std::vector<std::string>& units, const Mesh& mesh,
+                 const std::exception_ptr& failure, bool failed) {
+  if (failed) {
+    for (const std::string& path : units) model.at(path).release_activations();
+  }
+  agree_on_success(mesh.world().mpi_comm(), [&] {
+    if (failure) std::rethrow_exception(failure);
+  });
+}
+
 // Raises stage 0's refusal of a batch of `rows` rows on `stage`, after passing it on to
 // the next stage as `headers` refusal headers: one per header receive that stage has
-// posted (train_step posts all m at once, evaluate one), so none stays pending.
-[[noreturn]] void refuse_batch(Communicator& pp, int stage, int stages, const std::string& who, std::int64_t rows,
+// posted (train_step posts all m at once, evaluate one), so none stays pending. The
+// raise is agreed over the mesh, as a failed step's is (end_of_step, below): every rank
+// raises the refusal of the lowest refusing rank, and the pipelines of other dp replicas,
+// whose stage 0 took its batch, raise it too instead of waiting for these.
+[[noreturn]] void refuse_batch(const Mesh& mesh, int stage, int stages, const std::string& who, std::int64_t rows,
                                int microbatches, int headers) {
   if (stage + 1 < stages) {
     const Tensor header = refusal_header(rows);
     std::vector<CommRequest> sends;
-    for (int j = 0; j < headers; ++j) sends.push_back(pp.isend(header, stage + 1, header_tag(j)));
+    for (int j = 0; j < headers; ++j) sends.push_back(mesh.pp().isend(header, stage + 1, header_tag(j)));
     for (CommRequest& r : sends) r.wait();
   }
-  throw InvalidArgument(who + ": stage 0 needs " + batch_refusal(rows, microbatches) +
-                        (stage == 0 ? std::string()
-                                    : " (stage 0 refused its batch; stage " + std::to_string(stage) +
-                                          " raises with it)"));
+  const InvalidArgument refusal(who + ": stage 0 needs " + batch_refusal(rows, microbatches));
+  agree_on_success(mesh.world().mpi_comm(), [&] { throw refusal; });
+  throw refusal;  // not reached: the agreement raises on a rank that failed
 }
 
 // Stage 0's batch rows for the refusal rule: -1 for an undefined or 0-dim tensor.
@@ -209,7 +246,20 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     Tensor header;       // received header (stages after the first)
     CommRequest header_request, input_request, grad_request;
     bool input_posted = false;
+    bool failed_upstream = false;  // a failure header came instead: no activation, no gradient
+    bool forward_done = false;
+    bool activation_sent = false;  // so a gradient comes back for it
+    Shape input_shape;             // of a received activation: the gradient owed for it
+    DType input_dtype = DType::f32;
     Tensor grad_output;  // received gradient, or the loss function's on the last stage
+  };
+  // This stage's first error of the step, and whether it has stopped computing (its own
+  // failure, or a failure header from a stage before it).
+  std::exception_ptr failure;
+  bool failed = false;
+  auto fail_here = [&] {
+    if (!failure) failure = std::current_exception();
+    failed = true;
   };
   std::vector<CommRequest> sends;
   ties_->post_values(pp, sends);
@@ -219,7 +269,7 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     const std::int64_t rows = batch_rows(batch);
     if (!batch_refusal(rows, m).empty()) {
       ties_->receive_values();  // nothing left in flight
-      refuse_batch(pp, stage_, stages(), "Pipeline::train_step", rows, m, m);
+      refuse_batch(mesh_, stage_, stages(), "Pipeline::train_step", rows, m, m);
     }
     for (int j = 0; j < m; ++j) {
       const ShardRange r = shard_range(rows, m, j);
@@ -246,13 +296,20 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     if (const auto refused = refused_rows(f.header)) {
       for (InFlight& other : mb) other.header_request.wait();  // stage 0 sent all m headers
       ties_->receive_values();
-      refuse_batch(pp, stage_, stages(), "Pipeline::train_step", *refused, m, m);
+      refuse_batch(mesh_, stage_, stages(), "Pipeline::train_step", *refused, m, m);
+    }
+    f.input_posted = true;
+    if (is_failure_header(f.header)) {
+      f.failed_upstream = true;
+      failed = true;
+      return true;
     }
     Announced announced = read_header(f.header, j, mesh_.device());
     f.info = announced.info;
     f.input = std::move(announced.activation);
+    f.input_shape = f.input.shape();
+    f.input_dtype = f.input.dtype();
     f.input_request = pp.irecv(f.input, prev, activation_tag(j));
-    f.input_posted = true;
     return true;
   };
   // Posts every activation receive whose header has arrived, in order.
@@ -266,6 +323,7 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
   // the next stage sends the gradients in its backward order, which is this stage's:
   // their receives are posted in that order, each once its activation is sent (1F1B:
   // right after it; GPipe: all after the last forward, from the last microbatch down).
+  // A microbatch whose activation was replaced by a failure header gets no gradient.
   std::vector<int> backward_order;
   for (const Action& a : actions_) {
     if (a.kind == Action::Kind::backward) backward_order.push_back(a.microbatch);
@@ -275,8 +333,8 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     for (; gradients_posted < backward_order.size(); ++gradients_posted) {
       const int k = backward_order[gradients_posted];
       auto& g = mb[static_cast<std::size_t>(k)];
-      if (!g.grad_output.defined()) return;  // its activation is not sent yet
-      g.grad_request = pp.irecv(g.grad_output, next, gradient_tag(k));
+      if (!g.forward_done) return;  // its activation is not sent yet
+      if (g.activation_sent) g.grad_request = pp.irecv(g.grad_output, next, gradient_tag(k));
     }
   };
 
@@ -315,58 +373,85 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
         f.input = batch.narrow(0, f.info.begin, f.info.end - f.info.begin).contiguous();
       } else {
         post_input(j, true);
-        f.input_request.wait();
+        if (!f.failed_upstream) f.input_request.wait();
       }
       if (!values_received) {
         ties_->receive_values();  // the tied parameters' replicas, before they are read
         values_received = true;
       }
       const auto compute_start = Clock::now();
-      set_aside();
-      Tensor y = stage_forward(f.input);
-      cached = j;
-      if (stash) f.input = Tensor();  // the units keep what they need
-      if (is_last()) {
-        Tensor grad;
-        loss_sum += loss_fn(y, f.info, grad);
-        if (!grad.defined() || grad.shape() != y.shape()) {
-          throw InvalidArgument("Pipeline::train_step: the loss function must set the gradient to the output's shape " +
-                                shape_str(y.shape()) + ", got " +
-                                (grad.defined() ? shape_str(grad.shape()) : std::string("an undefined tensor")));
+      Tensor y;
+      if (!failed) {
+        try {
+          set_aside();
+          y = stage_forward(f.input);
+          cached = j;
+          if (stash) f.input = Tensor();  // the units keep what they need
+          if (is_last()) {
+            Tensor grad;
+            loss_sum += loss_fn(y, f.info, grad);
+            if (!grad.defined() || grad.shape() != y.shape()) {
+              throw InvalidArgument(
+                  "Pipeline::train_step: the loss function must set the gradient to the output's shape " +
+                  shape_str(y.shape()) + ", got " +
+                  (grad.defined() ? shape_str(grad.shape()) : std::string("an undefined tensor")));
+            }
+            f.grad_output = grad;
+          }
+        } catch (...) {
+          fail_here();
         }
-        f.grad_output = grad;
-        times_.compute_seconds += seconds_since(compute_start);
-      } else {
-        times_.compute_seconds += seconds_since(compute_start);
-        y = y.contiguous();
-        sends.push_back(pp.isend(make_header(y, f.info), next, header_tag(j)));
-        sends.push_back(pp.isend(y, next, activation_tag(j)));
-        f.grad_output = Tensor::empty(y.shape(), y.dtype(), y.device());
+      }
+      times_.compute_seconds += seconds_since(compute_start);
+      if (!is_last()) {
+        if (failed) {
+          sends.push_back(pp.isend(failure_header(f.info.batch_rows), next, header_tag(j)));
+        } else {
+          y = y.contiguous();
+          sends.push_back(pp.isend(make_header(y, f.info), next, header_tag(j)));
+          sends.push_back(pp.isend(y, next, activation_tag(j)));
+          f.grad_output = Tensor::empty(y.shape(), y.dtype(), y.device());
+          f.activation_sent = true;
+        }
+        f.forward_done = true;
         post_gradients();
       }
     } else {
-      if (!is_last()) f.grad_request.wait();
+      if (f.activation_sent) f.grad_request.wait();
       const auto compute_start = Clock::now();
-      if (cached != j) {
-        if (stash) {
-          set_aside();
-          restore(f);
-        } else {
-          (void)stage_forward(f.input);  // bitwise the first forward: refills the caches
-          ++recomputes_;
+      Tensor dx;
+      if (!failed) {
+        try {
+          if (cached != j) {
+            if (stash) {
+              set_aside();
+              restore(f);
+            } else {
+              (void)stage_forward(f.input);  // bitwise the first forward: refills the caches
+              ++recomputes_;
+            }
+          }
+          dx = stage_backward(f.grad_output);
+          for (const std::string& path : units()) model_.at(path).release_activations();  // spent
+          cached = -1;
+        } catch (...) {
+          fail_here();
         }
       }
-      Tensor dx = stage_backward(f.grad_output);
-      for (const std::string& path : units()) model_.at(path).release_activations();  // spent
-      cached = -1;
       times_.compute_seconds += seconds_since(compute_start);
-      if (!is_first()) sends.push_back(pp.isend(dx.contiguous(), prev, gradient_tag(j)));
+      // The previous stage waits for the gradient of every activation it sent.
+      if (!is_first() && !f.failed_upstream) {
+        sends.push_back(pp.isend(failed ? Tensor::zeros(f.input_shape, f.input_dtype, mesh_.device()) : dx.contiguous(),
+                                 prev, gradient_tag(j)));
+      }
       f.input = Tensor();
       f.grad_output = Tensor();
+      f.stash.clear();
     }
   }
   for (CommRequest& r : sends) r.wait();
   ties_->reduce_gradients(pp);  // the readers' shares into the owners' gradients
+  end_of_step(model_, units(), mesh_, failure, failed);
   times_.total_seconds = seconds_since(step_start);
 
   Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
@@ -389,12 +474,16 @@ double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
     const std::int64_t rows = batch_rows(batch);
     if (!batch_refusal(rows, 0).empty()) {
       ties_->receive_values();  // nothing left in flight
-      refuse_batch(pp, stage_, stages(), "Pipeline::evaluate", rows, 0, 1);
+      refuse_batch(mesh_, stage_, stages(), "Pipeline::evaluate", rows, 0, 1);
     }
     m = microbatch_count(rows);
   }
   ties_->receive_values();
   double loss_sum = 0;
+  // As in train_step: after a failure here or before, failure headers replace the
+  // activations still owed, and the end of the step agrees on the error.
+  std::exception_ptr failure;
+  bool failed = false;
   for (int j = 0; j < m; ++j) {
     Microbatch info;
     Tensor x;
@@ -406,26 +495,43 @@ double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
       Tensor header = Tensor::empty({kHeaderSize}, DType::i64);
       pp.recv(header, prev, header_tag(j));
       if (const auto refused = refused_rows(header)) {
-        refuse_batch(pp, stage_, stages(), "Pipeline::evaluate", *refused, 0, 1);
+        refuse_batch(mesh_, stage_, stages(), "Pipeline::evaluate", *refused, 0, 1);
       }
-      Announced announced = read_header(header, j, mesh_.device());
-      info = announced.info;
+      if (is_failure_header(header)) {
+        failed = true;
+        info.batch_rows = header.to_vector<std::int64_t>()[kRows];
+      } else {
+        Announced announced = read_header(header, j, mesh_.device());
+        info = announced.info;
+        x = std::move(announced.activation);
+        pp.recv(x, prev, activation_tag(j));
+      }
       if (j == 0) m = microbatch_count(info.batch_rows);
-      x = std::move(announced.activation);
-      pp.recv(x, prev, activation_tag(j));
     }
-    Tensor y = stage_forward(x);
-    // No backward follows: the caches the forward left are dropped at once.
-    for (const std::string& path : units()) model_.at(path).release_activations();
-    if (is_last()) {
-      loss_sum += loss_fn(y, info);
-    } else {
-      y = y.contiguous();
-      sends.push_back(pp.isend(make_header(y, info), next, header_tag(j)));
-      sends.push_back(pp.isend(y, next, activation_tag(j)));
+    Tensor y;
+    if (!failed) {
+      try {
+        y = stage_forward(x);
+        // No backward follows: the caches the forward left are dropped at once.
+        for (const std::string& path : units()) model_.at(path).release_activations();
+        if (is_last()) loss_sum += loss_fn(y, info);
+      } catch (...) {
+        failure = std::current_exception();
+        failed = true;
+      }
+    }
+    if (!is_last()) {
+      if (failed) {
+        sends.push_back(pp.isend(failure_header(info.batch_rows), next, header_tag(j)));
+      } else {
+        y = y.contiguous();
+        sends.push_back(pp.isend(make_header(y, info), next, header_tag(j)));
+        sends.push_back(pp.isend(y, next, activation_tag(j)));
+      }
     }
   }
   for (CommRequest& r : sends) r.wait();
+  end_of_step(model_, units(), mesh_, failure, failed);
   Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
   pp.broadcast(loss, stages() - 1);
   return loss.to_vector<double>()[0];

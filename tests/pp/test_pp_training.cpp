@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "mpi_test.hpp"
 #include "pp_test_util.hpp"
@@ -352,10 +353,10 @@ TEST(PipelineTraining, StageZerosRefusalOfABatchRaisesOnEveryStage) {
           call();
           ADD_FAILURE() << "stage " << pipeline.stage() << " did not raise";
         } catch (const InvalidArgument& e) {
+          // Agreed over the mesh: every rank raises rank 0's refusal (stage 0's first rank).
           const std::string message = e.what();
           EXPECT_NE(message.find("stage 0 needs " + reason), std::string::npos) << message;
-          const std::string relayed = "stage 0 refused its batch; stage " + std::to_string(pipeline.stage());
-          EXPECT_EQ(message.find(relayed) != std::string::npos, !pipeline.is_first()) << message;
+          EXPECT_NE(message.find("(on rank 0 of " + std::to_string(world_size()) + ")"), std::string::npos) << message;
         }
       };
       const Tensor three_rows = batch_input(0).narrow(0, 0, 3).contiguous();
@@ -391,6 +392,147 @@ TEST(PipelineTraining, StageZerosRefusalOfABatchRaisesOnEveryStage) {
       model.zero_grad();
       EXPECT_NEAR(blocks.step(x, t).replicas_mean, serial_loss, 1e-5 * std::abs(serial_loss));
       expect_stage_matches(*serial, model, true, layout.name + ", after the refusals (gradients)");
+    }
+  }
+}
+
+// A unit's stand-in that runs the unit and raises at a chosen forward or backward call
+// (counted from arm()): a failure of one stage mid-step. It registers the unit's
+// parameters under their own names, so the FQNs, the optimizer and the checks above see
+// the same parameters.
+class Tripwire final : public nn::Module {
+ public:
+  explicit Tripwire(std::unique_ptr<nn::Module> inner) : inner_(std::move(inner)) {
+    for (auto& [name, p] : inner_->named_parameters()) register_parameter(name, *p);
+  }
+  void arm(int forward, int backward) {
+    trip_forward_ = forward;
+    trip_backward_ = backward;
+    forwards_ = backwards_ = 0;
+  }
+  Tensor forward(const Tensor& x) override {
+    if (forwards_++ == trip_forward_) throw InvalidArgument("tripwire: forward call " + std::to_string(trip_forward_));
+    return inner_->forward(x);
+  }
+  Tensor backward(const Tensor& grad) override {
+    if (backwards_++ == trip_backward_) {
+      throw InvalidArgument("tripwire: backward call " + std::to_string(trip_backward_));
+    }
+    return inner_->backward(grad);
+  }
+  void visit_activations(nn::ActivationVisitor& visitor) override { inner_->visit_activations(visitor); }
+  std::string type_name() const override { return "Tripwire(" + inner_->type_name() + ")"; }
+
+ private:
+  std::unique_ptr<nn::Module> inner_;
+  int trip_forward_ = -1, trip_backward_ = -1;
+  int forwards_ = 0, backwards_ = 0;
+};
+
+// A failure on one stage in the middle of a step or an evaluation (a unit's forward or
+// backward, the loss function raising or giving a gradient of the wrong shape, on every
+// dp replica or on one) raises the failing rank's error on every rank of the mesh, and
+// leaves nothing in flight: after zero_grad the next step is the serial one. The stages
+// after the failure used to wait for activations that never came, those before it for
+// gradients, and the other dp replicas in their next collective.
+TEST(PipelineTraining, AFailureOnOneStageRaisesOnEveryRank) {
+  const Tensor x = batch_input(2), t = batch_target(2);
+  auto serial = make_blocks_model();
+  nn::initialize_parameters(*serial, kSeed);
+  Tensor dy;
+  const double serial_loss = mse_share(serial->forward(x), t, {0, 0, kBatch, kBatch}, dy);
+  serial->backward(dy);
+
+  for (const Layout& layout : layouts()) {
+    for (auto schedule : {pp::Schedule::gpipe, pp::Schedule::one_f_one_b}) {
+      for (auto activations : {pp::StageActivations::stash, pp::StageActivations::recompute}) {
+        SCOPED_TRACE(layout.name + ", " + std::string(pp::schedule_name(schedule)) + ", " +
+                     std::string(pp::stage_activations_name(activations)));
+        PipelinedBlocks blocks(layout, schedule, /*microbatches=*/4, activations);
+        const Mesh& mesh = blocks.mesh;
+        pp::Pipeline& pipeline = *blocks.pipeline;
+        const int stages = pipeline.stages(), ranks_per_stage = world_size() / stages;
+        // The middle stage's first unit carries the tripwire.
+        const int victim = stages / 2;
+        Tripwire* wire = nullptr;
+        if (pipeline.stage() == victim) {
+          const std::string path = pipeline.units().front();
+          auto wrapped = std::make_unique<Tripwire>(blocks.model->replace(path, std::make_unique<nn::GELU>()));
+          wire = wrapped.get();
+          (void)blocks.model->replace(path, std::move(wrapped));
+        }
+        const std::int64_t rows = kBatch / mesh.dp_size();
+        const Tensor local_x = x.narrow(0, rows * mesh.coords().dp, rows).contiguous();
+        const Tensor local_t = t.narrow(0, rows * mesh.coords().dp, rows).contiguous();
+        auto train = [&](const pp::LossFunction& loss_fn) {
+          (void)pipeline.train_step(pipeline.is_first() ? local_x : Tensor(), loss_fn);
+        };
+        auto evaluate = [&](const pp::EvaluationLoss& loss_fn) {
+          (void)pipeline.evaluate(pipeline.is_first() ? local_x : Tensor(), loss_fn);
+        };
+        const pp::LossFunction good_loss = [&](const Tensor& y, const pp::Microbatch& mb, Tensor& grad) {
+          return mse_share(y, local_t, mb, grad);
+        };
+        const pp::EvaluationLoss good_eval = [&](const Tensor& y, const pp::Microbatch& mb) {
+          Tensor unused;
+          return mse_share(y, local_t, mb, unused);
+        };
+
+        // Runs `call` with the tripwire armed at (forward, backward) on `armed_dp` (-1:
+        // every dp replica) and expects `text` raised on every rank from `failing_rank`.
+        auto expect_raised = [&](const std::string& what, int forward, int backward, int armed_dp,
+                                 const std::string& text, int failing_rank, auto&& call) {
+          SCOPED_TRACE(what);
+          if (wire != nullptr && (armed_dp < 0 || armed_dp == mesh.coords().dp)) wire->arm(forward, backward);
+          try {
+            call();
+            ADD_FAILURE() << "stage " << pipeline.stage() << " did not raise";
+          } catch (const std::exception& e) {
+            const std::string message = e.what();
+            EXPECT_NE(message.find(text), std::string::npos) << message;
+            const std::string where = "(on rank " + std::to_string(failing_rank) + " of " + std::to_string(world_size()) + ")";
+            EXPECT_NE(message.find(where), std::string::npos) << message;
+          }
+          if (wire != nullptr) wire->arm(-1, -1);
+          // Nothing in flight, no stale cache: a good step now is the serial one.
+          blocks.model->zero_grad();
+          EXPECT_NEAR(blocks.step(x, t).replicas_mean, serial_loss, 1e-5 * std::abs(serial_loss));
+          expect_stage_matches(*serial, *blocks.model, true, layout.name + ", after: " + what);
+        };
+        const int victim_rank = victim * ranks_per_stage, last_rank = (stages - 1) * ranks_per_stage;
+        expect_raised("a unit's second forward", 1, -1, -1, "tripwire: forward call 1", victim_rank,
+                      [&] { train(good_loss); });
+        expect_raised("a unit's first backward", -1, 0, -1, "tripwire: backward call 0", victim_rank,
+                      [&] { train(good_loss); });
+        expect_raised("the loss function on microbatch 2", -1, -1, -1, "the loss diverged", last_rank, [&] {
+          train([&](const Tensor& y, const pp::Microbatch& mb, Tensor& grad) {
+            if (mb.index == 2) throw std::runtime_error("the loss diverged");
+            return mse_share(y, local_t, mb, grad);
+          });
+        });
+        expect_raised("a gradient of the wrong shape", -1, -1, -1,
+                      "the loss function must set the gradient to the output's shape", last_rank, [&] {
+                        train([&](const Tensor& y, const pp::Microbatch& mb, Tensor& grad) {
+                          const double share = mse_share(y, local_t, mb, grad);
+                          grad = Tensor::zeros({1}, DType::f32);
+                          return share;
+                        });
+                      });
+        expect_raised("evaluate: a unit's first forward", 0, -1, -1, "tripwire: forward call 0", victim_rank,
+                      [&] { evaluate(good_eval); });
+        expect_raised("evaluate: the loss function on microbatch 1", -1, -1, -1, "the loss diverged", last_rank, [&] {
+          evaluate([&](const Tensor& y, const pp::Microbatch& mb) {
+            if (mb.index == 1) throw std::runtime_error("the loss diverged");
+            Tensor unused;
+            return mse_share(y, local_t, mb, unused);
+          });
+        });
+        if (mesh.dp_size() > 1) {
+          // One replica fails; the other's pipeline completes its step and raises too.
+          expect_raised("a forward on dp replica 1 only", 2, -1, 1, "tripwire: forward call 2", victim_rank + 1,
+                        [&] { train(good_loss); });
+        }
+      }
     }
   }
 }

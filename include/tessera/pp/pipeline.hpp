@@ -18,9 +18,14 @@
 // Parameter gradients accumulate over the microbatches (zero them between steps as
 // without a pipeline); the sum equals the whole batch's gradient up to rounding.
 // A batch stage 0 refuses (fewer rows than microbatches, undefined, 0-dim; evaluate: no
-// rows) raises InvalidArgument on every stage of its pipeline with stage 0's reason:
-// the refusal replaces the first header, so no stage waits for it, and nothing is left
-// in flight.
+// rows) raises InvalidArgument with stage 0's reason: the refusal replaces the first
+// header, so no stage waits for it, and nothing is left in flight. An error on one stage
+// mid-step (a unit's forward or backward, the loss function, a gradient of the wrong
+// shape) stops that stage's computing but not its messages: failure headers replace the
+// activations it still owes, zeros the gradients, and the stages after it do the same.
+// Either way the step ends with an agreement over mesh.world() (agree_on_success), so
+// every rank, other dp replicas included, raises the lowest failing rank's error; the
+// gradients are then undefined (zero them), the parameters unchanged.
 //
 // Inside a stage, the units are ordinary modules: tensor-parallel and domain-parallel
 // layers work unchanged (every rank of a tp or domain group runs the same schedule, so
@@ -125,7 +130,8 @@ class Pipeline {
   // (nn::require_stashable) and the verdict is agreed, so a refused layer is the same
   // InvalidArgument on every rank. A unit replaced after construction (a data-parallel
   // wrapper) must list its caches too (the library's wrappers do): the check is not
-  // repeated per step, and a stage meeting an unlisted layer mid-step fails alone. The
+  // repeated per step, and a stage meeting an unlisted layer mid-step fails the step (on
+  // every rank, as any failure mid-step does: see the top of this file). The
   // model and the mesh must outlive the pipeline.
   Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options = {});
   ~Pipeline();
