@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/compute.hpp"
 #include "comm/mpi_types.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "comm/watchdog.hpp"
@@ -170,6 +171,15 @@ Communicator::~Communicator() { release(); }
 
 void Communicator::release() noexcept {
   nccl_.reset();  // before the MPI communicator its id travelled over
+  // Both ranks of a pair destroy its two channels in the same order, low -> high first,
+  // and the pairs in ascending order (as prepare_point_to_point created them): NCCL's
+  // destroy talks to the peer, and opposite orders on the two sides could hang.
+  for (auto& [peer, channels] : nccl_peers_) {
+    auto& low_to_high = rank_ < peer ? channels.outgoing : channels.incoming;
+    auto& high_to_low = rank_ < peer ? channels.incoming : channels.outgoing;
+    low_to_high.reset();
+    high_to_low.reset();
+  }
   nccl_peers_.clear();
   detail::retire_arrival_board(arrivals_);  // its windows live on the communicator
   int finalized = 0;
@@ -367,6 +377,17 @@ void check_peer(int peer, int tag, int size, const char* op, const char* role) {
   if (tag < 0) throw InvalidArgument(collective_name(op) + ": tag " + std::to_string(tag) + " is negative");
 }
 
+// MPI knows nothing of a device's compute stream. When it reads (send) or writes (recv) a
+// CUDA tensor directly (CUDA-aware MPI), the kernels that produce the tensor, or last
+// read or cleared its memory, must be done first, as the halo exchange does before its
+// direct messages. A host tensor has nothing to wait for; a staged one is copied on the
+// stream, which waits by itself.
+void wait_for_device_stream(const Tensor& tensor) {
+  if (!tensor.device().is_host() && mpi_can_address(tensor.device())) {
+    detail::compute_for(tensor.device()).synchronize_stream(tensor.device().index);
+  }
+}
+
 }  // namespace
 
 void Communicator::prepare_point_to_point(Device device, const std::vector<int>& peers) {
@@ -438,6 +459,17 @@ void Communicator::prepare_point_to_point(Device device, const std::vector<int>&
       auto high_to_low = detail::NcclCommunicator::create(pair, pair_rank, 2, device.index);
       channels.outgoing = rank_ == low ? low_to_high : high_to_low;
       channels.incoming = rank_ == low ? high_to_low : low_to_high;
+      // NCCL connects a point-to-point peer lazily, inside the first ncclSend / ncclRecv
+      // on a communicator, and that call returns only once the peer makes its own first
+      // call on the same communicator. Connect both directions now, one after the other
+      // with both ranks in the matching call, so that a rank whose first message is a
+      // receive posted before its own first send cannot block in NCCL.
+      Tensor token = Tensor::zeros({1}, DType::f32, device);
+      const int peer = channels.nccl_rank;
+      auto first = rank_ == low ? channels.outgoing->send(token, peer, wait_) : channels.incoming->recv(token, peer, wait_);
+      first.wait();
+      auto second = rank_ == low ? channels.incoming->recv(token, peer, wait_) : channels.outgoing->send(token, peer, wait_);
+      second.wait();
     } catch (...) {
       MPI_Comm_free(&pair);
       throw;
@@ -481,6 +513,7 @@ CommRequest Communicator::send_impl(const Tensor& tensor, int dest, int tag, boo
   // A device tensor MPI cannot address is copied to the host first (the copy is the
   // message's buffer, kept alive until completion).
   const Tensor host = mpi_can_address(tensor.device()) ? tensor : tensor.to(Device::host());
+  wait_for_device_stream(tensor);
   const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());
   const int count = count_of(tensor);
   const MPI_Comm comm = comm_;
@@ -502,6 +535,7 @@ CommRequest Communicator::recv_impl(Tensor& tensor, int source, int tag, bool bl
                         std::move(pending.ready), {tensor});
   }
   const bool direct = mpi_can_address(tensor.device());
+  if (direct) wait_for_device_stream(tensor);
   Tensor host = direct ? tensor : Tensor::empty(tensor.shape(), tensor.dtype(), Device::host());
   const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());
   const int count = count_of(tensor);

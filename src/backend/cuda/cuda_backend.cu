@@ -430,7 +430,13 @@ cudaStream_t compute_stream(int device) {
   return stream;
 }
 
-void* caching_allocate(std::size_t bytes, int device) { return allocator().allocate(bytes, device); }
+// A cache miss calls cudaMalloc, which allocates on the *current* device: make `device`
+// current, or a caller without a guard of its own (a DeviceScratch) would file another
+// GPU's memory under `device`.
+void* caching_allocate(std::size_t bytes, int device) {
+  DeviceGuard guard(device);
+  return allocator().allocate(bytes, guard.device());
+}
 void caching_deallocate(void* ptr, std::size_t bytes, int device) noexcept {
   allocator().deallocate(ptr, bytes, device);
 }
