@@ -45,8 +45,9 @@ Tensor make_header(const Tensor& y, const Microbatch& info) {
 
 // A header whose dtype field holds kRefusedBatch announces no activation: stage 0
 // refused the step's batch, and its kRows field holds the batch's rows (-1: no batch
-// with a leading dim). Every later stage passes it on and raises the same error, so no
-// stage is left waiting for a microbatch that will not come, at no cost to a good step.
+// with a leading dim). Every later stage passes it on, so no stage is left waiting for a
+// microbatch that will not come, at no cost to a good step; the raise is agreed
+// (refuse_batch).
 constexpr std::int64_t kRefusedBatch = -1;
 
 // Why stage 0 refuses a batch of `rows` rows (-1: undefined or 0-dim) for `m`
@@ -62,17 +63,19 @@ std::string batch_refusal(std::int64_t rows, int m) {
   return {};
 }
 
-Tensor refusal_header(std::int64_t rows) {
+// A header that announces no activation: its dtype field holds `kind` (kRefusedBatch,
+// or kFailedUpstream below) and its kRows field the batch's rows.
+Tensor control_header(std::int64_t kind, std::int64_t rows) {
   std::vector<std::int64_t> h(kHeaderSize, 0);
-  h[kDType] = kRefusedBatch;
+  h[kDType] = kind;
   h[kRows] = rows;
   return Tensor::from_vector(h, {kHeaderSize});
 }
 
-// The batch rows a refusal header carries; nullopt for an activation's header.
-std::optional<std::int64_t> refused_rows(const Tensor& header) {
+// The batch rows a control header of `kind` carries; nullopt for any other header.
+std::optional<std::int64_t> control_rows(const Tensor& header, std::int64_t kind) {
   const auto h = header.to_vector<std::int64_t>();
-  if (h[kDType] != kRefusedBatch) return std::nullopt;
+  if (h[kDType] != kind) return std::nullopt;
   return h[kRows];
 }
 
@@ -87,15 +90,6 @@ std::optional<std::int64_t> refused_rows(const Tensor& header) {
 // the failing rank's error on every rank (agree_on_success), so no stage, and no rank
 // of another dp replica, is left waiting.
 constexpr std::int64_t kFailedUpstream = -2;
-
-Tensor failure_header(std::int64_t rows) {
-  std::vector<std::int64_t> h(kHeaderSize, 0);
-  h[kDType] = kFailedUpstream;
-  h[kRows] = rows;
-  return Tensor::from_vector(h, {kHeaderSize});
-}
-
-bool is_failure_header(const Tensor& header) { return header.to_vector<std::int64_t>()[kDType] == kFailedUpstream; }
 
 // End of a step: the caches a failed step may have left are dropped (the next step
 // starts as after a release), and every rank raises the error of the lowest rank that
@@ -119,7 +113,7 @@ void end_of_step(nn::Module& model, const std::vector<std::string>& units, const
 [[noreturn]] void refuse_batch(const Mesh& mesh, int stage, int stages, const std::string& who, std::int64_t rows,
                                int microbatches, int headers) {
   if (stage + 1 < stages) {
-    const Tensor header = refusal_header(rows);
+    const Tensor header = control_header(kRefusedBatch, rows);
     std::vector<CommRequest> sends;
     for (int j = 0; j < headers; ++j) sends.push_back(mesh.pp().isend(header, stage + 1, header_tag(j)));
     for (CommRequest& r : sends) r.wait();
@@ -293,13 +287,13 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     } else if (!f.header_request.test()) {
       return false;
     }
-    if (const auto refused = refused_rows(f.header)) {
+    if (const auto refused = control_rows(f.header, kRefusedBatch)) {
       for (InFlight& other : mb) other.header_request.wait();  // stage 0 sent all m headers
       ties_->receive_values();
       refuse_batch(mesh_, stage_, stages(), "Pipeline::train_step", *refused, m, m);
     }
     f.input_posted = true;
-    if (is_failure_header(f.header)) {
+    if (control_rows(f.header, kFailedUpstream)) {
       f.failed_upstream = true;
       failed = true;
       return true;
@@ -405,7 +399,7 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
       times_.compute_seconds += seconds_since(compute_start);
       if (!is_last()) {
         if (failed) {
-          sends.push_back(pp.isend(failure_header(f.info.batch_rows), next, header_tag(j)));
+          sends.push_back(pp.isend(control_header(kFailedUpstream, f.info.batch_rows), next, header_tag(j)));
         } else {
           y = y.contiguous();
           sends.push_back(pp.isend(make_header(y, f.info), next, header_tag(j)));
@@ -494,12 +488,12 @@ double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
     } else {
       Tensor header = Tensor::empty({kHeaderSize}, DType::i64);
       pp.recv(header, prev, header_tag(j));
-      if (const auto refused = refused_rows(header)) {
+      if (const auto refused = control_rows(header, kRefusedBatch)) {
         refuse_batch(mesh_, stage_, stages(), "Pipeline::evaluate", *refused, 0, 1);
       }
-      if (is_failure_header(header)) {
+      if (const auto rows = control_rows(header, kFailedUpstream)) {
         failed = true;
-        info.batch_rows = header.to_vector<std::int64_t>()[kRows];
+        info.batch_rows = *rows;
       } else {
         Announced announced = read_header(header, j, mesh_.device());
         info = announced.info;
@@ -522,7 +516,7 @@ double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
     }
     if (!is_last()) {
       if (failed) {
-        sends.push_back(pp.isend(failure_header(info.batch_rows), next, header_tag(j)));
+        sends.push_back(pp.isend(control_header(kFailedUpstream, info.batch_rows), next, header_tag(j)));
       } else {
         y = y.contiguous();
         sends.push_back(pp.isend(make_header(y, info), next, header_tag(j)));
