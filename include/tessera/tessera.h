@@ -114,6 +114,16 @@ typedef enum tessera_pole TESSERA_ENUM_INT_ {
   TESSERA_POLE_ACROSS_POLE = 2, /* the mirrored row, half the circle round */
   TESSERA_POLE_ACROSS_POLE_POINT = 3 /* the same on a grid whose edge rows are the poles */
 } tessera_pole_t;
+/* How an uneven split places its remainder (tessera_decomp_create_split / _cart). */
+typedef enum tessera_split TESSERA_ENUM_INT_ {
+  TESSERA_SPLIT_FIRST_RANKS = 0, /* the first n % P blocks hold one more: 10 over 4 -> 3, 3, 2, 2 */
+  TESSERA_SPLIT_LAST_RANK = 1    /* n / P each, the last the remainder too: 10 over 4 -> 2, 2, 2, 4 */
+} tessera_split_t;
+/* The dimension order of a 2-D Cartesian communicator (tessera_decomp_create_cart). */
+typedef enum tessera_cart_order TESSERA_ENUM_INT_ {
+  TESSERA_CART_LAT_LON = 0, /* dims = {P_lat, P_lon}: longitude the fastest-varying rank */
+  TESSERA_CART_LON_LAT = 1  /* dims = {P_lon, P_lat}: a Fortran code's (i, j) order */
+} tessera_cart_order_t;
 /* Where a halo field's values sit on an Arakawa C-grid (docs/domain.md, "Staggered
  * fields"): cell centres, the cells' east faces, or the faces between latitude rows. */
 typedef enum tessera_stagger TESSERA_ENUM_INT_ {
@@ -170,16 +180,54 @@ int tessera_mesh_comm(const tessera_mesh_t* mesh, tessera_mesh_dim_t dim, MPI_Co
 int tessera_mesh_comm_f(const tessera_mesh_t* mesh, tessera_mesh_dim_t dim, MPI_Fint* comm);
 
 /* ------------------------------------------------------------------------------------
- * Decomposition: a global (nlat, nlon) grid over a communicator, on a grid_lat x
- * grid_lon process grid (domain rank r at (r / grid_lon, r % grid_lon)); grid_lat = 0
- * and grid_lon = 0 mean "split along latitude only" (size x 1). Extents follow
- * shard_range: the first n % P parts get one extra row. Leading dims (levels) are
- * whole on every rank and come with each array.
+ * Decomposition: a global (nlat, nlon) grid over a communicator. Leading dims (levels)
+ * are whole on every rank and come with each array. Who owns which box:
+ *
+ * - The code's own decomposition, taken as it is (docs/c-api.md, "Bring your
+ *   decomposition"): tessera_decomp_create_cart reads a 2-D Cartesian communicator
+ *   (dims, periods and every rank's coordinates, in either dimension order);
+ *   tessera_decomp_create_boxes takes each rank's own box and derives every neighbour
+ *   from the boxes; tessera_decomp_create_split places the remainder as the code does.
+ *   Then tessera_decomp_check_box, once, proves that tessera and the code agree.
+ * - tessera's rule (tessera_decomp_create): a grid_lat x grid_lon process grid, domain
+ *   rank r at (r / grid_lon, r % grid_lon) (longitude fastest); grid_lat = 0 and
+ *   grid_lon = 0 mean "split along latitude only" (size x 1); the first n % P parts get
+ *   one extra row. A 2-D Cartesian communicator whose order this cannot tell (equal
+ *   extents) is refused, naming both orders; one ordered (lon, lat) is adopted.
  * ---------------------------------------------------------------------------------- */
 int tessera_decomp_create(MPI_Comm comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
                           tessera_decomp_t** decomp);
 int tessera_decomp_create_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
                             tessera_decomp_t** decomp);
+/* tessera's rank order, the remainder placed by `split`. Collective. */
+int tessera_decomp_create_split(MPI_Comm comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
+                                tessera_split_t split, tessera_decomp_t** decomp);
+int tessera_decomp_create_split_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
+                                  tessera_split_t split, tessera_decomp_t** decomp);
+/* A 2-D Cartesian communicator (MPI_Cart_create) as it is: its dims in `order`, every
+ * rank's position from MPI_Cart_coords, its periods as the code's periodicity (a halo
+ * whose periodic_lon contradicts it is refused). Collective. */
+int tessera_decomp_create_cart(MPI_Comm cart, int64_t nlat, int64_t nlon, tessera_cart_order_t order,
+                               tessera_split_t split, tessera_decomp_t** decomp);
+int tessera_decomp_create_cart_f(MPI_Fint cart, int64_t nlat, int64_t nlon, tessera_cart_order_t order,
+                                 tessera_split_t split, tessera_decomp_t** decomp);
+/* Each rank's own box (0-based global first indices and counts). Collective: the boxes
+ * must tile the grid without gap or overlap as blocks (the boxes of a process-grid row
+ * share their latitudes, of a column their longitudes); otherwise
+ * TESSERA_ERR_INVALID_ARGUMENT on every rank, naming the ranks and boxes at fault. */
+int tessera_decomp_create_boxes(MPI_Comm comm, int64_t nlat, int64_t nlon, int64_t lat_start, int64_t lat_count,
+                                int64_t lon_start, int64_t lon_count, tessera_decomp_t** decomp);
+int tessera_decomp_create_boxes_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int64_t lat_start,
+                                  int64_t lat_count, int64_t lon_start, int64_t lon_count,
+                                  tessera_decomp_t** decomp);
+/* Collective: TESSERA_OK on every rank when each rank's box (0-based starts, counts) is
+ * the one it passes; else TESSERA_ERR_INVALID_ARGUMENT on every rank, naming the first
+ * rank that differs and both boxes. */
+int tessera_decomp_check_box(const tessera_decomp_t* decomp, int64_t lat_start, int64_t lat_count,
+                             int64_t lon_start, int64_t lon_count);
+/* The periodicity the decomposition knows (from a Cartesian communicator): 1 periodic,
+ * 0 not, -1 unknown (the other constructors). */
+int tessera_decomp_periodic(const tessera_decomp_t* decomp, int* lat, int* lon);
 /* Over the mesh's domain communicator. */
 int tessera_decomp_create_from_mesh(const tessera_mesh_t* mesh, int64_t nlat, int64_t nlon, int grid_lat,
                                     int grid_lon, tessera_decomp_t** decomp);

@@ -31,26 +31,89 @@ ProcessGrid grid_of(const Communicator& comm, int grid_lat, int grid_lon) {
   return ProcessGrid{grid_lat, grid_lon};
 }
 
-void create(std::shared_ptr<Communicator> comm, std::int64_t nlat, std::int64_t nlon, int grid_lat, int grid_lon,
-            tessera_decomp_t** out) {
+// Builds the handle around the decomposition `make` returns over the handle's own
+// communicator.
+void create(std::shared_ptr<Communicator> comm, std::int64_t nlat, std::int64_t nlon,
+            const std::function<Decomposition(Communicator&, Shape)>& make, tessera_decomp_t** out) {
   // Negative extents are the decomposition's argument error; a product that overflows
   // is a shape error here, before any global field size is computed from it.
   if (nlat > 0 && nlon > 0) detail::checked_mul(nlat, nlon, "the global grid nlat * nlon");
   auto state = std::make_shared<tessera_decomp_state>();
   state->comm = std::move(comm);
-  state->d.emplace(*state->comm, Shape{nlat, nlon}, grid_of(*state->comm, grid_lat, grid_lon));
+  state->d.emplace(make(*state->comm, Shape{nlat, nlon}));
   auto handle = std::make_unique<tessera_decomp>();
   handle->state = std::move(state);
   *out = handle.release();
 }
 
-void create_from_comm(MPI_Comm comm, std::int64_t nlat, std::int64_t nlon, int grid_lat, int grid_lon,
-                      tessera_decomp_t** out) {
+void create(std::shared_ptr<Communicator> comm, std::int64_t nlat, std::int64_t nlon, int grid_lat, int grid_lon,
+            tessera_decomp_t** out) {
+  create(std::move(comm), nlat, nlon,
+         [&](Communicator& c, Shape shape) { return Decomposition(c, std::move(shape), grid_of(c, grid_lat, grid_lon)); },
+         out);
+}
+
+// A duplicate of the caller's communicator (topology included: MPI_Comm_dup keeps it).
+std::shared_ptr<Communicator> own_comm(MPI_Comm comm, tessera_decomp_t** out) {
   require(out, "the output handle pointer");
   *out = nullptr;
   capi::require_mpi();
   if (comm == MPI_COMM_NULL) throw InvalidArgument("the communicator is MPI_COMM_NULL");
-  create(std::make_shared<Communicator>(comm), nlat, nlon, grid_lat, grid_lon, out);
+  return std::make_shared<Communicator>(comm);
+}
+
+void create_from_comm(MPI_Comm comm, std::int64_t nlat, std::int64_t nlon, int grid_lat, int grid_lon,
+                      tessera_decomp_t** out) {
+  create(own_comm(comm, out), nlat, nlon, grid_lat, grid_lon, out);
+}
+
+tessera::domain::SplitRule to_split(int split) {
+  switch (split) {
+    case TESSERA_SPLIT_FIRST_RANKS: return tessera::domain::SplitRule::first_ranks;
+    case TESSERA_SPLIT_LAST_RANK: return tessera::domain::SplitRule::last_rank;
+    default:
+      throw InvalidArgument("split rule " + std::to_string(split) +
+                            " is not TESSERA_SPLIT_FIRST_RANKS (0) or TESSERA_SPLIT_LAST_RANK (1)");
+  }
+}
+
+tessera::domain::CartesianOrder to_order(int order) {
+  switch (order) {
+    case TESSERA_CART_LAT_LON: return tessera::domain::CartesianOrder::lat_lon;
+    case TESSERA_CART_LON_LAT: return tessera::domain::CartesianOrder::lon_lat;
+    default:
+      throw InvalidArgument("Cartesian dimension order " + std::to_string(order) +
+                            " is not TESSERA_CART_LAT_LON (0) or TESSERA_CART_LON_LAT (1)");
+  }
+}
+
+void create_split(MPI_Comm comm, std::int64_t nlat, std::int64_t nlon, int grid_lat, int grid_lon, int split,
+                  tessera_decomp_t** out) {
+  const auto rule = to_split(split);
+  create(own_comm(comm, out), nlat, nlon, [&](Communicator& c, Shape shape) {
+    return Decomposition::with_split(c, std::move(shape), grid_of(c, grid_lat, grid_lon), rule);
+  }, out);
+}
+
+void create_cart(MPI_Comm comm, std::int64_t nlat, std::int64_t nlon, int order, int split, tessera_decomp_t** out) {
+  const auto cart_order = to_order(order);
+  const auto rule = to_split(split);
+  create(own_comm(comm, out), nlat, nlon, [&](Communicator& c, Shape shape) {
+    return Decomposition::from_cartesian(c, std::move(shape), cart_order, rule);
+  }, out);
+}
+
+// The caller's box as (lat, lon) ranges; a Fortran caller's 1-based starts are already
+// converted by the module.
+tessera::domain::LocalBox box_arguments(int64_t lat_start, int64_t lat_count, int64_t lon_start, int64_t lon_count) {
+  return {{lat_start, lat_count}, {lon_start, lon_count}};
+}
+
+void create_boxes(MPI_Comm comm, std::int64_t nlat, std::int64_t nlon, const tessera::domain::LocalBox& mine,
+                  tessera_decomp_t** out) {
+  create(own_comm(comm, out), nlat, nlon, [&](Communicator& c, Shape shape) {
+    return Decomposition::from_boxes(c, std::move(shape), mine);
+  }, out);
 }
 
 void box_of(const Decomposition& d, int rank, std::int64_t* lat_start, std::int64_t* lat_count,
@@ -134,6 +197,61 @@ int tessera_decomp_create_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int grid_
                             tessera_decomp_t** decomp) {
   return guarded("tessera_decomp_create_f", [&] {
     create_from_comm(capi::comm_from_fortran(comm), nlat, nlon, grid_lat, grid_lon, decomp);
+  });
+}
+
+int tessera_decomp_create_split(MPI_Comm comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
+                                tessera_split_t split, tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create_split",
+                 [&] { create_split(comm, nlat, nlon, grid_lat, grid_lon, split, decomp); });
+}
+
+int tessera_decomp_create_split_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int grid_lat, int grid_lon,
+                                  tessera_split_t split, tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create_split_f", [&] {
+    create_split(capi::comm_from_fortran(comm), nlat, nlon, grid_lat, grid_lon, split, decomp);
+  });
+}
+
+int tessera_decomp_create_cart(MPI_Comm cart, int64_t nlat, int64_t nlon, tessera_cart_order_t order,
+                               tessera_split_t split, tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create_cart", [&] { create_cart(cart, nlat, nlon, order, split, decomp); });
+}
+
+int tessera_decomp_create_cart_f(MPI_Fint cart, int64_t nlat, int64_t nlon, tessera_cart_order_t order,
+                                 tessera_split_t split, tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create_cart_f",
+                 [&] { create_cart(capi::comm_from_fortran(cart), nlat, nlon, order, split, decomp); });
+}
+
+int tessera_decomp_create_boxes(MPI_Comm comm, int64_t nlat, int64_t nlon, int64_t lat_start, int64_t lat_count,
+                                int64_t lon_start, int64_t lon_count, tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create_boxes", [&] {
+    create_boxes(comm, nlat, nlon, box_arguments(lat_start, lat_count, lon_start, lon_count), decomp);
+  });
+}
+
+int tessera_decomp_create_boxes_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int64_t lat_start, int64_t lat_count,
+                                  int64_t lon_start, int64_t lon_count, tessera_decomp_t** decomp) {
+  return guarded("tessera_decomp_create_boxes_f", [&] {
+    create_boxes(capi::comm_from_fortran(comm), nlat, nlon, box_arguments(lat_start, lat_count, lon_start, lon_count),
+                 decomp);
+  });
+}
+
+int tessera_decomp_check_box(const tessera_decomp_t* decomp, int64_t lat_start, int64_t lat_count,
+                             int64_t lon_start, int64_t lon_count) {
+  return guarded("tessera_decomp_check_box", [&] {
+    capi::decomposition_of(decomp).check_box(box_arguments(lat_start, lat_count, lon_start, lon_count));
+  });
+}
+
+int tessera_decomp_periodic(const tessera_decomp_t* decomp, int* lat, int* lon) {
+  return guarded("tessera_decomp_periodic", [&] {
+    const Decomposition& d = capi::decomposition_of(decomp);
+    const auto known = [](std::optional<bool> p) { return p ? static_cast<int>(*p) : -1; };
+    *require(lat, "lat") = known(d.periodic_lat());
+    *require(lon, "lon") = known(d.periodic_lon());
   });
 }
 

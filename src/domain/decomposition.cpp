@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <tuple>
 #include <utility>
 
 #include "comm/mpi_types.hpp"
@@ -60,6 +61,297 @@ std::string LocalBox::str() const {
          std::to_string(lon.start) + ", " + std::to_string(lon.end()) + ")";
 }
 
+std::string_view split_rule_name(SplitRule rule) noexcept {
+  switch (rule) {
+    case SplitRule::first_ranks: return "first_ranks";
+    case SplitRule::last_rank: return "last_rank";
+  }
+  return "?";
+}
+
+std::string_view cartesian_order_name(CartesianOrder order) noexcept {
+  switch (order) {
+    case CartesianOrder::lat_lon: return "lat_lon";
+    case CartesianOrder::lon_lat: return "lon_lat";
+  }
+  return "?";
+}
+
+std::vector<std::int64_t> split_bounds(std::int64_t global, int parts, SplitRule rule) {
+  if (parts < 1 || global < 0) {
+    throw InvalidArgument("split_bounds: " + std::to_string(global) + " cells over " + std::to_string(parts) + " parts");
+  }
+  std::vector<std::int64_t> bounds(static_cast<std::size_t>(parts) + 1, 0);
+  const std::int64_t base = global / parts;
+  for (int p = 0; p < parts; ++p) {
+    bounds[p + 1] = rule == SplitRule::first_ranks ? shard_range(global, parts, p).end() : bounds[p] + base;
+  }
+  bounds[parts] = global;  // last_rank: the remainder on the last block
+  return bounds;
+}
+
+// The boxes as blocks: the cell boundaries along each axis, every rank's grid position
+// and its inverse. Shared by the staggered decompositions of one grid.
+struct Decomposition::Layout {
+  std::vector<std::int64_t> lat, lon;  // grid.lat + 1 and grid.lon + 1 boundaries (cells)
+  std::vector<GridCoords> coords;      // domain rank -> grid position
+  std::vector<int> rank_at;            // grid position (q, c) -> rank, at q * grid.lon + c
+  std::optional<bool> periodic_lat, periodic_lon;
+  std::string name;
+
+  ProcessGrid grid() const { return {static_cast<int>(lat.size()) - 1, static_cast<int>(lon.size()) - 1}; }
+  void index_ranks() {
+    rank_at.assign(coords.size(), -1);
+    for (std::size_t r = 0; r < coords.size(); ++r) {
+      rank_at[static_cast<std::size_t>(coords[r].lat) * (lon.size() - 1) + coords[r].lon] = static_cast<int>(r);
+    }
+  }
+};
+
+namespace {
+
+using Layout = std::shared_ptr<const Decomposition::Layout>;
+
+// The dims and the grid labelled: a Fortran caller declares (lon, lat, ...) and passes
+// its grid lon first, so bare "[10, 13] over 11x1" would read backwards to it.
+std::string described(const Shape& shape, const ProcessGrid& grid) {
+  return "Decomposition of " + shape_str(shape) + " (lat, lon last) over a " + grid.labelled_str() + " process grid";
+}
+
+// The argument checks every constructor shares, before any block is computed.
+void check_shape_and_grid(const Shape& shape, const ProcessGrid& grid, int comm_size) {
+  const std::string what = described(shape, grid);
+  if (shape.size() < 2) throw InvalidArgument(what + ": the global shape needs at least the two dims (lat, lon)");
+  for (std::int64_t e : shape) {
+    if (e < 0) throw InvalidArgument(what + ": negative extent");
+  }
+  // The product of the extents must be countable (a C or Fortran caller's shape can be
+  // anything): ShapeError naming the shape otherwise.
+  (void)tessera::detail::checked_numel(shape, what);
+  // lat * lon in int overflowed (undefined behaviour) for a grid no launch can have.
+  const auto ranks = tessera::detail::try_mul(grid.lat, grid.lon);
+  if (grid.lat < 1 || grid.lon < 1 || !ranks || *ranks != comm_size) {
+    throw InvalidArgument(what + ": the process grid must hold exactly the " + std::to_string(comm_size) +
+                          " ranks of the domain communicator");
+  }
+}
+
+// tessera's own rank order: r at (r / P_lon, r % P_lon).
+std::vector<GridCoords> row_major(const ProcessGrid& grid) {
+  std::vector<GridCoords> coords;
+  for (int r = 0; r < grid.lat * grid.lon; ++r) coords.push_back({r / grid.lon, r % grid.lon});
+  return coords;
+}
+
+Layout split_layout(const Shape& shape, const ProcessGrid& grid, SplitRule rule, std::vector<GridCoords> coords,
+                    std::string name) {
+  auto layout = std::make_shared<Decomposition::Layout>();
+  layout->lat = split_bounds(shape[shape.size() - 2], grid.lat, rule);
+  layout->lon = split_bounds(shape.back(), grid.lon, rule);
+  layout->coords = std::move(coords);
+  layout->name = std::move(name);
+  if (rule != SplitRule::first_ranks) layout->name += ", " + std::string(split_rule_name(rule)) + " remainder";
+  layout->index_ranks();
+  return layout;
+}
+
+// A 2-D Cartesian topology: dims and periods in the communicator's own order.
+struct Cartesian {
+  int dims[2] = {0, 0};
+  int periods[2] = {0, 0};
+};
+
+std::optional<Cartesian> cartesian_of(MPI_Comm comm) {
+  int topology = MPI_UNDEFINED;
+  TESSERA_CHECK_MPI(MPI_Topo_test(comm, &topology));
+  if (topology != MPI_CART) return std::nullopt;
+  int ndims = 0;
+  TESSERA_CHECK_MPI(MPI_Cartdim_get(comm, &ndims));
+  if (ndims != 2) return std::nullopt;
+  Cartesian c;
+  int coords[2];
+  TESSERA_CHECK_MPI(MPI_Cart_get(comm, 2, c.dims, c.periods, coords));
+  return c;
+}
+
+// Every rank's grid position, read from the Cartesian communicator.
+Layout cartesian_layout(MPI_Comm comm, const Shape& shape, const Cartesian& cart, CartesianOrder order,
+                        SplitRule rule, bool take_periodicity) {
+  const int lat_dim = order == CartesianOrder::lat_lon ? 0 : 1;
+  const ProcessGrid grid{cart.dims[lat_dim], cart.dims[1 - lat_dim]};
+  std::vector<GridCoords> coords;
+  for (int r = 0; r < grid.lat * grid.lon; ++r) {
+    int c[2];
+    TESSERA_CHECK_MPI(MPI_Cart_coords(comm, r, 2, c));
+    coords.push_back({c[lat_dim], c[1 - lat_dim]});
+  }
+  Layout layout = split_layout(shape, grid, rule, std::move(coords),
+                               order == CartesianOrder::lat_lon ? "Cartesian (lat, lon)" : "Cartesian (lon, lat)");
+  if (!take_periodicity) return layout;
+  auto with = std::make_shared<Decomposition::Layout>(*layout);
+  with->periodic_lat = cart.periods[lat_dim] != 0;
+  with->periodic_lon = cart.periods[1 - lat_dim] != 0;
+  return with;
+}
+
+// The old constructors' rank order for `comm`: row-major, unless `comm` is a 2-D
+// Cartesian communicator whose dims say it is ordered (lon, lat); refused when they
+// cannot say (equal extents), since misreading the order exchanges halos with the wrong
+// neighbours and every block has the same extents (no check could catch it later).
+Layout default_layout(Communicator& comm, const Shape& shape, const ProcessGrid& grid) {
+  const std::optional<Cartesian> cart = cartesian_of(comm.mpi_comm());
+  if (cart && (cart->dims[0] != grid.lat || cart->dims[1] != grid.lon || grid.lat == grid.lon) &&
+      !(grid.lat == 1 || grid.lon == 1)) {
+    if (cart->dims[0] == grid.lon && cart->dims[1] == grid.lat && grid.lat != grid.lon) {
+      return cartesian_layout(comm.mpi_comm(), shape, *cart, CartesianOrder::lon_lat, SplitRule::first_ranks, false);
+    }
+    throw InvalidArgument(described(shape, grid) + ": the communicator is Cartesian with dims (" +
+                          std::to_string(cart->dims[0]) + ", " + std::to_string(cart->dims[1]) +
+                          "), and tessera cannot tell from the process grid whether they are ordered (lat, lon) "
+                          "or (lon, lat); "
+                          "a wrong guess exchanges halos with the wrong neighbours. Say which: "
+                          "Decomposition::from_cartesian (C: tessera_decomp_create_cart, Fortran: "
+                          "tessera_decomp_create_cart) with CartesianOrder lat_lon or lon_lat");
+  }
+  return split_layout(shape, grid, SplitRule::first_ranks, row_major(grid), "row-major");
+}
+
+// Every rank's (lat start, lat length, lon start, lon length), in rank order.
+std::vector<LocalBox> all_boxes(const Communicator& comm, const LocalBox& mine, const char* who) {
+  const std::int64_t sent[4] = {mine.lat.start, mine.lat.length, mine.lon.start, mine.lon.length};
+  std::vector<std::int64_t> got(4 * static_cast<std::size_t>(comm.size()));
+  MPI_Request request = MPI_REQUEST_NULL;
+  TESSERA_CHECK_MPI(MPI_Iallgather(sent, 4, MPI_INT64_T, got.data(), 4, MPI_INT64_T, comm.mpi_comm(), &request));
+  tessera::detail::wait_request(request, comm.wait_options(), {who, comm.mpi_comm()});
+  std::vector<LocalBox> boxes;
+  for (std::size_t r = 0; r < got.size(); r += 4) boxes.push_back({{got[r], got[r + 1]}, {got[r + 2], got[r + 3]}});
+  return boxes;
+}
+
+bool intersect(const ShardRange& a, const ShardRange& b) { return a.start < b.end() && b.start < a.end(); }
+
+std::string rank_box(std::size_t r, const LocalBox& b) { return "rank " + std::to_string(r) + " (" + b.str() + ")"; }
+
+// The first two ranks whose boxes share a cell, or an empty string.
+std::string first_overlap(const std::vector<LocalBox>& boxes) {
+  for (std::size_t a = 0; a < boxes.size(); ++a) {
+    for (std::size_t b = a + 1; b < boxes.size(); ++b) {
+      if (intersect(boxes[a].lat, boxes[b].lat) && intersect(boxes[a].lon, boxes[b].lon)) {
+        return "the boxes of " + rank_box(a, boxes[a]) + " and " + rank_box(b, boxes[b]) + " overlap";
+      }
+    }
+  }
+  return {};
+}
+
+// The cuts of one axis: the distinct ranges of the boxes, which must follow each other
+// from 0 to `n`. Returns the boundaries, or throws naming the first gap, overlap or cut
+// that is not shared by a whole process-grid row (column).
+std::vector<std::int64_t> axis_cuts(const std::vector<LocalBox>& boxes, bool lat, std::int64_t n,
+                                    const std::string& what) {
+  std::vector<ShardRange> ranges;
+  for (const LocalBox& b : boxes) ranges.push_back(lat ? b.lat : b.lon);
+  std::sort(ranges.begin(), ranges.end(),
+            [](const ShardRange& a, const ShardRange& b) { return a.start != b.start ? a.start < b.start : a.length < b.length; });
+  ranges.erase(std::unique(ranges.begin(), ranges.end()), ranges.end());
+  const char* axis = lat ? "latitudes" : "longitudes";
+  std::vector<std::int64_t> bounds{0};
+  for (const ShardRange& r : ranges) {
+    if (r.start > bounds.back()) {
+      throw InvalidArgument(what + ": " + axis + " [" + std::to_string(bounds.back()) + ", " + std::to_string(r.start) +
+                            ") are owned by no rank (a gap between the boxes)");
+    }
+    if (r.start < bounds.back()) {
+      const std::string overlap = first_overlap(boxes);
+      if (!overlap.empty()) throw InvalidArgument(what + ": " + overlap);
+      // Two boxes in different rows (columns) cut the axis at different places.
+      std::size_t a = 0, b = 0;
+      for (std::size_t i = 0; i < boxes.size(); ++i) {
+        const ShardRange& ri = lat ? boxes[i].lat : boxes[i].lon;
+        if (ri == r) b = i;
+        if (ri.end() == bounds.back() && ri.start < r.start + r.length) a = i;
+      }
+      throw InvalidArgument(what + ": the boxes of " + rank_box(a, boxes[a]) + " and " + rank_box(b, boxes[b]) +
+                            " cut the " + axis + " at different places; tessera needs a block layout (the boxes "
+                            "of one process-grid " + (lat ? "row share their latitudes" : "column share their longitudes") +
+                            ", as in every Cartesian decomposition)");
+    }
+    bounds.push_back(r.end());
+  }
+  if (bounds.back() != n) {
+    throw InvalidArgument(what + ": " + axis + " [" + std::to_string(bounds.back()) + ", " + std::to_string(n) +
+                          ") are owned by no rank (the boxes end before the grid does)");
+  }
+  return bounds;
+}
+
+// Two ranks claiming the same box: found first (by sorting, not pairwise), since the
+// cells they leave unowned elsewhere are only its consequence.
+void check_no_twins(const std::vector<LocalBox>& boxes, const std::string& what) {
+  const auto key = [&](std::size_t r) {
+    const LocalBox& b = boxes[r];
+    return std::tuple(b.lat.start, b.lat.length, b.lon.start, b.lon.length);
+  };
+  std::vector<std::size_t> order(boxes.size());
+  for (std::size_t r = 0; r < order.size(); ++r) order[r] = r;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key(a) < key(b) || (key(a) == key(b) && a < b); });
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    if (key(order[i - 1]) != key(order[i])) continue;
+    throw InvalidArgument(what + ": the boxes of " + rank_box(order[i - 1], boxes[order[i - 1]]) + " and " +
+                          rank_box(order[i], boxes[order[i]]) + " overlap");
+  }
+}
+
+int cut_index(const std::vector<std::int64_t>& bounds, std::int64_t start) {
+  return static_cast<int>(std::lower_bound(bounds.begin(), bounds.end(), start) - bounds.begin());
+}
+
+Layout boxes_layout(const std::vector<LocalBox>& boxes, const Shape& shape) {
+  const std::int64_t nlat = shape[shape.size() - 2], nlon = shape.back();
+  const std::string what = "Decomposition of " + shape_str(shape) + " (lat, lon last) from the " +
+                           std::to_string(boxes.size()) + " ranks' boxes";
+  for (std::size_t r = 0; r < boxes.size(); ++r) {
+    const LocalBox& b = boxes[r];
+    if (b.lat.length < 1 || b.lon.length < 1) throw InvalidArgument(what + ": " + rank_box(r, b) + " is empty");
+    if (b.lat.start < 0 || b.lon.start < 0 || b.lat.length > nlat - b.lat.start || b.lon.length > nlon - b.lon.start) {
+      throw InvalidArgument(what + ": " + rank_box(r, b) + " leaves the " + std::to_string(nlat) + " x " +
+                            std::to_string(nlon) + " grid");
+    }
+  }
+  check_no_twins(boxes, what);
+  auto layout = std::make_shared<Decomposition::Layout>();
+  layout->lat = axis_cuts(boxes, true, nlat, what);
+  layout->lon = axis_cuts(boxes, false, nlon, what);
+  layout->name = "caller's boxes";
+  const ProcessGrid grid = layout->grid();
+  std::vector<int> owner(static_cast<std::size_t>(grid.lat) * grid.lon, -1);
+  for (std::size_t r = 0; r < boxes.size(); ++r) {
+    const GridCoords c{cut_index(layout->lat, boxes[r].lat.start), cut_index(layout->lon, boxes[r].lon.start)};
+    // A box spanning two cuts of the other axis overlaps the boxes that made the cut.
+    if (layout->lat[c.lat + 1] != boxes[r].lat.end() || layout->lon[c.lon + 1] != boxes[r].lon.end()) {
+      throw InvalidArgument(what + ": " + first_overlap(boxes));
+    }
+    int& slot = owner[static_cast<std::size_t>(c.lat) * grid.lon + c.lon];
+    if (slot >= 0) {
+      throw InvalidArgument(what + ": the boxes of " + rank_box(static_cast<std::size_t>(slot), boxes[slot]) +
+                            " and " + rank_box(r, boxes[r]) + " overlap");
+    }
+    slot = static_cast<int>(r);
+    layout->coords.push_back(c);
+  }
+  for (std::size_t i = 0; i < owner.size(); ++i) {
+    if (owner[i] >= 0) continue;
+    const int q = static_cast<int>(i) / grid.lon, c = static_cast<int>(i) % grid.lon;
+    const LocalBox hole{{layout->lat[q], layout->lat[q + 1] - layout->lat[q]},
+                        {layout->lon[c], layout->lon[c + 1] - layout->lon[c]}};
+    throw InvalidArgument(what + ": no rank owns " + hole.str() + " (a gap between the boxes)");
+  }
+  layout->index_ranks();
+  return layout;
+}
+
+}  // namespace
+
 Decomposition::Decomposition(Communicator& comm, Shape global_shape)
     : Decomposition(comm, std::move(global_shape), ProcessGrid{comm.size(), 1}) {}
 
@@ -70,7 +362,39 @@ Decomposition::Decomposition(const Mesh& mesh, Shape global_shape, ProcessGrid g
     : Decomposition(mesh.domain(), std::move(global_shape), grid) {}
 
 Decomposition::Decomposition(Communicator& comm, Shape global_shape, ProcessGrid grid)
-    : comm_(&comm), rank_(comm.rank()), grid_(grid), global_shape_(std::move(global_shape)) {
+    : Decomposition(comm, global_shape, (check_shape_and_grid(global_shape, grid, comm.size()),
+                                         default_layout(comm, global_shape, grid))) {}
+
+Decomposition Decomposition::with_split(Communicator& comm, Shape global_shape, ProcessGrid grid, SplitRule rule) {
+  check_shape_and_grid(global_shape, grid, comm.size());
+  return Decomposition(comm, global_shape, split_layout(global_shape, grid, rule, row_major(grid), "row-major"));
+}
+
+Decomposition Decomposition::from_cartesian(Communicator& comm, Shape global_shape, CartesianOrder order,
+                                            SplitRule rule) {
+  const std::optional<Cartesian> cart = cartesian_of(comm.mpi_comm());
+  if (!cart) {
+    throw InvalidArgument("Decomposition::from_cartesian of " + shape_str(global_shape) +
+                          ": the communicator has no 2-D Cartesian topology (make it with MPI_Cart_create, or use "
+                          "the constructor with a process grid)");
+  }
+  const int lat_dim = order == CartesianOrder::lat_lon ? 0 : 1;
+  check_shape_and_grid(global_shape, {cart->dims[lat_dim], cart->dims[1 - lat_dim]}, comm.size());
+  return Decomposition(comm, global_shape, cartesian_layout(comm.mpi_comm(), global_shape, *cart, order, rule, true));
+}
+
+Decomposition Decomposition::from_boxes(Communicator& comm, Shape global_shape, const LocalBox& mine) {
+  // The shape is checked before the gather, identically everywhere (same arguments,
+  // verified below), so a bad shape throws on every rank without a collective.
+  check_shape_and_grid(global_shape, {comm.size(), 1}, comm.size());
+  require_same_on_all_ranks(comm.mpi_comm(), shape_str(global_shape),
+                            "Decomposition::from_boxes: the ranks passed different global shapes");
+  return Decomposition(comm, global_shape, boxes_layout(all_boxes(comm, mine, "Decomposition::from_boxes"), global_shape));
+}
+
+Decomposition::Decomposition(Communicator& comm, Shape global_shape, std::shared_ptr<const Layout> layout)
+    : comm_(&comm), layout_(std::move(layout)), rank_(comm.rank()), grid_(layout_->grid()),
+      global_shape_(std::move(global_shape)) {
   validate();
   cell_lat_ = global_lat();
   // Everything above is local arithmetic on the arguments, so identical arguments give
@@ -79,41 +403,39 @@ Decomposition::Decomposition(Communicator& comm, Shape global_shape, ProcessGrid
       "Decomposition: the ranks of the domain communicator passed different arguments");
 }
 
-std::string Decomposition::str_of_args() const { return shape_str(global_shape_) + " over " + grid_.str(); }
+std::string Decomposition::str_of_args() const {
+  return shape_str(global_shape_) + " over " + grid_.str() + " " + layout_->name;
+}
+
+std::optional<bool> Decomposition::periodic_lat() const { return layout_->periodic_lat; }
+std::optional<bool> Decomposition::periodic_lon() const { return layout_->periodic_lon; }
+const std::string& Decomposition::layout_name() const { return layout_->name; }
 
 void Decomposition::validate() {
-  // The dims and the grid labelled: a Fortran caller declares (lon, lat, ...) and passes
-  // its grid lon first, so bare "[10, 13] over 11x1" would read backwards to it.
-  const std::string what = "Decomposition of " + shape_str(global_shape_) + " (lat, lon last) over a " +
-                           grid_.labelled_str() + " process grid";
-  if (global_shape_.size() < 2) {
-    throw InvalidArgument(what + ": the global shape needs at least the two dims (lat, lon)");
-  }
-  for (std::int64_t e : global_shape_) {
-    if (e < 0) throw InvalidArgument(what + ": negative extent");
-  }
-  // The product of the extents must be countable (a C or Fortran caller's shape can be
-  // anything): ShapeError naming the shape otherwise.
-  (void)tessera::detail::checked_numel(global_shape_, what);
-  // lat * lon in int overflowed (undefined behaviour) for a grid no launch can have.
-  const auto ranks = tessera::detail::try_mul(grid_.lat, grid_.lon);
-  if (grid_.lat < 1 || grid_.lon < 1 || !ranks || *ranks != comm_->size()) {
-    throw InvalidArgument(what + ": the process grid must hold exactly the " +
-                          std::to_string(comm_->size()) + " ranks of the domain communicator");
-  }
   // A rank without cells would have nothing to send and break every neighbour relation;
   // report the first such rank (the same one on every rank).
-  if (global_lat() < grid_.lat) {
-    const int r = rank_of({static_cast<int>(global_lat()), 0});
-    throw InvalidArgument(what + ": domain rank " + std::to_string(r) + " would own 0 of the " +
+  const std::string what = described(global_shape_, grid_);
+  for (int q = 0; q < grid_.lat; ++q) {
+    if (layout_->lat[q + 1] > layout_->lat[q]) continue;
+    throw InvalidArgument(what + ": domain rank " + std::to_string(rank_of({q, 0})) + " would own 0 of the " +
                           std::to_string(global_lat()) + " latitudes (" + std::to_string(grid_.lat) +
                           " ranks along latitude)");
   }
-  if (global_lon() < grid_.lon) {
-    const int r = rank_of({0, static_cast<int>(global_lon())});
-    throw InvalidArgument(what + ": domain rank " + std::to_string(r) + " would own 0 of the " +
+  for (int c = 0; c < grid_.lon; ++c) {
+    if (layout_->lon[c + 1] > layout_->lon[c]) continue;
+    throw InvalidArgument(what + ": domain rank " + std::to_string(rank_of({0, c})) + " would own 0 of the " +
                           std::to_string(global_lon()) + " longitudes (" + std::to_string(grid_.lon) +
                           " ranks along longitude)");
+  }
+}
+
+void Decomposition::check_box(const LocalBox& expected) const {
+  const std::vector<LocalBox> boxes = all_boxes(*comm_, expected, "Decomposition::check_box");
+  for (int r = 0; r < size(); ++r) {
+    if (boxes[r] == box_of(r)) continue;
+    throw InvalidArgument("Decomposition::check_box: domain rank " + std::to_string(r) + " expects to own " +
+                          boxes[r].str() + ", but the decomposition (" + layout_->name + ") gives it " +
+                          box_of(r).str() + " (the code and tessera disagree on the rank order or the split)");
   }
 }
 
@@ -122,7 +444,7 @@ GridCoords Decomposition::coords_of(int rank) const {
     throw InvalidArgument("Decomposition: rank " + std::to_string(rank) + " is outside the " + grid_.str() +
                           " process grid");
   }
-  return {rank / grid_.lon, rank % grid_.lon};
+  return layout_->coords[rank];
 }
 
 int Decomposition::rank_of(GridCoords c) const {
@@ -130,7 +452,7 @@ int Decomposition::rank_of(GridCoords c) const {
     throw InvalidArgument("Decomposition: grid position (" + std::to_string(c.lat) + ", " + std::to_string(c.lon) +
                           ") is outside the " + grid_.str() + " process grid");
   }
-  return c.lat * grid_.lon + c.lon;
+  return layout_->rank_at[static_cast<std::size_t>(c.lat) * grid_.lon + c.lon];
 }
 
 Decomposition Decomposition::staggered(Stagger stagger, LatitudeRows rows) const {
@@ -150,7 +472,11 @@ Decomposition Decomposition::staggered(Stagger stagger, LatitudeRows rows) const
 }
 
 ShardRange Decomposition::lat_range(int grid_lat) const {
-  ShardRange r = shard_range(cell_lat_, grid_.lat, grid_lat);
+  if (grid_lat < 0 || grid_lat >= grid_.lat) {
+    throw InvalidArgument("Decomposition: process-grid row " + std::to_string(grid_lat) + " is outside the " +
+                          grid_.str() + " process grid");
+  }
+  ShardRange r{layout_->lat[grid_lat], layout_->lat[grid_lat + 1] - layout_->lat[grid_lat]};
   if (stagger_ != Stagger::lat_face) return r;
   // A face belongs to the rank of the row south of it (the higher row index).
   if (rows_ == LatitudeRows::cells) {
@@ -163,16 +489,20 @@ ShardRange Decomposition::lat_range(int grid_lat) const {
   return r;
 }
 
-ShardRange Decomposition::lon_range(int grid_lon) const { return shard_range(global_lon(), grid_.lon, grid_lon); }
+ShardRange Decomposition::lon_range(int grid_lon) const {
+  if (grid_lon < 0 || grid_lon >= grid_.lon) {
+    throw InvalidArgument("Decomposition: process-grid column " + std::to_string(grid_lon) + " is outside the " +
+                          grid_.str() + " process grid");
+  }
+  return {layout_->lon[grid_lon], layout_->lon[grid_lon + 1] - layout_->lon[grid_lon]};
+}
 
 namespace {
 
-// Inverse of shard_range: the first global % parts blocks hold base + 1.
-int block_of(std::int64_t index, std::int64_t global, int parts) {
-  const std::int64_t base = global / parts, extra = global % parts;
-  const std::int64_t big = extra * (base + 1);
-  if (index < big) return static_cast<int>(index / (base + 1));
-  return static_cast<int>(extra + (index - big) / base);
+// The block of `bounds` holding cell `index` (clamped to the blocks).
+int block_of(std::int64_t index, const std::vector<std::int64_t>& bounds) {
+  const auto it = std::upper_bound(bounds.begin() + 1, bounds.end() - 1, index);
+  return static_cast<int>(it - bounds.begin()) - 1;
 }
 
 }  // namespace
@@ -182,10 +512,10 @@ int Decomposition::lat_block_of(std::int64_t i) const {
     // The block of the row south of face i (lat_range's rule), clamped to the grid.
     i = std::clamp<std::int64_t>(rows_ == LatitudeRows::cells ? i : i + 1, 0, cell_lat_ - 1);
   }
-  return block_of(i, cell_lat_, grid_.lat);
+  return block_of(i, layout_->lat);
 }
 
-int Decomposition::lon_block_of(std::int64_t i) const { return block_of(i, global_lon(), grid_.lon); }
+int Decomposition::lon_block_of(std::int64_t i) const { return block_of(i, layout_->lon); }
 
 LocalBox Decomposition::box_of(int rank) const {
   const GridCoords c = coords_of(rank);

@@ -4,10 +4,24 @@
 //
 // ML fields, (B, C, lat, lon), are split along latitude only (a 1 x P process grid is
 // written {P, 1}); climate fields, (levels..., lat, lon), may be split on a 2-D process
-// grid {P_lat, P_lon}. Domain rank r sits at grid position (r / P_lon, r % P_lon):
-// longitude innermost, the row-major convention the mesh uses. Extents follow the one
-// partition rule, shard_range, so 721 latitudes over 4 ranks give 181, 180, 180, 180.
-// Only the last two dims are split; leading dims are whole on every rank.
+// grid {P_lat, P_lon}. Only the last two dims are split; leading dims are whole on every
+// rank.
+//
+// Which rank owns which box, three ways (a climate code keeps its own):
+//   - tessera's rule (the constructors): domain rank r sits at grid position
+//     (r / P_lon, r % P_lon), longitude innermost, the row-major convention the mesh
+//     uses, and extents follow shard_range, so 721 latitudes over 4 ranks give
+//     181, 180, 180, 180 (SplitRule::last_rank: 180, 180, 180, 181, with_split);
+//   - the code's Cartesian communicator (from_cartesian): the grid, every rank's
+//     position and the periodicity read from MPI_Cart_get / MPI_Cart_coords, with
+//     either dimension order;
+//   - the code's own boxes (from_boxes): each rank passes the box it owns; tessera
+//     gathers them, checks that they tile the grid without gap or overlap as a block
+//     layout (the boxes of one process-grid row share their latitudes, those of one
+//     column their longitudes, as every Cartesian decomposition does), and derives
+//     every neighbour from the boxes, not from rank arithmetic.
+// The old constructors refuse a 2-D Cartesian communicator whose rank order they would
+// misread (dims (lon, lat) of equal extents): see the constructor.
 //
 // The object is a plan of pure arithmetic: every rank knows every rank's box, so
 // planning halo messages needs no communication. The constructor is collective only to
@@ -30,6 +44,8 @@
 //                                      (the northern band has one face fewer than rows).
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,6 +92,23 @@ std::string_view stagger_name(Stagger stagger) noexcept;
 // What the first and last latitude rows are (it decides the latitude faces).
 enum class LatitudeRows { cells, pole_points };
 
+// How an uneven split places its remainder along one axis of the process grid.
+enum class SplitRule {
+  first_ranks,  // the first n % P blocks hold one row more (shard_range): 10 over 4 -> 3, 3, 2, 2
+  last_rank,    // every block holds n / P, the last the remainder too: 10 over 4 -> 2, 2, 2, 4
+};
+// "first_ranks" "last_rank"
+std::string_view split_rule_name(SplitRule rule) noexcept;
+// The extents of `parts` blocks of `global` cells under `rule`: parts + 1 boundaries.
+std::vector<std::int64_t> split_bounds(std::int64_t global, int parts, SplitRule rule);
+
+// Which dimension of a 2-D Cartesian communicator runs along latitude: lat_lon, dims
+// (P_lat, P_lon) (tessera's own row-major order); lon_lat, dims (P_lon, P_lat) (a
+// Fortran code's (i, j) order, latitude the fastest-varying rank).
+enum class CartesianOrder { lat_lon, lon_lat };
+// "lat_lon" "lon_lat"
+std::string_view cartesian_order_name(CartesianOrder order) noexcept;
+
 // The process grid for `ranks` ranks over an nlat x nlon plane that gives each rank the
 // shortest box boundary (the halo a rank exchanges: local lat + local lon extents, by the
 // partition rule), like MPI_Dims_create but aware of the grid's aspect; among equals,
@@ -94,6 +127,41 @@ class Decomposition {
   // 1-D along latitude, or on `grid`.
   Decomposition(const Mesh& mesh, Shape global_shape);
   Decomposition(const Mesh& mesh, Shape global_shape, ProcessGrid grid);
+  // The constructors above place rank r at (r / P_lon, r % P_lon). Handed a 2-D
+  // Cartesian communicator, they adopt its coordinates when its dims say which is which
+  // (dims (P_lat, P_lon), or (P_lon, P_lat) with P_lat != P_lon, or one of them 1) and
+  // throw InvalidArgument naming both orders when they cannot tell (P_lat = P_lon > 1):
+  // use from_cartesian then.
+
+  // tessera's rank order with the remainder placed by `rule`. Collective.
+  static Decomposition with_split(Communicator& comm, Shape global_shape, ProcessGrid grid, SplitRule rule);
+  // The grid, every rank's position and the periodicity of a 2-D Cartesian
+  // communicator (MPI_Cart_create), dimension order `order`, extents by `rule`.
+  // Collective. InvalidArgument when `comm` has no 2-D Cartesian topology.
+  static Decomposition from_cartesian(Communicator& comm, Shape global_shape, CartesianOrder order,
+                                      SplitRule rule = SplitRule::first_ranks);
+  // Every rank's own box (global first indices and extents). Collective: gathers the
+  // boxes and throws the same InvalidArgument on every rank, naming the ranks and
+  // boxes, when one is empty or leaves the grid, two overlap, a cell is owned by no
+  // rank, or the boxes are not a block layout (see the top).
+  static Decomposition from_boxes(Communicator& comm, Shape global_shape, const LocalBox& mine);
+
+  // Collective: throws the same InvalidArgument on every rank unless every rank's
+  // `expected` is its box, naming the first rank (in rank order) whose box differs and
+  // both boxes. The one call a caller makes to check that tessera and the code agree.
+  void check_box(const LocalBox& expected) const;
+
+  // The periodicity of a Cartesian communicator (from_cartesian), or nullopt (unknown:
+  // the other constructors). A halo exchange refuses an edge policy that contradicts it.
+  std::optional<bool> periodic_lat() const;
+  std::optional<bool> periodic_lon() const;
+  // How the boxes were given: "row-major", "row-major, last_rank remainder",
+  // "Cartesian (lon, lat)", "caller's boxes".
+  const std::string& layout_name() const;
+
+  // Private to the implementation (decomposition.cpp): the blocks of each axis and the
+  // rank at each grid position.
+  struct Layout;
 
   // The decomposition of the fields on `stagger` faces of this grid (of its cells for
   // Stagger::none), by the same process grid; `rows` matters for lat_face only. Pure
@@ -153,10 +221,12 @@ class Decomposition {
   std::string str() const;
 
  private:
+  Decomposition(Communicator& comm, Shape global_shape, std::shared_ptr<const Layout> layout);
   void validate();
   std::string str_of_args() const;
 
   Communicator* comm_ = nullptr;
+  std::shared_ptr<const Layout> layout_;
   int rank_ = 0;
   ProcessGrid grid_;
   Shape global_shape_;
