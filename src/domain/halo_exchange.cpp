@@ -34,6 +34,39 @@ std::string_view pole_policy_name(PolePolicy policy) noexcept {
   return "?";
 }
 
+std::string_view edge_policy_name(EdgePolicy policy) noexcept {
+  switch (policy) {
+    case EdgePolicy::from_spec: return "from_spec";
+    case EdgePolicy::periodic: return "periodic";
+    case EdgePolicy::zero: return "zero";
+    case EdgePolicy::none: return "none";
+    case EdgePolicy::replicate: return "replicate";
+    case EdgePolicy::mirror_even: return "mirror_even";
+    case EdgePolicy::mirror_odd: return "mirror_odd";
+  }
+  return "?";
+}
+
+std::string HaloSpec::str() const {
+  std::string s = "pole " + std::string(pole_policy_name(pole)) + (periodic_lon ? ", periodic lon" : ", bounded lon");
+  const std::pair<const char*, EdgePolicy> edges[] = {{"north", north}, {"south", south}, {"west", west}, {"east", east}};
+  for (const auto& [name, policy] : edges) {
+    if (policy != EdgePolicy::from_spec) s += std::string(", ") + name + " " + std::string(edge_policy_name(policy));
+  }
+  return s;
+}
+
+namespace {
+
+bool has_edge(const HaloSpec& spec, EdgePolicy policy) {
+  for (EdgePolicy e : {spec.north, spec.south, spec.west, spec.east}) {
+    if (e == policy) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string HaloWidths::str() const {
   return "lat " + std::to_string(lat_before) + "+" + std::to_string(lat_after) + ", lon " +
          std::to_string(lon_before) + "+" + std::to_string(lon_after);
@@ -73,9 +106,12 @@ HaloExchange::HaloExchange(const Decomposition& decomposition, HaloSpec spec)
 
   // Ordered maps: both ends post and pack in (peer, direction) order.
   std::map<std::pair<int, int>, Transfer> sends, recvs;
+  std::vector<HaloRect> covered;  // every halo cell a piece writes (all but an edge left alone)
   for (int receiver = 0; receiver < d.size(); ++receiver) {
     for (const halo::Piece& piece : halo::pieces_of(d, p.spec, receiver)) {
       if (receiver == me) {
+        covered.push_back(piece.dst);
+        if (piece.negate) p.negated.push_back(piece.dst);
         if (piece.src_rank < 0) {
           p.zeros.push_back(piece.dst);
         } else if (piece.src_rank == me) {
@@ -116,14 +152,15 @@ HaloExchange::HaloExchange(const Decomposition& decomposition, HaloSpec spec)
   if (w.lon_after > 0) {
     p.frame.push_back({w.lat_before, w.lon_before + box.lon.length, box.lat.length, w.lon_after, 1});
   }
+  // An edge left to the caller is left by the adjoint too (the forward map is the
+  // identity there): the adjoint zeroes only the cells the pieces write.
+  if (has_edge(p.spec, EdgePolicy::none)) p.frame = covered;
 
   p.wait = d.comm().wait_options();
   require_same_on_all_ranks(d.comm().mpi_comm(),
                             shape_str(d.global_shape()) + " " + std::string(stagger_name(d.stagger())) +
                                 (d.latitude_rows() == LatitudeRows::pole_points ? " pole-point rows" : "") +
-                                " over " + d.grid().str() + " " + w.str() +
-                                (p.spec.periodic_lon ? " periodic" : " bounded") + " " +
-                                std::string(pole_policy_name(p.spec.pole)),
+                                " over " + d.grid().str() + " " + w.str() + " " + p.spec.str(),
                             "HaloExchange: the ranks of the domain communicator passed different arguments");
   p.node = tessera::detail::NodeWindow(d.comm().mpi_comm());
 }
@@ -374,8 +411,33 @@ namespace {
 // (the transpose) runs every message backwards: halo rects are packed and sent to the
 // rank they came from, which adds them into the interior rects it sent (an addition MPI
 // cannot do on receipt), and the halo is left zero.
+// mirror_odd: the halo cells copied across an odd edge hold the negated values. The
+// forward exchange negates them after they arrive, the adjoint before they go back.
+void negate_mirrored(const HaloExchange::Plan& p, const std::vector<Tensor>& fields) {
+  for (const Tensor& field : fields) {
+    if (!field.defined()) continue;
+    const int d = field.dim();
+    for (const HaloRect& r : p.negated) {
+      Tensor cells = field.narrow(d - 2, r.lat0, r.rows).narrow(d - 1, r.lon0, r.cols);
+      Tensor negated = cells.contiguous().clone();
+      tessera::ops::scale(negated, -1.0);
+      cells.copy_from(negated);
+    }
+  }
+}
+
 void start_exchange(HaloExchange::Plan& p, const std::vector<Tensor>& fields, bool adjoint) {
   prepare(p, fields, adjoint ? "start_adjoint" : "start");
+  // On every rank alike (prepare has agreed the fields' dtypes), before any message.
+  if (has_edge(p.spec, EdgePolicy::mirror_odd)) {
+    for (const Tensor& field : fields) {
+      if (field.defined() && field.dtype() == DType::i64) {
+        throw InvalidArgument("HaloExchange (" + p.spec.str() + "): mirror_odd negates values; an i64 field cannot "
+                              "take it (exchange it with a plan whose edges copy)");
+      }
+    }
+  }
+  if (adjoint) negate_mirrored(p, fields);
   // The fields stay alive until finish. They are assigned into the Tensor objects the last
   // exchange left (undefined, but with their shape vectors' room), so a repeated exchange
   // allocates nothing here.
@@ -465,6 +527,7 @@ void finish_exchange(HaloExchange::Plan& p, bool adjoint) {
                                 p.node.comm(), &p.done_requests.back()));
   }
 
+  if (!adjoint) negate_mirrored(p, p.fields);
   static const Tensor undefined;
   for (Tensor& t : p.fields) t = undefined;  // lets the fields go, keeps the objects for the next exchange
 }
@@ -500,7 +563,10 @@ void require_vector_components(const Tensor& u, const Tensor& v) {
 }  // namespace
 
 void HaloExchange::flip_beyond_poles(const Tensor& field) const {
-  if (!mirrors_across_pole(spec().pole)) return;
+  // Only an edge that takes the spec's pole policy mirrors across a pole.
+  const bool north = spec().north == EdgePolicy::from_spec && mirrors_across_pole(spec().pole);
+  const bool south = spec().south == EdgePolicy::from_spec && mirrors_across_pole(spec().pole);
+  if (!north && !south) return;
   const Decomposition& d = decomposition();
   const HaloWidths& w = spec().width;
   const LocalBox box = d.box();
@@ -517,8 +583,8 @@ void HaloExchange::flip_beyond_poles(const Tensor& field) const {
     tessera::ops::scale(negated, -1.0);
     rows.copy_from(negated);
   };
-  if (box.lat.start == 0) negate_rows(0, w.lat_before);
-  if (box.lat.end() == d.global_lat()) negate_rows(w.lat_before + box.lat.length, w.lat_after);
+  if (north && box.lat.start == 0) negate_rows(0, w.lat_before);
+  if (south && box.lat.end() == d.global_lat()) negate_rows(w.lat_before + box.lat.length, w.lat_after);
 }
 
 void HaloExchange::exchange_vector(const Tensor& u, const Tensor& v) {
@@ -543,7 +609,7 @@ void require_same_grid(const HaloExchange& u_plan, const HaloExchange& v_plan) {
   const Decomposition& dv = v_plan.decomposition();
   if (&u_plan == &v_plan || &du.comm() != &dv.comm() || du.grid() != dv.grid() ||
       du.global_lon() != dv.global_lon() || du.leading_shape() != dv.leading_shape() ||
-      u_plan.spec().pole != v_plan.spec().pole || u_plan.spec().periodic_lon != v_plan.spec().periodic_lon) {
+      u_plan.spec().str() != v_plan.spec().str()) {
     throw InvalidArgument("exchange_vector: u's plan (" + du.str() + ") and v's plan (" + dv.str() +
                           ") must be two plans of one grid, communicator and pole policy");
   }

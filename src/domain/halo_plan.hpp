@@ -105,7 +105,8 @@ struct HaloExchange::Plan {
   std::vector<HaloRect> self_from, self_to;  // pieces whose source is this rank: interior -> halo
   MessageBuffer self_buffer;                  // their packed cells (never sent)
   std::vector<HaloRect> zeros;  // halo rects filled with zeros
-  std::vector<HaloRect> frame;  // the whole halo frame, zeroed by the adjoint
+  std::vector<HaloRect> frame;  // the whole halo frame (the cells pieces write), zeroed by the adjoint
+  std::vector<HaloRect> negated;  // halo rects copied across a mirror_odd edge (negated)
   std::int64_t padded_lat = 0, padded_lon = 0;
 
   // In flight.

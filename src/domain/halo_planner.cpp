@@ -29,7 +29,36 @@ namespace tessera::domain::halo {
 
 namespace {
 
-enum class Kind { copy, zero };
+enum class Kind { copy, zero, keep };  // keep: an edge policy `none` leaves the cell alone
+
+// One edge's rule, the spec's overrides resolved.
+enum class Rule { zero, none, replicate, periodic, mirror_even, mirror_odd, across_pole, across_pole_point };
+
+bool copies(Rule rule) { return rule != Rule::zero && rule != Rule::none; }
+bool across(Rule rule) { return rule == Rule::across_pole || rule == Rule::across_pole_point; }
+
+Rule rule_of(EdgePolicy policy) {
+  switch (policy) {
+    case EdgePolicy::periodic: return Rule::periodic;
+    case EdgePolicy::zero: return Rule::zero;
+    case EdgePolicy::none: return Rule::none;
+    case EdgePolicy::replicate: return Rule::replicate;
+    case EdgePolicy::mirror_even: return Rule::mirror_even;
+    case EdgePolicy::mirror_odd: return Rule::mirror_odd;
+    case EdgePolicy::from_spec: break;
+  }
+  return Rule::zero;
+}
+
+Rule rule_of(PolePolicy pole) {
+  switch (pole) {
+    case PolePolicy::zero: return Rule::zero;
+    case PolePolicy::replicate: return Rule::replicate;
+    case PolePolicy::across_pole: return Rule::across_pole;
+    case PolePolicy::across_pole_point: return Rule::across_pole_point;
+  }
+  return Rule::zero;
+}
 
 // A run of consecutive halo indices along one axis of the receiving rank.
 struct Run {
@@ -42,6 +71,7 @@ struct Run {
   int side = 1;             // 0 before, 1 inside, 2 after (of the receiving box)
   std::int64_t shift = 0;   // lat runs: longitude shift of the source (across the pole)
   bool beyond_pole = false; // lat runs: rows outside [0, nlat)
+  bool negate = false;      // mirror_odd
 };
 
 // Where the side (before, inside, after the receiving box `own`) of index i ends.
@@ -57,8 +87,9 @@ void append(std::vector<Run>& runs, const Run& element) {
   if (!runs.empty()) {
     Run& last = runs.back();
     const bool same = last.kind == element.kind && last.side == element.side && last.shift == element.shift &&
-                      last.beyond_pole == element.beyond_pole && last.dst + last.length == element.dst;
-    if (same && element.kind == Kind::zero) {
+                      last.beyond_pole == element.beyond_pole && last.negate == element.negate &&
+                      last.dst + last.length == element.dst;
+    if (same && element.kind != Kind::copy) {
       last.length += element.length;
       return;
     }
@@ -108,13 +139,28 @@ class Planner {
   }
   const char* lat_noun() const { return d_.stagger() == Stagger::lat_face ? "latitude faces" : "latitudes"; }
 
+  // The rule at the north (low) or south edge of latitude, the west or east of longitude.
+  Rule lat_rule(bool low) const {
+    const EdgePolicy e = low ? s_.north : s_.south;
+    return e == EdgePolicy::from_spec ? rule_of(s_.pole) : rule_of(e);
+  }
+  Rule lon_rule(bool low) const {
+    const EdgePolicy e = low ? s_.west : s_.east;
+    if (e != EdgePolicy::from_spec) return rule_of(e);
+    return s_.periodic_lon ? Rule::periodic : Rule::zero;
+  }
+  // validate_spec has checked that both edges of an axis agree on periodicity.
+  bool lat_periodic() const { return lat_rule(true) == Rule::periodic; }
+  bool lon_periodic() const { return lon_rule(true) == Rule::periodic; }
+
   void validate_spec() const {
     const HaloWidths& w = s_.width;
-    const std::string what = "HaloExchange (" + w.str() + ", pole " + std::string(pole_policy_name(s_.pole)) + ")";
+    const std::string what = "HaloExchange (" + w.str() + ", " + s_.str() + ")";
     if (w.lat_before < 0 || w.lat_after < 0 || w.lon_before < 0 || w.lon_after < 0) {
       throw InvalidArgument(what + ": halo widths must be >= 0");
     }
-    if (mirrors_across_pole(s_.pole)) {
+    validate_edges(what);
+    if (across(lat_rule(true)) || across(lat_rule(false))) {
       const std::string name(pole_policy_name(s_.pole));
       if (d_.stagger() == Stagger::lat_face &&
           (s_.pole == PolePolicy::across_pole_point) != (d_.latitude_rows() == LatitudeRows::pole_points)) {
@@ -123,7 +169,7 @@ class Planner {
                               " cannot be mirrored by " + name + ", which is for " +
                               (s_.pole == PolePolicy::across_pole_point ? "pole-point rows" : "cell rows"));
       }
-      if (!s_.periodic_lon) {
+      if (!lon_periodic()) {
         throw InvalidArgument(what + ": " + name + " needs periodic longitude (the sphere wraps)");
       }
       if (d_.global_lon() % 2 != 0) {
@@ -133,11 +179,56 @@ class Planner {
     }
   }
 
+  // The per-edge policies against each other and against what the decomposition knows.
+  void validate_edges(const std::string& what) const {
+    const auto name = [](Rule r) {
+      static const char* names[] = {"zero", "none", "replicate", "periodic", "mirror_even", "mirror_odd",
+                                    "across_pole", "across_pole_point"};
+      return std::string(names[static_cast<int>(r)]);
+    };
+    if ((lat_rule(true) == Rule::periodic) != (lat_rule(false) == Rule::periodic)) {
+      throw InvalidArgument(what + ": north is " + name(lat_rule(true)) + " and south " + name(lat_rule(false)) +
+                            "; a periodic edge wraps to the opposite one, which must be periodic too");
+    }
+    if ((lon_rule(true) == Rule::periodic) != (lon_rule(false) == Rule::periodic)) {
+      throw InvalidArgument(what + ": west is " + name(lon_rule(true)) + " and east " + name(lon_rule(false)) +
+                            "; a periodic edge wraps to the opposite one, which must be periodic too");
+    }
+    for (bool low : {true, false}) {
+      const Rule r = lon_rule(low);
+      if (r == Rule::replicate || r == Rule::mirror_even || r == Rule::mirror_odd) {
+        throw InvalidArgument(what + ": " + name(r) + " on the " + (low ? "west" : "east") +
+                              " edge is not supported (longitude halos are copied column by column forward only; "
+                              "use zero or none and fill the columns yourself)");
+      }
+    }
+    if (d_.stagger() == Stagger::lat_face) {
+      for (bool low : {true, false}) {
+        const Rule r = lat_rule(low);
+        const bool mirror = r == Rule::mirror_even || r == Rule::mirror_odd;
+        if (r == Rule::periodic || (mirror && d_.latitude_rows() == LatitudeRows::pole_points)) {
+          throw InvalidArgument(what + ": " + name(r) + " on the " + (low ? "north" : "south") +
+                                " edge of latitude faces" +
+                                (r == Rule::periodic ? "" : " of pole-point rows") + " is not supported");
+        }
+      }
+    }
+    const auto contradicts = [&](std::optional<bool> known, bool periodic, const char* axis) {
+      if (!known || *known == periodic) return;
+      throw InvalidArgument(what + ": the " + axis + " edges are " + (periodic ? "periodic" : "not periodic") +
+                            ", but the decomposition's Cartesian communicator says " + axis + " is " +
+                            (*known ? "periodic" : "not periodic") + " (its periods); one of the two is wrong");
+    };
+    contradicts(d_.periodic_lat(), lat_periodic(), "latitude");
+    contradicts(d_.periodic_lon(), lon_periodic(), "longitude");
+  }
+
   std::vector<Run> lat_runs(int q) const {
     const ShardRange own = d_.lat_range(q);
     const std::int64_t n = d_.global_lat();
     const std::int64_t first = own.start - s_.width.lat_before, end = own.end() + s_.width.lat_after;
-    if (s_.pole != PolePolicy::zero && (first < -n || end > 2 * n)) {
+    const Rule low_rule = lat_rule(true), high_rule = lat_rule(false);
+    if ((first < -n && copies(low_rule)) || (end > 2 * n && copies(high_rule))) {
       // Beyond one grid's depth past a pole no cell can be copied (and walking a huge
       // width row by row would take minutes: fuzz finding 4).
       const bool low = first < -n;
@@ -156,14 +247,28 @@ class Planner {
         const bool low = i < 0;
         if (low) stop = std::min<std::int64_t>(stop, 0);
         e.beyond_pole = true;
-        switch (s_.pole) {
-          case PolePolicy::zero: e.kind = Kind::zero; break;
-          case PolePolicy::replicate:  // the edge row, repeated: source step 0
+        switch (low ? low_rule : high_rule) {
+          case Rule::zero: e.kind = Kind::zero; break;
+          case Rule::none: e.kind = Kind::keep; break;
+          case Rule::replicate:  // the edge row, repeated: source step 0
             e.src = low ? 0 : n - 1;
             e.step = 0;
             break;
-          case PolePolicy::across_pole:  // mirrored about the pole between rows -1 and 0
-          case PolePolicy::across_pole_point: {  // mirrored about the pole row 0 (or n - 1)
+          case Rule::periodic:  // the rows at the other edge, in order
+            e.src = wrap(i, n);
+            break;
+          case Rule::mirror_even:
+          case Rule::mirror_odd: {
+            // Mirrored about the edge: between rows -1 and 0 for cells, about the wall
+            // face itself for latitude faces (face 0 and face n - 1 lie on the walls).
+            const bool point = d_.stagger() == Stagger::lat_face;
+            e.src = low ? (point ? -i : -1 - i) : (point ? 2 * (n - 1) - i : 2 * n - 1 - i);
+            e.step = -1;
+            e.negate = (low ? low_rule : high_rule) == Rule::mirror_odd;
+            break;
+          }
+          case Rule::across_pole:  // mirrored about the pole between rows -1 and 0
+          case Rule::across_pole_point: {  // mirrored about the pole row 0 (or n - 1)
             const bool point = mirror_about_a_row();
             e.src = low ? (point ? -i : -1 - i) : (point ? 2 * (n - 1) - i : 2 * n - 1 - i);
             e.step = -1;
@@ -179,8 +284,9 @@ class Planner {
                                   " rows reaches past both poles of a " + std::to_string(n) + "-latitude grid");
           }
           e.block = d_.lat_block_of(e.src);
-          // Descending sources leave the block at its first row.
+          // Descending sources leave the block at its first row, ascending ones at its last.
           if (e.step == -1) stop = std::min(stop, i + (e.src - d_.lat_range(e.block).start) + 1);
+          if (e.step == 1) stop = std::min(stop, i + (d_.lat_range(e.block).end() - e.src));
         }
       }
       return stop;
@@ -191,7 +297,8 @@ class Planner {
     const ShardRange own = d_.lon_range(r);
     const std::int64_t n = d_.global_lon();
     const std::int64_t first = own.start - s_.width.lon_before, end = own.end() + s_.width.lon_after;
-    if (s_.periodic_lon && (first + shift < -2 * n || end + shift > 3 * n)) {
+    const bool periodic = lon_periodic();
+    if (periodic && (first + shift < -2 * n || end + shift > 3 * n)) {
       // Around the ring twice: no rank holds such a halo (check_lon names the rank for
       // narrower ones), and walking a huge width column by column would take minutes
       // (fuzz finding 4).
@@ -204,11 +311,11 @@ class Planner {
     // edge is.
     return segment_runs(own, first, end, [&](Run& e, std::int64_t j, std::int64_t stop) {
       const std::int64_t jj = j + shift;
-      if (!s_.periodic_lon && (jj < 0 || jj >= n)) {  // zero beyond the edge
-        e.kind = Kind::zero;
+      if (!periodic && (jj < 0 || jj >= n)) {  // zero or left alone beyond the edge
+        e.kind = lon_rule(jj < 0) == Rule::none ? Kind::keep : Kind::zero;
         if (jj < 0) stop = std::min(stop, -shift);
       } else {
-        e.src = s_.periodic_lon ? wrap(jj, n) : jj;
+        e.src = periodic ? wrap(jj, n) : jj;
         e.block = d_.lon_block_of(e.src);
         stop = std::min(stop, j + (d_.lon_range(e.block).end() - e.src));  // to the block's end (and the wrap)
       }
@@ -232,7 +339,7 @@ class Planner {
           if (edge < 0 || edge >= d_.global_lat()) continue;
           nearest = d_.lat_block_of(edge);
         } else {
-          if (!mirrors_across_pole(s_.pole)) continue;
+          if (!across(lat_rule(side == 0))) continue;  // other copies: each piece its own sender
           // Mirrored about a pole row, the rows skip the pole itself and may come from
           // the polar block and the next one: no single-sender rule (each piece has its
           // own sender; lat_runs has checked that every mirrored row exists). So may
@@ -263,7 +370,7 @@ class Planner {
     const ShardRange own = d_.lon_range(r);
     for (int side : {0, 2}) {
       std::int64_t edge = side == 0 ? own.start - 1 : own.end();
-      if (s_.periodic_lon) {
+      if (lon_periodic()) {
         edge = wrap(edge, d_.global_lon());
       } else if (edge < 0 || edge >= d_.global_lon()) {
         continue;
@@ -308,7 +415,9 @@ class Planner {
       }
       for (const Run& cr : *lons) {
         if (lr.side == 1 && cr.side == 1) continue;  // the interior
+        if (lr.kind == Kind::keep || cr.kind == Kind::keep) continue;  // an edge left to the caller
         Piece p;
+        p.negate = lr.negate != cr.negate;
         p.direction = 3 * lr.side + cr.side;
         p.dst = {lr.dst - (box.lat.start - w.lat_before), cr.dst - (box.lon.start - w.lon_before), lr.length,
                  cr.length, 1};

@@ -18,14 +18,17 @@ struct Piece {
   int direction = 0;
   tessera::detail::HaloRect src;  // in the source rank's padded field
   tessera::detail::HaloRect dst;  // in the receiving rank's padded field
+  bool negate = false;  // mirror_odd: the receiver negates the copied values
 };
 
-// Throws InvalidArgument for widths < 0, or an across_pole spec on a grid it cannot
-// serve (non-periodic longitude, odd longitude count).
+// Throws InvalidArgument for widths < 0, an across_pole spec on a grid it cannot serve
+// (non-periodic longitude, odd longitude count), or edge policies that contradict each
+// other or the decomposition's known periodicity.
 void validate_spec(const Decomposition& d, const HaloSpec& spec);
 
 // Every halo piece of domain rank `receiver`, in the canonical order (lat runs, then lon
-// runs) both ends of a message rely on. Throws InvalidArgument, naming both ranks, when
+// runs) both ends of a message rely on. Cells beyond an edge whose policy is `none` have
+// no piece (nothing touches them). Throws InvalidArgument, naming both ranks, when
 // a rank owns fewer rows or columns than the halo it must send.
 std::vector<Piece> pieces_of(const Decomposition& d, const HaloSpec& spec, int receiver);
 

@@ -9,6 +9,14 @@
 //   - from the rank owning that global cell (edges and, on 2-D grids, corners, which
 //     come straight from the diagonal rank: one round, no two-phase sweep);
 //   - longitude: periodic (wraps, also with 1 or 2 ranks along longitude) or zero fill;
+//   - per edge (HaloSpec::north, south, west, east; north is latitude row 0's side, west
+//     longitude column 0's), overriding the two rules around it: periodic (both edges of
+//     the axis: a doubly periodic or channel domain), zero, none (the halo beyond that
+//     edge, corners included, is left exactly as the caller wrote it: walls, open
+//     boundaries, a limited-area grid whose boundary rows the model owns), replicate
+//     (latitude edges), mirror_even and mirror_odd (the rows or columns mirrored about
+//     the edge, negated for odd: a wall for a scalar or the normal component of a
+//     vector). A regional grid: both axes non-periodic (west and east zero or none);
 //   - latitude beyond a pole, by PolePolicy:
 //       zero         zero fill (the conv's zero padding);
 //       replicate    the edge row, repeated (numpy 'edge' padding);
@@ -80,10 +88,28 @@ struct HaloWidths {
   std::string str() const;  // "lat 1+1, lon 2+2"
 };
 
+// What fills the halo beyond one edge of the grid (see the top).
+enum class EdgePolicy {
+  from_spec,    // the spec's `pole` (north, south) or `periodic_lon` (west, east)
+  periodic,     // wraps to the opposite edge; both edges of the axis must say so
+  zero,
+  none,         // left exactly as the caller wrote it (also by the adjoint)
+  replicate,    // the edge row (column) repeated
+  mirror_even,  // halo k beyond the edge <- the k-th owned row (column) from it
+  mirror_odd,   // the same, negated
+};
+// "from_spec" "periodic" "zero" "none" "replicate" "mirror_even" "mirror_odd"
+std::string_view edge_policy_name(EdgePolicy policy) noexcept;
+
 struct HaloSpec {
   HaloWidths width;
   bool periodic_lon = true;
   PolePolicy pole = PolePolicy::zero;
+  // Per-edge overrides (from_spec: the two rules above decide).
+  EdgePolicy north = EdgePolicy::from_spec, south = EdgePolicy::from_spec;
+  EdgePolicy west = EdgePolicy::from_spec, east = EdgePolicy::from_spec;
+  // "pole zero, periodic lon" with any override: "north none, south mirror_odd, ..."
+  std::string str() const;
 };
 
 // Facts about this rank's part of the plan (for benchmarks and tests).
@@ -106,7 +132,9 @@ class HaloExchange {
   // spec). Throws InvalidArgument when a rank's extent is smaller than the halo it must
   // send, naming the rank, its extent and the receiver; or for a spec across_pole cannot
   // serve (odd longitude count, non-periodic longitude, latitude faces of the other kind
-  // of rows). The fields follow the decomposition's stagger (its faces' boxes).
+  // of rows); or for edge policies that contradict each other (one periodic edge of an
+  // axis) or the decomposition's known periodicity (a Cartesian communicator's periods).
+  // The fields follow the decomposition's stagger (its faces' boxes).
   HaloExchange(const Decomposition& decomposition, HaloSpec spec);
   // Waits for an exchange still in flight and for the node-memory "read" answers.
   // Collective over the node's ranks of the domain communicator (it frees the node
