@@ -114,6 +114,17 @@ typedef enum tessera_pole TESSERA_ENUM_INT_ {
   TESSERA_POLE_ACROSS_POLE = 2, /* the mirrored row, half the circle round */
   TESSERA_POLE_ACROSS_POLE_POINT = 3 /* the same on a grid whose edge rows are the poles */
 } tessera_pole_t;
+/* What fills the halo beyond one edge (tessera_halo_create_edges; docs/domain.md, "Edge
+ * policies"). North is latitude row 0's side, west longitude column 0's. */
+typedef enum tessera_edge TESSERA_ENUM_INT_ {
+  TESSERA_EDGE_POLE = 0,        /* north/south only: the `pole` argument's policy */
+  TESSERA_EDGE_PERIODIC = 1,    /* wraps to the opposite edge (which must be periodic too) */
+  TESSERA_EDGE_ZERO = 2,
+  TESSERA_EDGE_NONE = 3,        /* left exactly as the caller wrote it (walls, open boundaries) */
+  TESSERA_EDGE_REPLICATE = 4,   /* north/south: the edge row repeated */
+  TESSERA_EDGE_MIRROR_EVEN = 5, /* north/south: mirrored about the edge */
+  TESSERA_EDGE_MIRROR_ODD = 6   /* north/south: mirrored and negated (normal velocity at a wall) */
+} tessera_edge_t;
 /* How an uneven split places its remainder (tessera_decomp_create_split / _cart). */
 typedef enum tessera_split TESSERA_ENUM_INT_ {
   TESSERA_SPLIT_FIRST_RANKS = 0, /* the first n % P blocks hold one more: 10 over 4 -> 3, 3, 2, 2 */
@@ -276,6 +287,13 @@ int tessera_decomp_auto_grid(int ranks, int64_t nlat, int64_t nlon, int* grid_la
 /* Collective over the decomposition's communicator. */
 int tessera_halo_create(const tessera_decomp_t* decomp, int lat_before, int lat_after, int lon_before,
                         int lon_after, int periodic_lon, tessera_pole_t pole, tessera_halo_t** halo);
+/* The same with a policy per edge (TESSERA_EDGE_POLE on north/south takes `pole`;
+ * west/east must name their policy). Collective. TESSERA_ERR_INVALID_ARGUMENT for one
+ * periodic edge of an axis, replicate/mirror on west/east, or edges that contradict a
+ * Cartesian decomposition's periods (tessera_decomp_create_cart). */
+int tessera_halo_create_edges(const tessera_decomp_t* decomp, int lat_before, int lat_after, int lon_before,
+                              int lon_after, tessera_edge_t north, tessera_edge_t south, tessera_edge_t west,
+                              tessera_edge_t east, tessera_pole_t pole, tessera_halo_t** halo);
 /* Collective over the ranks of the halo's communicator that share a node (it frees the
  * shared memory its on-node messages travel through): destroy halos in the same order on
  * every rank. */

@@ -141,6 +141,55 @@ void register_strided(tessera_halo* halo, void* data, int dtype, int ndim, const
   register_field(halo, std::move(view), stagger, index);
 }
 
+// The edge argument of tessera_halo_create_edges; TESSERA_EDGE_POLE only on a latitude edge.
+domain::EdgePolicy to_edge(int edge, const char* which) {
+  const bool latitude = which[0] == 'n' || which[0] == 's';
+  switch (edge) {
+    case TESSERA_EDGE_POLE:
+      if (latitude) return domain::EdgePolicy::from_spec;
+      break;
+    case TESSERA_EDGE_PERIODIC: return domain::EdgePolicy::periodic;
+    case TESSERA_EDGE_ZERO: return domain::EdgePolicy::zero;
+    case TESSERA_EDGE_NONE: return domain::EdgePolicy::none;
+    case TESSERA_EDGE_REPLICATE: return domain::EdgePolicy::replicate;
+    case TESSERA_EDGE_MIRROR_EVEN: return domain::EdgePolicy::mirror_even;
+    case TESSERA_EDGE_MIRROR_ODD: return domain::EdgePolicy::mirror_odd;
+    default: break;
+  }
+  throw InvalidArgument(std::string("the ") + which + " edge policy " + std::to_string(edge) +
+                        (edge == TESSERA_EDGE_POLE ? " (TESSERA_EDGE_POLE) is for the north and south edges only"
+                                                   : " is not a tessera_edge_t (0..6)"));
+}
+
+// The halo handle of a spec: the cells' plan and, where it can be planned, the latitude
+// faces' one.
+void create_halo(const tessera_decomp_t* decomp, const domain::HaloWidths& widths, HaloSpec spec,
+                 tessera_halo_t** halo) {
+  require(halo, "the output handle pointer");
+  *halo = nullptr;
+  const domain::Decomposition& d = capi::decomposition_of(decomp);
+  for (int w : {widths.lat_before, widths.lat_after, widths.lon_before, widths.lon_after}) {
+    if (w < 0) throw InvalidArgument("halo width " + std::to_string(w) + " is negative");
+  }
+  spec.width = widths;
+  auto handle = std::make_unique<HaloState>();
+  handle->decomp = decomp->state;
+  handle->exchange.emplace(d, spec);
+  // The latitude faces' plan. A grid whose faces cannot be planned (a halo wider than
+  // a band's faces, one pole-point row, periodic latitude) still serves cell-centred
+  // fields: its error is kept for a lat_face registration. Planning fails alike on every
+  // rank (arithmetic on arguments the cells' plan has just agreed on), so no rank is
+  // left in the plan's collective check.
+  try {
+    const LatitudeRows rows = spec.pole == PolePolicy::across_pole_point ? LatitudeRows::pole_points
+                                                                          : LatitudeRows::cells;
+    handle->lat_faces.emplace(d.staggered(Stagger::lat_face, rows), spec);
+  } catch (const InvalidArgument& e) {
+    handle->lat_faces_error = e.what();
+  }
+  *halo = handle.release();
+}
+
 }  // namespace
 
 namespace tessera::capi {
@@ -158,32 +207,25 @@ extern "C" {
 int tessera_halo_create(const tessera_decomp_t* decomp, int lat_before, int lat_after, int lon_before, int lon_after,
                         int periodic_lon, tessera_pole_t pole, tessera_halo_t** halo) {
   return guarded("tessera_halo_create", [&] {
-    require(halo, "the output handle pointer");
-    *halo = nullptr;
-    const domain::Decomposition& d = capi::decomposition_of(decomp);
-    for (int w : {lat_before, lat_after, lon_before, lon_after}) {
-      if (w < 0) throw InvalidArgument("halo width " + std::to_string(w) + " is negative");
-    }
     HaloSpec spec;
-    spec.width = {lat_before, lat_after, lon_before, lon_after};
     spec.periodic_lon = periodic_lon != 0;
     spec.pole = to_pole(pole);
-    auto handle = std::make_unique<HaloState>();
-    handle->decomp = decomp->state;
-    handle->exchange.emplace(d, spec);
-    // The latitude faces' plan. A grid whose faces cannot be planned (a halo wider than
-    // a band's faces, one pole-point row) still serves cell-centred fields: its error is
-    // kept for a lat_face registration. Planning fails alike on every rank (arithmetic
-    // on arguments the cells' plan has just agreed on), so no rank is left in the
-    // plan's collective check.
-    try {
-      const LatitudeRows rows = spec.pole == PolePolicy::across_pole_point ? LatitudeRows::pole_points
-                                                                            : LatitudeRows::cells;
-      handle->lat_faces.emplace(d.staggered(Stagger::lat_face, rows), spec);
-    } catch (const InvalidArgument& e) {
-      handle->lat_faces_error = e.what();
-    }
-    *halo = handle.release();
+    create_halo(decomp, {lat_before, lat_after, lon_before, lon_after}, spec, halo);
+  });
+}
+
+int tessera_halo_create_edges(const tessera_decomp_t* decomp, int lat_before, int lat_after, int lon_before,
+                              int lon_after, tessera_edge_t north, tessera_edge_t south, tessera_edge_t west,
+                              tessera_edge_t east, tessera_pole_t pole, tessera_halo_t** halo) {
+  return guarded("tessera_halo_create_edges", [&] {
+    HaloSpec spec;
+    spec.pole = to_pole(pole);
+    spec.north = to_edge(north, "north");
+    spec.south = to_edge(south, "south");
+    spec.west = to_edge(west, "west");
+    spec.east = to_edge(east, "east");
+    spec.periodic_lon = spec.west == domain::EdgePolicy::periodic;
+    create_halo(decomp, {lat_before, lat_after, lon_before, lon_after}, spec, halo);
   });
 }
 
