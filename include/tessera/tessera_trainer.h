@@ -53,6 +53,9 @@ typedef struct tessera_trainer tessera_trainer_t;
 /* The latitude grid of tessera_trainer_create. */
 #define TESSERA_LATITUDES_CELL_CENTRES 0 /* nlat rows between the poles, none on them */
 #define TESSERA_LATITUDES_WITH_POLES 1   /* the first and last rows are the poles */
+#define TESSERA_LATITUDES_UNWEIGHTED 2   /* every row weighs the same (a plane; no latitudes) */
+#define TESSERA_LATITUDES_EXPLICIT 3     /* the caller's latitudes (tessera_trainer_create_latitudes):
+                                            a regional or limited-area grid, any spacing */
 
 /* Collective over comm: reads the config at `config_path` (TESSERA_ERR_CONFIG naming the
  * file, line and key; TESSERA_ERR_IO when unreadable), lays a dp x tp x domain mesh over
@@ -78,6 +81,19 @@ int tessera_trainer_create_normalized(const char* config_path, MPI_Comm comm, in
 int tessera_trainer_create_normalized_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat,
                                         int64_t nlon, int latitude_grid, const double* mean, int64_t mean_count,
                                         const double* std, int64_t std_count, tessera_trainer_t** trainer);
+/* The same on the caller's grid: latitudes[nlat], row i's latitude in degrees in the
+ * caller's row order (a regional grid, 65-86.5 N, is weighted by cos(latitude) over its
+ * own rows, not as a slice of a global grid), the same on every rank; mean and std as in
+ * tessera_trainer_create_normalized (NULL for both: no statistics). A latitude outside
+ * [-90, 90] is TESSERA_ERR_INVALID_ARGUMENT naming the row. */
+int tessera_trainer_create_latitudes(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat,
+                                     int64_t nlon, const double* latitudes, const double* mean, const double* std,
+                                     tessera_trainer_t** trainer);
+/* The Fortran module's form, with the caller's array lengths (-1: nlat, channels). */
+int tessera_trainer_create_latitudes_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat,
+                                       int64_t nlon, const double* latitudes, int64_t latitudes_count,
+                                       const double* mean, int64_t mean_count, const double* std, int64_t std_count,
+                                       tessera_trainer_t** trainer);
 int tessera_trainer_destroy(tessera_trainer_t** trainer);
 
 /* This rank's latitude band (0-based start and count) and longitudes. */

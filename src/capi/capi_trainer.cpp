@@ -102,9 +102,32 @@ void check_statistics(const train::RunConfig& c, std::int64_t channels, const do
   }
 }
 
+// The loss weights' geometry: one of the built-in grids, or the caller's latitudes
+// (`latitudes`, `count` of them; -1: nlat) for TESSERA_LATITUDES_EXPLICIT.
+void set_latitudes(train::FieldGrid& grid, int latitude_grid, const double* latitudes, std::int64_t count) {
+  switch (latitude_grid) {
+    case TESSERA_LATITUDES_CELL_CENTRES: grid.latitude_grid = domain::LatitudeGrid::cell_centres; break;
+    case TESSERA_LATITUDES_WITH_POLES: grid.latitude_grid = domain::LatitudeGrid::with_poles; break;
+    case TESSERA_LATITUDES_UNWEIGHTED: grid.latitude_grid = domain::LatitudeGrid::unweighted; break;
+    case TESSERA_LATITUDES_EXPLICIT: grid.latitude_grid = domain::LatitudeGrid::explicit_rows; break;
+    default:
+      throw InvalidArgument("latitude_grid must be TESSERA_LATITUDES_CELL_CENTRES (0), _WITH_POLES (1), "
+                            "_UNWEIGHTED (2) or _EXPLICIT (3, with the latitudes), got " + std::to_string(latitude_grid));
+  }
+  if (grid.latitude_grid != domain::LatitudeGrid::explicit_rows) return;
+  require(latitudes, "latitudes (TESSERA_LATITUDES_EXPLICIT needs every row's latitude)");
+  if (grid.nlat < 1) return;  // field_emulator_config names the grid
+  if (count >= 0 && count != grid.nlat) {
+    throw InvalidArgument("latitudes has " + std::to_string(count) + " values for " + std::to_string(grid.nlat) +
+                          " rows (one per row)");
+  }
+  grid.latitudes.assign(latitudes, latitudes + grid.nlat);
+  domain::LatitudeSpec::from_latitudes(grid.latitudes).validate(grid.nlat);  // names the row
+}
+
 void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::int64_t nlat, std::int64_t nlon,
-            int latitude_grid, const double* mean, std::int64_t mean_count, const double* std,
-            std::int64_t std_count, tessera_trainer_t** out) {
+            int latitude_grid, const double* latitudes, std::int64_t latitudes_count, const double* mean,
+            std::int64_t mean_count, const double* std, std::int64_t std_count, tessera_trainer_t** out) {
   require(out, "the output handle pointer");
   *out = nullptr;
   capi::require_mpi();
@@ -113,21 +136,25 @@ void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::
   agree_on_success(comm, [&] {
     train::FieldGrid grid;
     require(config_path, "config_path");
-    if (latitude_grid != TESSERA_LATITUDES_CELL_CENTRES && latitude_grid != TESSERA_LATITUDES_WITH_POLES) {
-      throw InvalidArgument("latitude_grid must be TESSERA_LATITUDES_CELL_CENTRES (0) or "
-                            "TESSERA_LATITUDES_WITH_POLES (1), got " + std::to_string(latitude_grid));
-    }
+    grid.nlat = nlat;
+    set_latitudes(grid, latitude_grid, latitudes, latitudes_count);
     t->config = train::parse_run_config(config_path, {});
     check_trainer_config(t->config);
     check_statistics(t->config, channels, mean, mean_count, std, std_count, grid);
     grid.channels = channels;
     grid.nlat = nlat;
     grid.nlon = nlon;
-    grid.latitude_grid = latitude_grid == TESSERA_LATITUDES_WITH_POLES ? domain::LatitudeGrid::with_poles
-                                                                       : domain::LatitudeGrid::cell_centres;
     t->arch = train::field_emulator_config(t->config, grid);  // names model.channels, nlat, nlon when < 1
   });
   const train::RunConfig& cfg = t->config;
+  // Ranks weighting the rows differently would train one model on different losses.
+  std::string weights(models::latitude_grid_name(t->arch.latitude_grid));
+  for (double phi : t->arch.latitudes) {
+    char bits[32];
+    std::snprintf(bits, sizeof bits, " %a", phi);  // exact
+    weights += bits;
+  }
+  require_same_on_all_ranks(comm, weights, "tessera_trainer_create: the ranks passed different latitudes");
   t->mesh = std::make_unique<Mesh>(comm, cfg.parallelism, train::training_device(cfg, comm));
   if (!t->arch.mean.empty()) {
     // Ranks that normalise differently would train one model on different data: the
@@ -188,14 +215,14 @@ extern "C" {
 int tessera_trainer_create(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat, int64_t nlon,
                            int latitude_grid, tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create",
-                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, nullptr, -1, nullptr, -1, trainer); });
+                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, nullptr, -1, nullptr, -1, nullptr, -1, trainer); });
 }
 
 int tessera_trainer_create_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat, int64_t nlon,
                              int latitude_grid, tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create_f", [&] {
     create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, nullptr, -1, nullptr, -1,
-           trainer);
+           nullptr, -1, trainer);
   });
 }
 
@@ -203,15 +230,34 @@ int tessera_trainer_create_normalized(const char* config_path, MPI_Comm comm, in
                                       int64_t nlon, int latitude_grid, const double* mean, const double* std,
                                       tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create_normalized",
-                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, mean, -1, std, -1, trainer); });
+                 [&] { create(config_path, comm, channels, nlat, nlon, latitude_grid, nullptr, -1, mean, -1, std, -1, trainer); });
 }
 
 int tessera_trainer_create_normalized_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat,
                                         int64_t nlon, int latitude_grid, const double* mean, int64_t mean_count,
                                         const double* std, int64_t std_count, tessera_trainer_t** trainer) {
   return guarded("tessera_trainer_create_normalized_f", [&] {
-    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, mean, mean_count, std,
-           std_count, trainer);
+    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, latitude_grid, nullptr, -1, mean,
+           mean_count, std, std_count, trainer);
+  });
+}
+
+int tessera_trainer_create_latitudes(const char* config_path, MPI_Comm comm, int64_t channels, int64_t nlat,
+                                     int64_t nlon, const double* latitudes, const double* mean, const double* std,
+                                     tessera_trainer_t** trainer) {
+  return guarded("tessera_trainer_create_latitudes", [&] {
+    create(config_path, comm, channels, nlat, nlon, TESSERA_LATITUDES_EXPLICIT, latitudes, -1, mean, -1, std, -1,
+           trainer);
+  });
+}
+
+int tessera_trainer_create_latitudes_f(const char* config_path, MPI_Fint comm, int64_t channels, int64_t nlat,
+                                       int64_t nlon, const double* latitudes, int64_t latitudes_count,
+                                       const double* mean, int64_t mean_count, const double* std, int64_t std_count,
+                                       tessera_trainer_t** trainer) {
+  return guarded("tessera_trainer_create_latitudes_f", [&] {
+    create(config_path, capi::comm_from_fortran(comm), channels, nlat, nlon, TESSERA_LATITUDES_EXPLICIT, latitudes,
+           latitudes_count, mean, mean_count, std, std_count, trainer);
   });
 }
 

@@ -200,7 +200,7 @@ double CoupledModel::train_step(const Tensor& code_input, const Tensor& code_tar
     const Tensor y = y_model.reshape(shape).to(mesh_->device());
     const Tensor prediction = model_->forward(x);
     const domain::LossResult result =
-        domain::lat_weighted_mse(prediction, y, model_->decomposition(), config_.latitude_grid);
+        domain::lat_weighted_mse(prediction, y, model_->decomposition(), config_.latitude_spec());
     model_->backward(result.grad);
     // The reductions of the model's mesh (no data parallelism): each a no-op where its
     // group has one rank.

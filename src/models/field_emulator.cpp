@@ -24,14 +24,28 @@ namespace tessera::models {
 // ---------------------------------------------------------------------------
 
 std::string_view latitude_grid_name(domain::LatitudeGrid grid) noexcept {
-  return grid == domain::LatitudeGrid::with_poles ? "with_poles" : "cell_centres";
+  switch (grid) {
+    case domain::LatitudeGrid::with_poles: return "with_poles";
+    case domain::LatitudeGrid::cell_centres: return "cell_centres";
+    case domain::LatitudeGrid::explicit_rows: return "explicit_rows";
+    case domain::LatitudeGrid::unweighted: return "unweighted";
+  }
+  return "?";
 }
 
 domain::LatitudeGrid parse_latitude_grid(std::string_view text, std::string_view key) {
-  if (text == "with_poles") return domain::LatitudeGrid::with_poles;
-  if (text == "cell_centres") return domain::LatitudeGrid::cell_centres;
+  for (auto g : {domain::LatitudeGrid::with_poles, domain::LatitudeGrid::cell_centres,
+                 domain::LatitudeGrid::explicit_rows, domain::LatitudeGrid::unweighted}) {
+    if (text == latitude_grid_name(g)) return g;
+  }
   throw ConfigError(std::string(key) + ": unknown latitude grid '" + std::string(text) +
-                    "' (expected with_poles or cell_centres)");
+                    "' (expected with_poles, cell_centres, explicit_rows or unweighted)");
+}
+
+domain::LatitudeSpec FieldEmulatorConfig::latitude_spec() const {
+  domain::LatitudeSpec spec(latitude_grid);
+  spec.degrees = latitudes;
+  return spec;
 }
 
 domain::PolePolicy parse_pole_policy(std::string_view text, std::string_view key) {
@@ -54,6 +68,12 @@ void FieldEmulatorConfig::validate() const {
   if (kernel < 1) throw ConfigError("model.kernel must be >= 1, got " + std::to_string(kernel));
   if (nlat < 1 || nlon < 1) {
     throw ConfigError("model grid must be at least 1 x 1, got " + std::to_string(nlat) + " x " + std::to_string(nlon));
+  }
+  try {
+    latitude_spec().validate(nlat);
+  } catch (const InvalidArgument& e) {
+    throw ConfigError(std::string("model.latitude_grid ") + std::string(latitude_grid_name(latitude_grid)) +
+                      " with model.latitudes: " + e.what());
   }
   auto sized = [&](const char* key, std::size_t n) {
     if (n != 0 && n != static_cast<std::size_t>(channels)) {
@@ -145,6 +165,7 @@ std::string FieldEmulatorConfig::to_yaml() const {
       << "nlat: " << nlat << "\n"
       << "nlon: " << nlon << "\n"
       << "latitude_grid: " << latitude_grid_name(latitude_grid) << "\n"
+      << (latitudes.empty() ? std::string() : "latitudes: " + flow_list(latitudes, exact) + "\n")
       << "variables: " << flow_list(variables, [](const std::string& v) { return "\"" + v + "\""; }) << "\n"
       << "mean: " << flow_list(mean, exact) << "\n"
       << "std: " << flow_list(std, exact) << "\n"
@@ -190,6 +211,8 @@ FieldEmulatorConfig FieldEmulatorConfig::from_yaml(std::string_view yaml, std::s
     } else if (key == "latitude_grid") {
       c.latitude_grid =
           parse_latitude_grid(scalar_as<std::string>(v, source, key, "a latitude grid"), where(source, v, key));
+    } else if (key == "latitudes") {
+      c.latitudes = list_as<double>(v, source, key, "numbers");
     } else if (key == "variables") {
       c.variables = list_as<std::string>(v, source, key, "names");
     } else if (key == "mean") {
@@ -201,7 +224,7 @@ FieldEmulatorConfig FieldEmulatorConfig::from_yaml(std::string_view yaml, std::s
     } else {
       throw ConfigError(where(source, item.first, key) + ": unknown key '" + key +
                         "' (expected type, channels, width, mlp_hidden, blocks, kernel, residual, pole, nlat, "
-                        "nlon, latitude_grid, variables, mean, std, dt_seconds)");
+                        "nlon, latitude_grid, latitudes, variables, mean, std, dt_seconds)");
     }
   }
   c.validate();

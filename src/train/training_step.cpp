@@ -58,6 +58,7 @@ models::FieldEmulatorConfig field_emulator_config(const RunConfig& cfg, const Fi
   m.nlat = grid.nlat;
   m.nlon = grid.nlon;
   m.latitude_grid = grid.latitude_grid;
+  m.latitudes = grid.latitudes;
   m.variables = grid.variables;
   m.mean = grid.mean;
   m.std = grid.std;
@@ -86,7 +87,7 @@ std::unique_ptr<dp::DataParallel> start_training(const RunConfig& cfg, nn::Modul
 double field_emulator_forward_backward(models::FieldEmulator& model, const Tensor& input, const Tensor& target) {
   const Tensor prediction = model.forward(input);
   const domain::LossResult loss =
-      domain::lat_weighted_mse(prediction, target, model.decomposition(), model.config().latitude_grid);
+      domain::lat_weighted_mse(prediction, target, model.decomposition(), model.config().latitude_spec());
   model.backward(loss.grad);
   return loss.value;
 }

@@ -16,7 +16,7 @@
 // band, B = 0, replicas with different B, a micro-batch of another B, a save between
 // micro-batches, data.normalize without statistics or statistics without it, a bad std,
 // ranks with different statistics, a decoder, an unknown key, restoring another
-// architecture or other statistics, NULL handles.
+// architecture or other statistics, NULL handles. The caller's latitudes: check_latitudes.
 // Runs at 1, 2 and 4 ranks (9 latitudes: uneven bands).
 
 #include <mpi.h>
@@ -442,6 +442,45 @@ void check_errors(const std::string& dir, int world_size) {
   EXPECT_STATUS(tessera_trainer_destroy(nullptr), TESSERA_ERR_INVALID_ARGUMENT);
 }
 
+// The loss weights from the caller's latitudes (tessera_trainer_create_latitudes): rows
+// all at 60 degrees weigh cos(60) / their own mean = 1 each, so training is bit for bit
+// the unweighted trainer's (a weighting that assumed a global grid would not be); a
+// regional grid (65-69 N) trains differently from the global cell-centre grid of the
+// same row count; a latitude outside [-90, 90] is refused naming the row.
+void check_latitudes(const std::string& dir, int world_size) {
+  const std::string config = write_config(dir, "latitudes", 1, 1, world_size);
+  const auto first_losses = [&](tessera_trainer_t* t) {
+    std::int64_t lat0 = -1, nlat = -1, lon0 = -1, nlon = -1;
+    EXPECT_STATUS(tessera_trainer_box(t, &lat0, &nlat, &lon0, &nlon), TESSERA_OK);
+    std::vector<double> losses;
+    for (std::int64_t step = 1; step <= 2; ++step) losses.push_back(train_step(t, step, 1, 0, lat0, nlat));
+    EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
+    return losses;
+  };
+  tessera_trainer_t* t = nullptr;
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                       TESSERA_LATITUDES_UNWEIGHTED, &t), TESSERA_OK);
+  const std::vector<double> unweighted = first_losses(t);
+  std::vector<double> sixty(kNlat, 60.0), regional(kNlat);
+  for (std::int64_t i = 0; i < kNlat; ++i) regional[static_cast<std::size_t>(i)] = 69.0 - 0.5 * static_cast<double>(i);
+  EXPECT_STATUS(tessera_trainer_create_latitudes(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                                 sixty.data(), nullptr, nullptr, &t), TESSERA_OK);
+  CHECK(first_losses(t) == unweighted);
+  EXPECT_STATUS(tessera_trainer_create_latitudes(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                                 regional.data(), nullptr, nullptr, &t), TESSERA_OK);
+  const std::vector<double> regional_losses = first_losses(t);
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                       TESSERA_LATITUDES_CELL_CENTRES, &t), TESSERA_OK);
+  const std::vector<double> global_losses = first_losses(t);
+  CHECK(std::isfinite(regional_losses[0]) && regional_losses[0] != global_losses[0]);
+  regional[3] = 95.0;
+  EXPECT_STATUS(tessera_trainer_create_latitudes(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                                 regional.data(), nullptr, nullptr, &t), TESSERA_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(tessera_last_error()).find("row 3") != std::string::npos);
+  EXPECT_STATUS(tessera_trainer_create(config.c_str(), MPI_COMM_WORLD, kChannels, kNlat, kNlon,
+                                       TESSERA_LATITUDES_EXPLICIT, &t), TESSERA_ERR_INVALID_ARGUMENT);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -463,6 +502,7 @@ int main(int argc, char** argv) {
     }
   }
   check_errors(dir, world_size);
+  check_latitudes(dir, world_size);
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) std::printf("test_capi_trainer: %d failure(s) at %d rank(s)\n", total, world_size);

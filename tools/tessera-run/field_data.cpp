@@ -163,6 +163,9 @@ FieldDataInfo read_tessera_info(const DataConfig& c) {
     k.lon.push_back(360.0 * static_cast<double>(j) / static_cast<double>(info.nlon));
   }
   for (std::int64_t t = 0; k.time.empty() && t < info.times; ++t) k.time.push_back(static_cast<double>(t) * info.dt_seconds);
+  if (info.latitude_grid == domain::LatitudeGrid::explicit_rows && k.lat.empty()) {
+    throw IoError(what + ": latitude_grid explicit_rows needs the rows' latitudes (a `latitude` axis)");
+  }
   // The layout's time is seconds from the start of the series, which carries no date.
   k.time_units = "seconds since 2000-01-01 00:00:00";
   k.calendar = "proleptic_gregorian";
@@ -170,6 +173,12 @@ FieldDataInfo read_tessera_info(const DataConfig& c) {
 }
 
 }  // namespace
+
+domain::LatitudeSpec FieldDataInfo::latitude_spec() const {
+  domain::LatitudeSpec spec(latitude_grid);
+  if (latitude_grid == domain::LatitudeGrid::explicit_rows) spec.degrees = coords.lat;
+  return spec;
+}
 
 std::string FieldDataInfo::describe_files() const {
   if (files.size() <= 1) return files.empty() ? "" : files.front();
@@ -309,10 +318,10 @@ FieldDataInfo read_validation_info(const DataConfig& c, const FieldDataInfo& tra
     throw IoError("data.validation: cannot read '" + v.path + "': " + std::strerror(errno));
   }
   FieldDataInfo info = naming_key("data.validation", [&] { return read_field_data_info(v); });
-  if (info.nlat != train.nlat || info.nlon != train.nlon || info.latitude_grid != train.latitude_grid) {
+  if (info.nlat != train.nlat || info.nlon != train.nlon || !(info.latitude_spec() == train.latitude_spec())) {
     throw ConfigError(what + ": its grid " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) +
                       " differs from the training data's " + std::to_string(train.nlat) + "x" +
-                      std::to_string(train.nlon) + " (or its latitude_grid does)");
+                      std::to_string(train.nlon) + " (or its latitude grid or latitudes do)");
   }
   info.mean = train.mean;
   info.std = train.std;

@@ -9,7 +9,8 @@
 //   mean, std      f64 [channel]  per-channel statistics for normalisation (needed when
 //                  data.normalize is true and no data.stats file is given)
 //   dt_seconds     f64  time between snapshots (optional)
-//   latitude_grid  "cell_centres" | "with_poles"  (optional, default cell_centres)
+//   latitude_grid  "cell_centres" | "with_poles" | "explicit_rows" (with a `latitude`
+//                  axis) | "unweighted"  (optional, default cell_centres)
 // and, optional, 1-D datasets /latitude, /longitude (degrees) and /time (seconds).
 //
 // netCDF-4 / CF (netcdf_input.hpp): one file, a list or a glob of files along time, each
@@ -78,6 +79,9 @@ struct FieldDataInfo {
   FieldCoordinates coords;
 
   std::string describe_files() const;        // "a.nc" or "a.nc .. d.nc (4 files)"
+  // The loss weights' geometry: the grid, with the file's own (north-first) latitudes
+  // for explicit_rows (a regional grid).
+  domain::LatitudeSpec latitude_spec() const;
 };
 
 // The files data.path names: a list (data.path as a YAML list), a glob (sorted), or the

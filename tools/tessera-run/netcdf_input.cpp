@@ -279,10 +279,20 @@ FieldDataInfo read_netcdf_info(const DataConfig& c, const std::vector<std::strin
   info.south_first = increasing;
   info.coords.lat = la;
   if (info.south_first) std::reverse(info.coords.lat.begin(), info.coords.lat.end());
-  const double pole_tolerance = 1e-6;
-  info.latitude_grid = std::abs(std::abs(la.front()) - 90) < pole_tolerance && std::abs(std::abs(la.back()) - 90) < pole_tolerance
-                           ? domain::LatitudeGrid::with_poles
-                           : domain::LatitudeGrid::cell_centres;
+  // A global grid is one of the two built-in ones; anything else (a regional or
+  // limited-area grid, uneven spacing) is weighted by its own latitudes, never as if it
+  // were global.
+  const double tolerance = 1e-4;  // degrees: a float32 axis rounds by up to ~4e-6
+  const auto n = static_cast<double>(la.size());
+  bool poles = true, centres = true;
+  for (std::size_t i = 0; i < info.coords.lat.size(); ++i) {
+    const double phi = info.coords.lat[i];
+    poles = poles && std::abs(phi - (90.0 - 180.0 * static_cast<double>(i) / (n - 1))) < tolerance;
+    centres = centres && std::abs(phi - (90.0 - 180.0 * (static_cast<double>(i) + 0.5) / n)) < tolerance;
+  }
+  info.latitude_grid = poles     ? domain::LatitudeGrid::with_poles
+                       : centres ? domain::LatitudeGrid::cell_centres
+                                 : domain::LatitudeGrid::explicit_rows;
 
   // Longitudes: eastward, starting at the smallest in [0, 360) (so -180..180 and 0..360
   // files give the same internal grid).

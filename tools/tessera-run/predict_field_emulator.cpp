@@ -97,7 +97,7 @@ int predict_field_emulator(const RunConfig& cfg, const Options& opts) {
                       joined(arch.variables) + " (checkpoint '" + checkpoint_file + "')");
   }
   if (info.channels != arch.channels || info.nlat != arch.nlat || info.nlon != arch.nlon ||
-      info.latitude_grid != arch.latitude_grid) {
+      !(info.latitude_spec() == arch.latitude_spec())) {
     throw ConfigError("data.path: the grid of '" + info.describe_files() + "' (" + std::to_string(info.channels) +
                       " channels on " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) + ", " +
                       std::string(models::latitude_grid_name(info.latitude_grid)) + ") is not the model's (" +

@@ -26,6 +26,7 @@ models::FieldEmulatorConfig model_config(const RunConfig& cfg, const FieldDataIn
                                             .nlat = info.nlat,
                                             .nlon = info.nlon,
                                             .latitude_grid = info.latitude_grid,
+                                            .latitudes = info.latitude_spec().degrees,
                                             .variables = info.variables,
                                             .mean = info.mean,
                                             .std = info.std,
@@ -83,7 +84,7 @@ class FieldEmulatorTask final : public TrainingTask {
   double forward_backward() override { return train::field_emulator_forward_backward(*model_, x_, y_); }
   // Persistence: predicting "no change" on the same batch.
   double baseline() override {
-    return domain::lat_weighted_mse(x_, y_, model_->decomposition(), info_.latitude_grid).value;
+    return domain::lat_weighted_mse(x_, y_, model_->decomposition(), info_.latitude_spec()).value;
   }
   Evaluation evaluate(const std::vector<std::int64_t>& samples) override {
     std::vector<std::int64_t> times(samples);
@@ -92,8 +93,8 @@ class FieldEmulatorTask final : public TrainingTask {
     const Tensor x = vx_read_.to(mesh_.device()), y = vy_read_.to(mesh_.device());
     const Tensor prediction = model_->forward(x);
     const auto& d = model_->decomposition();
-    return {domain::lat_weighted_mse(prediction, y, d, info_.latitude_grid).value,
-            domain::lat_weighted_mse(x, y, d, info_.latitude_grid).value};
+    return {domain::lat_weighted_mse(prediction, y, d, info_.latitude_spec()).value,
+            domain::lat_weighted_mse(x, y, d, info_.latitude_spec()).value};
   }
 
   std::string baseline_name() const override { return "persistence"; }

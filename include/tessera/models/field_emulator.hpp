@@ -56,6 +56,9 @@ struct FieldEmulatorConfig {
   std::int64_t nlat = 0;
   std::int64_t nlon = 0;
   domain::LatitudeGrid latitude_grid = domain::LatitudeGrid::cell_centres;
+  std::vector<double> latitudes;  // explicit_rows: every row's latitude in degrees (else empty)
+  // The loss weights' geometry (latitude_grid with latitudes).
+  domain::LatitudeSpec latitude_spec() const;
 
   // Data description for inference callers: forward() works on normalised fields,
   // (x - mean) / std per channel; predict() applies it on physical fields.
@@ -76,7 +79,8 @@ struct FieldEmulatorConfig {
   bool operator==(const FieldEmulatorConfig&) const = default;
 };
 
-std::string_view latitude_grid_name(domain::LatitudeGrid grid) noexcept;  // "with_poles" "cell_centres"
+// "with_poles" "cell_centres" "explicit_rows" "unweighted"
+std::string_view latitude_grid_name(domain::LatitudeGrid grid) noexcept;
 domain::LatitudeGrid parse_latitude_grid(std::string_view text, std::string_view key);
 domain::PolePolicy parse_pole_policy(std::string_view text, std::string_view key);
 

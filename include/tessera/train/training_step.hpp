@@ -37,6 +37,7 @@ Device training_device(const RunConfig& cfg, MPI_Comm comm);
 struct FieldGrid {
   std::int64_t channels = 0, nlat = 0, nlon = 0;
   domain::LatitudeGrid latitude_grid = domain::LatitudeGrid::cell_centres;
+  std::vector<double> latitudes;       // explicit_rows: every row's latitude (degrees)
   std::vector<std::string> variables;  // may be empty
   std::vector<double> mean, std;       // the normalisation (empty: none)
   double dt_seconds = 0;               // between input and target (0: unknown)
