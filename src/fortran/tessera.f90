@@ -54,6 +54,11 @@ module tessera
   integer, parameter, public :: TESSERA_POLE_ZERO = 0, TESSERA_POLE_REPLICATE = 1, &
     TESSERA_POLE_ACROSS_POLE = 2, TESSERA_POLE_ACROSS_POLE_POINT = 3
   integer, parameter, public :: TESSERA_LAYOUT_SHARED = 0, TESSERA_LAYOUT_PER_RANK = 1
+  ! How an uneven split places its remainder (tessera_split_t) and the dimension order of
+  ! a 2-D Cartesian communicator (tessera_cart_order_t): a Fortran code's
+  ! MPI_Cart_create(comm, 2, [plon, plat], ...) is TESSERA_CART_LON_LAT.
+  integer, parameter, public :: TESSERA_SPLIT_FIRST_RANKS = 0, TESSERA_SPLIT_LAST_RANK = 1
+  integer, parameter, public :: TESSERA_CART_LAT_LON = 0, TESSERA_CART_LON_LAT = 1
   integer, parameter :: MAX_DIMS = 8
 
   type, public :: tessera_mesh
@@ -81,7 +86,9 @@ module tessera
   public :: tessera_decomp_create, tessera_decomp_create_from_mesh, tessera_decomp_destroy, &
     tessera_decomp_rank, tessera_decomp_size, tessera_decomp_global, tessera_decomp_grid, &
     tessera_decomp_coords, tessera_decomp_box, tessera_decomp_box_of, tessera_decomp_comm, &
-    tessera_decomp_scatter, tessera_decomp_gather, tessera_decomp_global_sum, tessera_decomp_auto_grid
+    tessera_decomp_scatter, tessera_decomp_gather, tessera_decomp_global_sum, tessera_decomp_auto_grid, &
+    tessera_decomp_create_cart, tessera_decomp_create_boxes, tessera_decomp_create_split, &
+    tessera_decomp_check_box, tessera_decomp_periodic
   public :: tessera_halo_create, tessera_halo_destroy, tessera_halo_padded, tessera_halo_add_field, &
     tessera_halo_clear_fields, tessera_halo_num_fields, tessera_halo_exchange, tessera_halo_start, &
     tessera_halo_finish, tessera_halo_exchange_adjoint, tessera_halo_start_adjoint, &
@@ -127,6 +134,25 @@ module tessera
     module procedure decomp_create_int, decomp_create_lon_lat_int
 #ifdef TESSERA_HAVE_MPI_F08
     module procedure decomp_create_f08, decomp_create_lon_lat_f08
+#endif
+  end interface
+  ! The code's own decomposition (docs/fortran.md, "Bring your decomposition"), lon first.
+  interface tessera_decomp_create_cart
+    module procedure decomp_create_cart_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure decomp_create_cart_f08
+#endif
+  end interface
+  interface tessera_decomp_create_boxes
+    module procedure decomp_create_boxes_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure decomp_create_boxes_f08
+#endif
+  end interface
+  interface tessera_decomp_create_split
+    module procedure decomp_create_split_int
+#ifdef TESSERA_HAVE_MPI_F08
+    module procedure decomp_create_split_f08
 #endif
   end interface
   interface tessera_decomp_create_from_mesh

@@ -1,7 +1,8 @@
 ! The module from an mpi_f08 program: every procedure that takes or returns a
 ! communicator accepts type(MPI_Comm) as well as an integer handle, and both forms give
 ! the same mesh, decomposition and communicators; the lon-first decomposition (global =
-! [nlon, nlat], procs = [plon, plat]) with type(MPI_Comm) is the latitude-first one.
+! [nlon, nlat], procs = [plon, plat]) with type(MPI_Comm) is the latitude-first one;
+! tessera_decomp_create_cart, _create_boxes and _create_split take type(MPI_Comm).
 program test_fortran_f08
   use mpi_f08
   use tessera
@@ -10,7 +11,7 @@ program test_fortran_f08
   implicit none
   type(tessera_mesh) :: mesh, mesh_int
   type(tessera_decomp) :: d, d_int, d_lon
-  type(MPI_Comm) :: world, dcomm, domain_comm
+  type(MPI_Comm) :: world, dcomm, domain_comm, cart
   integer :: nranks, total, status, n, t, dm, dd, grid_lat, grid_lon, dcomm_int, r
   integer :: first(2), count(2), lat_first, lat_count, lon_first, lon_count, procs(2)
   real(real64) :: one, sum
@@ -50,6 +51,33 @@ program test_fortran_f08
                'lon-first decomposition over type(MPI_Comm): the same boxes')
   end do
   call tessera_decomp_destroy(d_lon)
+
+  ! The code's own decomposition over type(MPI_Comm): a (lon, lat) Cartesian communicator
+  ! [nranks, 1], the remainder on the last rank (13 over 2: 6, 7), and the same boxes
+  ! given one by one; tessera's rank order with create_split.
+  call MPI_Cart_create(world, 2, [nranks, 1], [.true., .false.], .false., cart)
+  call MPI_Comm_rank(cart, r)
+  first = [r * (13 / nranks) + 1, 1]
+  count = [13 / nranks, 8]
+  if (r == nranks - 1) count(1) = 13 - r * (13 / nranks)
+  call tessera_decomp_create_cart(d_lon, cart, [13, 8], TESSERA_CART_LON_LAT, status, split=TESSERA_SPLIT_LAST_RANK)
+  call check(status == TESSERA_OK, 'create_cart with type(MPI_Comm)')
+  call tessera_decomp_check_box(d_lon, first, count, status)
+  call check(status == TESSERA_OK, 'check_box after create_cart with type(MPI_Comm)')
+  call tessera_decomp_periodic(d_lon, procs)
+  call check(all(procs == [1, 0]), 'periodic from the type(MPI_Comm) communicator')
+  call tessera_decomp_destroy(d_lon)
+  call tessera_decomp_create_boxes(d_lon, cart, [13, 8], first, count, status)
+  call check(status == TESSERA_OK, 'create_boxes with type(MPI_Comm)')
+  call tessera_decomp_check_box(d_lon, first, count, status)
+  call check(status == TESSERA_OK, 'check_box after create_boxes with type(MPI_Comm)')
+  call tessera_decomp_destroy(d_lon)
+  call tessera_decomp_create_split(d_lon, world, [13, 8], [nranks, 1], TESSERA_SPLIT_LAST_RANK, status)
+  call check(status == TESSERA_OK, 'create_split with type(MPI_Comm)')
+  call tessera_decomp_check_box(d_lon, first, count, status)
+  call check(status == TESSERA_OK, 'check_box after create_split with type(MPI_Comm)')
+  call tessera_decomp_destroy(d_lon)
+  call MPI_Comm_free(cart)
   call tessera_decomp_comm(d, dcomm, status)
   call check(status == TESSERA_OK, 'decomp_comm into type(MPI_Comm)')
   call tessera_decomp_comm(d_int, dcomm_int, status)
