@@ -156,6 +156,7 @@ typedef struct tessera_decomp tessera_decomp_t;
 typedef struct tessera_halo tessera_halo_t;
 typedef struct tessera_checkpoint tessera_checkpoint_t;
 typedef struct tessera_model tessera_model_t;
+typedef struct tessera_stats tessera_stats_t;
 
 /* ------------------------------------------------------------------------------------
  * Mesh: pipeline x dp x tp x domain over a parent communicator (rank g: domain = g % D,
@@ -255,6 +256,21 @@ int tessera_decomp_box(const tessera_decomp_t* decomp, int64_t* lat_start, int64
                        int64_t* lon_start, int64_t* lon_count);
 int tessera_decomp_box_of(const tessera_decomp_t* decomp, int rank, int64_t* lat_start, int64_t* lat_count,
                           int64_t* lon_start, int64_t* lon_count);
+/* Normalisation statistics from the code's own fields (docs/online-training.md,
+ * "Statistics from the code's fields"): the per-channel mean and population std over
+ * every step added, from exact sums, so bit-identical at every rank count. Collective:
+ * create, add (argument errors agreed), finish. add takes one step's fields in this
+ * rank's box, (samples..., channels, local lat, local lon) in C order (Fortran: the
+ * reverse), f32 or f64. finish writes mean[channels] and std[channels]; a channel whose
+ * std is below relative_floor * max(|mean|, 1) (a constant channel) gets that floor and
+ * floored[c] = 1 (floored and count may be NULL). TESSERA_ERR_INVALID_ARGUMENT before any
+ * add or for a floor that is not finite and > 0. */
+int tessera_stats_create(const tessera_decomp_t* decomp, int64_t channels, tessera_stats_t** stats);
+int tessera_stats_add(tessera_stats_t* stats, const void* local, tessera_dtype_t dtype, tessera_order_t order,
+                      int ndim, const int64_t* shape);
+int tessera_stats_finish(tessera_stats_t* stats, double relative_floor, double* mean, double* std, int* floored,
+                         int64_t* count);
+int tessera_stats_destroy(tessera_stats_t** stats);
 /* The decomposition's communicator (owned by tessera; do not free). */
 int tessera_decomp_comm(const tessera_decomp_t* decomp, MPI_Comm* comm);
 int tessera_decomp_comm_f(const tessera_decomp_t* decomp, MPI_Fint* comm);

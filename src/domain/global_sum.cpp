@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "tessera/agree.hpp"
@@ -127,8 +130,73 @@ void accumulate<double>(ExactAccumulator& a, const Tensor& block) {
 
 }  // namespace
 
+struct ExactSums::State {
+  std::vector<ExactAccumulator> sums;
+};
+
+ExactSums::ExactSums(std::size_t count) : state_(std::make_unique<State>()) { state_->sums.resize(count); }
+ExactSums::~ExactSums() = default;
+ExactSums::ExactSums(ExactSums&&) noexcept = default;
+ExactSums& ExactSums::operator=(ExactSums&&) noexcept = default;
+
+std::size_t ExactSums::size() const { return state_->sums.size(); }
+
+void ExactSums::add(std::size_t index, double value) { state_->sums.at(index).add(value); }
+
+namespace {
+
+constexpr std::size_t kPacked = ExactAccumulator::kDigits + 3;
+using Packed = std::array<std::int64_t, kPacked>;
+
+// Every rank's accumulators added as integers (any reduction order gives the same
+// digits). Collective over `comm`.
+std::vector<Packed> reduce(Communicator& comm, std::vector<ExactAccumulator> sums) {
+  std::vector<std::int64_t> packed;
+  for (ExactAccumulator& a : sums) {
+    const auto p = a.packed();
+    packed.insert(packed.end(), p.begin(), p.end());
+  }
+  // Every digit is below 2^32 in magnitude: int64 sums of up to 2^31 ranks cannot wrap.
+  Tensor digits = Tensor::from_vector(packed, {static_cast<std::int64_t>(packed.size())});
+  comm.all_reduce(digits);
+  std::vector<Packed> out(sums.size());
+  const std::int64_t* d = digits.data<std::int64_t>();
+  for (std::size_t k = 0; k < sums.size(); ++k) {
+    for (std::size_t i = 0; i < kPacked; ++i) out[k][i] = d[k * kPacked + i];
+  }
+  return out;
+}
+
+std::vector<double> reduce_and_round(Communicator& comm, std::vector<ExactAccumulator> sums) {
+  std::vector<double> out;
+  for (const Packed& total : reduce(comm, std::move(sums))) out.push_back(ExactAccumulator::round(total));
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> ExactSums::totals(Communicator& comm) const { return reduce_and_round(comm, state_->sums); }
+
+std::vector<std::pair<double, double>> ExactSums::totals_split(Communicator& comm) const {
+  std::vector<std::pair<double, double>> out;
+  for (Packed total : reduce(comm, state_->sums)) {
+    const double hi = ExactAccumulator::round(total);
+    if (!std::isfinite(hi)) {
+      out.emplace_back(hi, 0.0);
+      continue;
+    }
+    // The rest: the exact sum minus hi, added digit by digit (as the reduction does).
+    ExactAccumulator minus_hi;
+    minus_hi.add(-hi);
+    const Packed p = minus_hi.packed();
+    for (std::size_t i = 0; i < ExactAccumulator::kDigits; ++i) total[i] += p[i];
+    out.emplace_back(hi, ExactAccumulator::round(total));
+  }
+  return out;
+}
+
 double global_sum(const Decomposition& d, const Tensor& local) {
-  std::array<std::int64_t, ExactAccumulator::kDigits + 3> packed{};
+  ExactAccumulator sum;
   agree_on_success(d.comm().mpi_comm(), [&] {
     require_usable(local, "global_sum");
     if (local.dim() < 2) {
@@ -151,15 +219,9 @@ double global_sum(const Decomposition& d, const Tensor& local) {
       case DType::f32: accumulate<float>(a, host); break;
       default: accumulate<bfloat16>(a, host); break;
     }
-    packed = a.packed();
+    sum = a;
   });
-  // Every digit is below 2^32 in magnitude: int64 sums of up to 2^31 ranks cannot wrap.
-  Tensor digits = Tensor::from_vector(std::vector<std::int64_t>(packed.begin(), packed.end()),
-                                      {static_cast<std::int64_t>(packed.size())});
-  d.comm().all_reduce(digits);
-  std::array<std::int64_t, ExactAccumulator::kDigits + 3> total{};
-  for (std::size_t i = 0; i < total.size(); ++i) total[i] = digits.data<std::int64_t>()[i];
-  return ExactAccumulator::round(total);
+  return reduce_and_round(d.comm(), {sum}).front();
 }
 
 }  // namespace tessera::domain
