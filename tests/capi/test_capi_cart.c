@@ -7,10 +7,13 @@
  * wrong values with success codes: the old call (refused at 2 x 2, correct where the
  * order cannot matter), tessera_decomp_create_cart, tessera_decomp_create_boxes with
  * the code's own boxes (remainder on the last rank), tessera_decomp_check_box, and
- * per-edge policies (walls the model owns: TESSERA_EDGE_NONE; a mirrored, negated wall).
+ * per-edge policies (walls the model owns: TESSERA_EDGE_NONE; a mirrored, negated wall),
+ * and a checkpoint of a halo field saved from the code's boxes and loaded into tessera's
+ * row-major latitude bands (every cell exact). The first argument is a scratch folder.
  */
 #include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,7 +167,57 @@ int main(int argc, char** argv) {
         "check_box with one wrong box");
   tessera_decomp_destroy(&d);
 
-  /* 4. Overlapping boxes: an argument error on every rank (not an internal one). */
+  /* 4. A restart across layouts: saved from the code's boxes, loaded into latitude bands. */
+  if (argc > 1) {
+    char root[4096];
+    snprintf(root, sizeof root, "%s/cart_restart_np%d", argv[1], size); /* runs at several sizes may overlap */
+    tessera_mesh_t* mesh = NULL;
+    CHECK(tessera_mesh_create(MPI_COMM_WORLD, TESSERA_DATA_NONE, 1, size, &mesh) == TESSERA_OK, "mesh");
+    tessera_decomp_t* bands = NULL;
+    tessera_halo_t *save_halo = NULL, *load_halo = NULL;
+    CHECK(tessera_decomp_create_boxes(cart, NLAT, NLON, last.lat_start, last.lat_count, last.lon_start, last.lon_count,
+                                      &d) == TESSERA_OK, "boxes again");
+    CHECK(tessera_decomp_create(MPI_COMM_WORLD, NLAT, NLON, 0, 0, &bands) == TESSERA_OK, "bands");
+    CHECK(tessera_halo_create(d, 1, 1, 1, 1, 1, TESSERA_POLE_ZERO, &save_halo) == TESSERA_OK, "save halo");
+    CHECK(tessera_halo_create(bands, 1, 1, 1, 1, 1, TESSERA_POLE_ZERO, &load_halo) == TESSERA_OK, "load halo");
+    const box_t band = box_of(bands);
+    const int64_t save_shape[3] = {LEVELS, last.lat_count + 2, last.lon_count + 2};
+    const int64_t load_shape[3] = {LEVELS, band.lat_count + 2, band.lon_count + 2};
+    double* saved = calloc((size_t)(save_shape[0] * save_shape[1] * save_shape[2]), sizeof(double));
+    double* loaded = calloc((size_t)(load_shape[0] * load_shape[1] * load_shape[2]), sizeof(double));
+    for (int64_t l = 0; l < LEVELS; ++l)
+      for (int64_t a = 0; a < last.lat_count; ++a)
+        for (int64_t b = 0; b < last.lon_count; ++b)
+          saved[(l * save_shape[1] + a + 1) * save_shape[2] + b + 1] = encode(l, last.lat_start + a, last.lon_start + b);
+    tessera_checkpoint_t* ck = NULL;
+    CHECK(tessera_checkpoint_begin_save(mesh, root, 3, TESSERA_LAYOUT_SHARED, &ck) == TESSERA_OK, "begin_save");
+    CHECK(tessera_checkpoint_add_halo_field(ck, "h", save_halo, saved, TESSERA_F64, TESSERA_ORDER_C, 3, save_shape) ==
+              TESSERA_OK, "add (save)");
+    CHECK(tessera_checkpoint_commit(ck) == TESSERA_OK, "commit (save)");
+    tessera_checkpoint_destroy(&ck);
+    CHECK(tessera_checkpoint_begin_load(mesh, root, &ck) == TESSERA_OK, "begin_load");
+    CHECK(tessera_checkpoint_add_halo_field(ck, "h", load_halo, loaded, TESSERA_F64, TESSERA_ORDER_C, 3, load_shape) ==
+              TESSERA_OK, "add (load)");
+    CHECK(tessera_checkpoint_commit(ck) == TESSERA_OK, "commit (load)");
+    tessera_checkpoint_destroy(&ck);
+    int wrong = 0;
+    for (int64_t l = 0; l < LEVELS; ++l)
+      for (int64_t a = 0; a < band.lat_count; ++a)
+        for (int64_t b = 0; b < band.lon_count; ++b)
+          if (loaded[(l * load_shape[1] + a + 1) * load_shape[2] + b + 1] !=
+              encode(l, band.lat_start + a, band.lon_start + b))
+            ++wrong;
+    CHECK(wrong == 0, "restart across layouts: %d wrong cells", wrong);
+    free(saved);
+    free(loaded);
+    tessera_halo_destroy(&save_halo);
+    tessera_halo_destroy(&load_halo);
+    tessera_decomp_destroy(&bands);
+    tessera_decomp_destroy(&d);
+    tessera_mesh_destroy(&mesh);
+  }
+
+  /* 5. Overlapping boxes: an argument error on every rank (not an internal one). */
   if (size > 1) {
     const int rc_overlap = tessera_decomp_create_boxes(cart, NLAT, NLON, 0, NLAT, 0, NLON, &d);
     CHECK(rc_overlap == TESSERA_ERR_INVALID_ARGUMENT, "overlap rc %d", rc_overlap);
