@@ -42,7 +42,16 @@ void check_strided_extents(const Decomposition& d, const std::string& layer, int
 HaloSpec checked_spec(const Decomposition& d, HaloWidths width, const ConvHaloOptions& o, const std::string& layer,
                       int stride_h, int stride_w) {
   check_strided_extents(d, layer, stride_h, stride_w);
-  return {width, o.lon_padding == LonPadding::periodic, o.pole};
+  for (EdgePolicy e : {o.north, o.south}) {
+    if (e == EdgePolicy::none) {
+      throw InvalidArgument(layer + ": edge policy none pads nothing, and a convolution's halo is a fresh buffer "
+                            "(it would convolve stale memory); use zero, replicate, mirror_even, mirror_odd or periodic");
+    }
+  }
+  HaloSpec spec{width, o.lon_padding == LonPadding::periodic, o.pole};
+  spec.north = o.north;
+  spec.south = o.south;
+  return spec;
 }
 
 }  // namespace

@@ -12,7 +12,10 @@ std::string conv_name(std::int64_t in, std::int64_t out, int kh, int kw, const D
   return "DomainConv2d(" + std::to_string(in) + ", " + std::to_string(out) + ", kernel=" + std::to_string(kh) + "x" +
          std::to_string(kw) + ", dilation=" + std::to_string(o.dilation_h) + "x" + std::to_string(o.dilation_w) +
          ", lon padding=" + (o.lon_padding == LonPadding::periodic ? "periodic" : "zero") +
-         ", pole=" + std::string(pole_policy_name(o.pole)) + ", bias=" + (o.bias ? "true" : "false") + ")";
+         ", pole=" + std::string(pole_policy_name(o.pole)) +
+         (o.north != EdgePolicy::from_spec ? ", north=" + std::string(edge_policy_name(o.north)) : std::string()) +
+         (o.south != EdgePolicy::from_spec ? ", south=" + std::string(edge_policy_name(o.south)) : std::string()) +
+         ", bias=" + (o.bias ? "true" : "false") + ")";
 }
 
 // Checked before the halo plan is built, so its errors name the layer.
@@ -37,7 +40,7 @@ DomainConv2d::DomainConv2d(const Decomposition& decomposition, std::int64_t in_c
       kernel_w_(kernel_w),
       options_(options),
       halo_(decomposition, conv_halo_width(in_channels, out_channels, kernel_h, kernel_w, options),
-            {options.lon_padding, options.pole}, conv_name(in_channels, out_channels, kernel_h, kernel_w, options)) {
+            {options.lon_padding, options.pole, options.north, options.south}, conv_name(in_channels, out_channels, kernel_h, kernel_w, options)) {
   // nn::Conv2d's parameters and initialisation, replicated over the domain.
   weight = Parameter(Tensor::zeros({out_channels, in_channels, kernel_h, kernel_w}, options.dtype, options.device),
                      InitSpec::kaiming_uniform(std::sqrt(5.0)));

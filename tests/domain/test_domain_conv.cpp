@@ -16,6 +16,7 @@
 #include <random>
 
 #include "domain_test_support.hpp"
+#include "expect_error.hpp"
 #include "mpi_test.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/domain/decomposition.hpp"
@@ -48,8 +49,9 @@ struct LayerSpec {
 };
 
 // The serial padding of an H x W grid by `w`: latitude beyond the poles by the pole
-// policy, longitude periodic or zero. Calls visit(padded, source) with the flat index of
-// every padded point and of the grid point it reads; zero-padded points are skipped.
+// policy or the edge's own policy, longitude periodic or zero. Calls visit(padded,
+// source, sign) with the flat index of every padded point, of the grid point it reads and
+// the sign it reads it with (-1 across a mirror_odd edge); zero-padded points are skipped.
 template <class Visit>
 void for_each_padded_point(std::int64_t H, std::int64_t W, const HaloWidths& w, const DomainConv2dOptions& o,
                            Visit visit) {
@@ -57,9 +59,17 @@ void for_each_padded_point(std::int64_t H, std::int64_t W, const HaloWidths& w, 
   for (std::int64_t a = 0; a < PH; ++a)
     for (std::int64_t b = 0; b < PW; ++b) {
       std::int64_t i = a - w.lat_before, j = b - w.lon_before;
+      float sign = 1.0f;
       if (i < 0 || i >= H) {
-        if (o.pole == PolePolicy::zero) continue;
-        if (o.pole == PolePolicy::replicate) {
+        const EdgePolicy edge = i < 0 ? o.north : o.south;
+        if (edge == EdgePolicy::periodic) {
+          i = ((i % H) + H) % H;
+        } else if (edge == EdgePolicy::mirror_even || edge == EdgePolicy::mirror_odd) {
+          i = i < 0 ? -1 - i : 2 * H - 1 - i;
+          if (edge == EdgePolicy::mirror_odd) sign = -1.0f;
+        } else if (o.pole == PolePolicy::zero) {
+          continue;
+        } else if (o.pole == PolePolicy::replicate) {
           i = i < 0 ? 0 : H - 1;
         } else {
           i = i < 0 ? -1 - i : 2 * H - 1 - i;
@@ -71,7 +81,7 @@ void for_each_padded_point(std::int64_t H, std::int64_t W, const HaloWidths& w, 
       } else if (j < 0 || j >= W) {
         continue;
       }
-      visit(a * PW + b, i * W + j);
+      visit(a * PW + b, i * W + j, sign);
     }
 }
 
@@ -83,7 +93,9 @@ Tensor pad(const Tensor& x, const HaloWidths& w, const DomainConv2dOptions& o) {
   const float* src = x.data<float>();
   float* dst = out.data<float>();
   for (std::int64_t bc = 0; bc < B * C; ++bc) {
-    for_each_padded_point(H, W, w, o, [&](std::int64_t p, std::int64_t g) { dst[bc * PH * PW + p] = src[bc * H * W + g]; });
+    for_each_padded_point(H, W, w, o, [&](std::int64_t p, std::int64_t g, float sign) {
+      dst[bc * PH * PW + p] = sign * src[bc * H * W + g];
+    });
   }
   return out;
 }
@@ -96,7 +108,9 @@ Tensor pad_adjoint(const Tensor& dpad, std::int64_t H, std::int64_t W, const Hal
   const float* src = dpad.data<float>();
   float* dst = out.data<float>();
   for (std::int64_t bc = 0; bc < B * C; ++bc) {
-    for_each_padded_point(H, W, w, o, [&](std::int64_t p, std::int64_t g) { dst[bc * H * W + g] += src[bc * PH * PW + p]; });
+    for_each_padded_point(H, W, w, o, [&](std::int64_t p, std::int64_t g, float sign) {
+      dst[bc * H * W + g] += sign * src[bc * PH * PW + p];
+    });
   }
   return out;
 }
@@ -150,6 +164,14 @@ class Stack : public nn::Module {
   Parameter local_scale;
 };
 
+// Periodic longitude, and `north`, `south` at the latitude edges.
+DomainConv2dOptions with_edges(EdgePolicy north, EdgePolicy south) {
+  DomainConv2dOptions o;
+  o.north = north;
+  o.south = south;
+  return o;
+}
+
 Tensor box_of(const Tensor& global, const LocalBox& b) {
   return global.narrow(2, b.lat.start, b.lat.length).narrow(3, b.lon.start, b.lon.length).contiguous();
 }
@@ -162,6 +184,10 @@ void run_stack(const ProcessGrid& grid, LatitudeGrid lat_grid) {
       {3, 4, 3, 3, {1, 1, LonPadding::periodic, PolePolicy::across_pole, true}},
       // even kernels (extra padding after), periodic lon
       {4, 4, 2, 4, {1, 1, LonPadding::periodic, PolePolicy::zero, true}},
+      // walls: mirrored north, mirrored and negated south (edge policies)
+      {4, 4, 3, 3, with_edges(EdgePolicy::mirror_even, EdgePolicy::mirror_odd)},
+      // a channel periodic in latitude too
+      {4, 4, 3, 3, with_edges(EdgePolicy::periodic, EdgePolicy::periodic)},
       // dilation 2, zero lon padding, no bias
       {4, 2, 3, 3, {2, 2, LonPadding::zero, PolePolicy::zero, false}},
   };
@@ -186,7 +212,7 @@ void run_stack(const ProcessGrid& grid, LatitudeGrid lat_grid) {
   const Tensor y_local = stack.forward(box_of(x, box));
   const LossResult loss = lat_weighted_mse(y_local, box_of(target, box), d, lat_grid);
   const Tensor dx_local = stack.backward(loss.grad);
-  EXPECT_EQ(sync_domain_gradients(stack, world()), 5);  // 3 weights + 2 biases
+  EXPECT_EQ(sync_domain_gradients(stack, world()), 9);  // 5 weights + 4 biases
   EXPECT_EQ(stack.local_scale.grad.to_vector<float>()[0], float(d.rank() + 1)) << "sharded grad touched";
   const Tensor y_gathered = d.gather(y_local, 0);
   const Tensor dx_gathered = d.gather(dx_local, 0);
@@ -261,6 +287,13 @@ TEST(DomainConv2d, NamesAndHaloMatchNnConv2d) {
   // kernel 4 dilation 2 spans 7 rows: 3 before, 3 after; kernel 3: 1 + 1.
   EXPECT_EQ(conv.halo().spec().width, (HaloWidths{3, 3, 1, 1}));
   EXPECT_EQ(same_conv_halo(2, 4, 1, 1), (HaloWidths{0, 1, 1, 2}));
+}
+
+TEST(DomainConv2d, AnEdgeLeftAloneIsRefused) {
+  Decomposition d(world(), {1, 2, 8, 6});
+  tessera::testing::expect_error<InvalidArgument>(
+      [&] { DomainConv2d conv(d, 2, 2, 3, 3, with_edges(EdgePolicy::none, EdgePolicy::zero)); },
+      {"edge policy none", "stale memory"});
 }
 
 TEST(DomainConv2d, WrongInputOnOneRankThrowsEverywhere) {

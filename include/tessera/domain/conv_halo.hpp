@@ -31,6 +31,11 @@ enum class LonPadding { zero, periodic };
 struct ConvHaloOptions {
   LonPadding lon_padding = LonPadding::periodic;
   PolePolicy pole = PolePolicy::zero;
+  // Per latitude edge (north: row 0's side), overriding `pole` (HaloSpec's edge
+  // policies): periodic (a channel or doubly periodic domain), zero, replicate,
+  // mirror_even, mirror_odd. `none` is refused: the halo is a fresh buffer, so an edge
+  // left alone would convolve stale memory.
+  EdgePolicy north = EdgePolicy::from_spec, south = EdgePolicy::from_spec;
 };
 
 // The halo of a "same" convolution (output grid = input grid): the dilated kernel's

@@ -39,6 +39,9 @@ struct DomainConv2dOptions {
   bool bias = true;
   DType dtype = DType::f32;
   Device device = Device::host();  // where the parameters live (inputs must live there too)
+  // Per latitude edge, overriding `pole` (ConvHaloOptions): periodic, zero, replicate,
+  // mirror_even, mirror_odd (a wall). Last, so positional initialisers stay valid.
+  EdgePolicy north = EdgePolicy::from_spec, south = EdgePolicy::from_spec;
 };
 
 class DomainConv2d : public nn::Module {
