@@ -12,12 +12,14 @@
 ! of the wrong channel count (TESSERA_ERR_SHAPE on every rank, its extents as declared,
 ! the band lon first and 1-based), a missing config
 ! (TESSERA_ERR_IO), data.normalize without mean and std (TESSERA_ERR_CONFIG), a mean of
-! the wrong length.
+! the wrong length. The caller's latitudes (latitudes=): all at 60 degrees train bit for
+! bit as TESSERA_LATITUDES_UNWEIGHTED for 2 steps; a latitude of 95 and an array of
+! another length are refused.
 program test_fortran_trainer
   use mpi_f08
   use tessera
   use tessera_test_support
-  use, intrinsic :: iso_fortran_env, only: real32, real64, output_unit
+  use, intrinsic :: iso_fortran_env, only: real32, real64, int64, output_unit
   implicit none
 
   integer, parameter :: nlon = 8, nlat = 9, nchan = 2, nbatch = 2, nsteps = 4, nmicro = 2
@@ -38,6 +40,7 @@ program test_fortran_trainer
     end do
   end do
   call check_errors()
+  call check_latitudes()
   call MPI_Allreduce(failures, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)
   if (rank == 0) write(output_unit, '(a,i0,a,i0,a)') 'test_fortran_trainer: ', total, ' failure(s) at ', nranks, &
     ' rank(s)'
@@ -321,6 +324,45 @@ contains
     end if
     call check(ierr /= TESSERA_OK, 'a short mean on rank 0 only fails the create on every rank')
     if (rank == 0) call check(index(tessera_last_error(), 'mean has 1 values') > 0, 'the short mean is named')
+  end subroutine
+
+  ! The caller's own latitudes (latitudes=): rows all at 60 degrees weigh cos(60) over
+  ! their own mean, 1 each, so 2 steps train bit for bit as TESSERA_LATITUDES_UNWEIGHTED;
+  ! a latitude of 95 is refused on every rank.
+  subroutine check_latitudes()
+    type(tessera_trainer) :: unweighted, sixty
+    integer :: lon1, nlon_loc, lat1, n, k, ierr
+    real(real32), allocatable :: x(:, :, :, :), y(:, :, :, :)
+    real(real64) :: lu(2), ls(2), lats(nlat)
+    lats = 60.0_real64
+    call tessera_trainer_create(unweighted, config('lat_unweighted', 1, 1, nranks), MPI_COMM_WORLD, nlon, nlat, &
+                                nchan, TESSERA_LATITUDES_UNWEIGHTED, ierr=ierr)
+    call check(ierr == TESSERA_OK, 'tessera_trainer_create TESSERA_LATITUDES_UNWEIGHTED')
+    call tessera_trainer_create(sixty, config('lat_sixty', 1, 1, nranks), MPI_COMM_WORLD, nlon, nlat, nchan, &
+                                ierr=ierr, latitudes=lats)
+    call check(ierr == TESSERA_OK, 'tessera_trainer_create with latitudes= all 60: ' // tessera_last_error())
+    call tessera_trainer_box(sixty, lon1, nlon_loc, lat1, n)
+    allocate(x(nlon, n, nchan, nbatch), y(nlon, n, nchan, nbatch))
+    do k = 1, 2
+      call step_samples(k, 1, 0, lat1, n, x, y)
+      call tessera_trainer_step(unweighted, x, y, lu(k), ierr=ierr)
+      call check(ierr == TESSERA_OK, 'step, unweighted')
+      call tessera_trainer_step(sixty, x, y, ls(k), ierr=ierr)
+      call check(ierr == TESSERA_OK, 'step, latitudes all 60')
+    end do
+    call check(all(transfer(lu, 0_int64, 2) == transfer(ls, 0_int64, 2)), &
+               'latitudes all 60 train bit for bit as TESSERA_LATITUDES_UNWEIGHTED')
+    call tessera_trainer_destroy(unweighted)
+    call tessera_trainer_destroy(sixty)
+    lats(3) = 95.0_real64
+    call tessera_trainer_create(sixty, config('lat_sixty', 1, 1, nranks), MPI_COMM_WORLD, nlon, nlat, nchan, &
+                                ierr=ierr, latitudes=lats)
+    call check(ierr == TESSERA_ERR_INVALID_ARGUMENT, 'a latitude of 95 is refused')
+    if (ierr == TESSERA_OK) call tessera_trainer_destroy(sixty)
+    call tessera_trainer_create(sixty, config('lat_sixty', 1, 1, nranks), MPI_COMM_WORLD, nlon, nlat, nchan, &
+                                ierr=ierr, latitudes=lats(1:nlat - 1))
+    call check(ierr == TESSERA_ERR_INVALID_ARGUMENT, 'latitudes of another length than nlat are refused')
+    if (ierr == TESSERA_OK) call tessera_trainer_destroy(sixty)
   end subroutine
 
 end program test_fortran_trainer
