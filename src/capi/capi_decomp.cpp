@@ -5,6 +5,8 @@
 #include "tessera/detail/checked_math.hpp"
 #include "tessera/domain/global_sum.hpp"
 
+#include <regex>
+
 using namespace tessera;
 using tessera::capi::guarded;
 using tessera::capi::require;
@@ -114,6 +116,57 @@ void create_boxes(MPI_Comm comm, std::int64_t nlat, std::int64_t nlon, const tes
   create(own_comm(comm, out), nlat, nlon, [&](Communicator& c, Shape shape) {
     return Decomposition::from_boxes(c, std::move(shape), mine);
   }, out);
+}
+
+// The decomposition's box messages (check_box, from_boxes) speak tessera's 0-based
+// (lat, lon) terms: "lat [0, 6) x lon [8, 17)", a "[nlat, nlon] (lat, lon last)" grid.
+// A Fortran caller gave its boxes lon first and 1-based, so for it every box becomes
+// capi::caller_box's "lon 9:17 x lat 1:6", a lone range "longitudes 9:17", and the grid
+// "[nlon, nlat] (lon, lat)".
+std::string fortran_worded(const std::string& message) {
+  static const std::regex box(R"(lat \[(-?\d+), (-?\d+)\) x lon \[(-?\d+), (-?\d+)\))");
+  static const std::regex range(R"(\b(lat|lon|latitudes|longitudes) \[(-?\d+), (-?\d+)\))");
+  static const std::regex grid(R"(\[(\d+), (\d+)\] \(lat, lon last\))");
+  static const std::regex extents(R"(the (\d+) x (\d+) grid)");
+  const auto rewrite = [](const std::string& text, const std::regex& re, const auto& replace) {
+    std::string out;
+    auto last = text.cbegin();
+    for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it) {
+      out.append(last, (*it)[0].first);
+      out += replace(*it);
+      last = (*it)[0].second;
+    }
+    out.append(last, text.cend());
+    return out;
+  };
+  const auto num = [](const std::ssub_match& m) { return std::stoll(m.str()); };
+  std::string text = rewrite(message, box, [&](const std::smatch& m) {
+    const std::int64_t lat0 = num(m[1]), lat1 = num(m[2]), lon0 = num(m[3]), lon1 = num(m[4]);
+    return capi::caller_box(domain::LocalBox{{lat0, lat1 - lat0}, {lon0, lon1 - lon0}});
+  });
+  text = rewrite(text, range, [&](const std::smatch& m) {
+    const std::int64_t a = num(m[2]), b = num(m[3]);
+    return m[1].str() + " " + capi::caller_range(ShardRange{a, b - a});
+  });
+  text = rewrite(text, grid, [](const std::smatch& m) { return "[" + m[2].str() + ", " + m[1].str() + "] (lon, lat)"; });
+  text = rewrite(text, extents, [](const std::smatch& m) {
+    return "the " + m[2].str() + " x " + m[1].str() + " (lon x lat) grid";
+  });
+  for (const char* who : {"Decomposition::check_box: ", "Decomposition::from_boxes: "}) {
+    if (text.rfind(who, 0) == 0) text.erase(0, std::char_traits<char>::length(who));
+  }
+  return text;
+}
+
+// Runs `f`; for a Fortran caller, its InvalidArgument reworded by fortran_worded.
+template <class F>
+void box_call(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    if (!capi::caller_is_fortran()) throw;
+    throw InvalidArgument(fortran_worded(e.what()));
+  }
 }
 
 void box_of(const Decomposition& d, int rank, std::int64_t* lat_start, std::int64_t* lat_count,
@@ -234,15 +287,19 @@ int tessera_decomp_create_boxes(MPI_Comm comm, int64_t nlat, int64_t nlon, int64
 int tessera_decomp_create_boxes_f(MPI_Fint comm, int64_t nlat, int64_t nlon, int64_t lat_start, int64_t lat_count,
                                   int64_t lon_start, int64_t lon_count, tessera_decomp_t** decomp) {
   return guarded("tessera_decomp_create_boxes_f", [&] {
-    create_boxes(capi::comm_from_fortran(comm), nlat, nlon, box_arguments(lat_start, lat_count, lon_start, lon_count),
-                 decomp);
+    box_call([&] {
+      create_boxes(capi::comm_from_fortran(comm), nlat, nlon,
+                   box_arguments(lat_start, lat_count, lon_start, lon_count), decomp);
+    });
   });
 }
 
 int tessera_decomp_check_box(const tessera_decomp_t* decomp, int64_t lat_start, int64_t lat_count,
                              int64_t lon_start, int64_t lon_count) {
   return guarded("tessera_decomp_check_box", [&] {
-    capi::decomposition_of(decomp).check_box(box_arguments(lat_start, lat_count, lon_start, lon_count));
+    box_call([&] {
+      capi::decomposition_of(decomp).check_box(box_arguments(lat_start, lat_count, lon_start, lon_count));
+    });
   });
 }
 

@@ -54,6 +54,10 @@ module tessera
   integer, parameter, public :: TESSERA_POLE_ZERO = 0, TESSERA_POLE_REPLICATE = 1, &
     TESSERA_POLE_ACROSS_POLE = 2, TESSERA_POLE_ACROSS_POLE_POINT = 3
   integer, parameter, public :: TESSERA_LAYOUT_SHARED = 0, TESSERA_LAYOUT_PER_RANK = 1
+  ! What fills the halo beyond one edge (tessera_edge_t, tessera_halo_create_edges). North
+  ! is the side of latitude row 1 (j = 1), west the side of longitude column 1 (i = 1).
+  integer, parameter, public :: TESSERA_EDGE_POLE = 0, TESSERA_EDGE_PERIODIC = 1, TESSERA_EDGE_ZERO = 2, &
+    TESSERA_EDGE_NONE = 3, TESSERA_EDGE_REPLICATE = 4, TESSERA_EDGE_MIRROR_EVEN = 5, TESSERA_EDGE_MIRROR_ODD = 6
   ! How an uneven split places its remainder (tessera_split_t) and the dimension order of
   ! a 2-D Cartesian communicator (tessera_cart_order_t): a Fortran code's
   ! MPI_Cart_create(comm, 2, [plon, plat], ...) is TESSERA_CART_LON_LAT.
@@ -89,7 +93,7 @@ module tessera
     tessera_decomp_scatter, tessera_decomp_gather, tessera_decomp_global_sum, tessera_decomp_auto_grid, &
     tessera_decomp_create_cart, tessera_decomp_create_boxes, tessera_decomp_create_split, &
     tessera_decomp_check_box, tessera_decomp_periodic
-  public :: tessera_halo_create, tessera_halo_destroy, tessera_halo_padded, tessera_halo_add_field, &
+  public :: tessera_halo_create, tessera_halo_create_edges, tessera_halo_destroy, tessera_halo_padded, tessera_halo_add_field, &
     tessera_halo_clear_fields, tessera_halo_num_fields, tessera_halo_exchange, tessera_halo_start, &
     tessera_halo_finish, tessera_halo_exchange_adjoint, tessera_halo_start_adjoint, &
     tessera_halo_finish_adjoint, tessera_halo_in_flight, tessera_halo_gather, tessera_halo_scatter

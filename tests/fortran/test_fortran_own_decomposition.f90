@@ -18,7 +18,11 @@
 ! at 2 and 4 ranks; boxes that overlap; a halo whose periodic_lon contradicts the
 ! communicator's periods; tessera_decomp_create on the 2 x 2 communicator (it cannot tell
 ! the order). tessera_decomp_create_split and create_cart's default split (first ranks)
-! against the same arithmetic.
+! against the same arithmetic. check_box and create_boxes errors name the boxes as the
+! code gave them (lon first, 1-based). tessera_halo_create_edges on the Cartesian
+! decomposition: north TESSERA_EDGE_NONE (the code's own rows kept), south
+! TESSERA_EDGE_MIRROR_ODD, periodic lon, every cell checked; a pole policy on a
+! longitude edge and one periodic longitude edge refused.
 program test_fortran_own_decomposition
   use mpi
   use tessera
@@ -51,6 +55,7 @@ program test_fortran_own_decomposition
   call tessera_decomp_periodic(d, per, status)
   call check(status == TESSERA_OK .and. all(per == [1, 0]), 'periodic = [1, 0] from the communicator')
   call compare_exchange(d, 'cart')
+  call check_edges(d, 'cart')
 
   ! A halo that contradicts the communicator's periods is refused.
   call tessera_halo_create(h, d, [1, 1], [1, 1], .false., TESSERA_POLE_ZERO, status)
@@ -64,6 +69,18 @@ program test_fortran_own_decomposition
   call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'check_box with a wrong box on the last rank fails here too')
   call check(index(tessera_last_error(), 'rank ' // itoa(nranks - 1)) > 0, &
              'the check_box error names the last rank')
+  ! Worded for Fortran: the last rank's boxes lon first and 1-based, inclusive.
+  call split_last(nlon, dims(1), dims(1) - 1, tfirst(1), tcount(1))
+  call split_last(nlat, dims(2), dims(2) - 1, tfirst(2), tcount(2))
+  call check(index(tessera_last_error(), 'rank ' // itoa(nranks - 1) // ' expects to own lon ' // &
+                   itoa(tfirst(1) + 1) // ':' // itoa(tfirst(1) + tcount(1)) // ' x lat ' // itoa(tfirst(2)) // ':' // &
+                   itoa(tfirst(2) + tcount(2) - 1) // ', but the decomposition') > 0, &
+             'the check_box error gives the expected box lon first, 1-based: ' // tessera_last_error())
+  call check(index(tessera_last_error(), 'gives it lon ' // itoa(tfirst(1)) // ':' // &
+                   itoa(tfirst(1) + tcount(1) - 1) // ' x lat ' // itoa(tfirst(2)) // ':' // &
+                   itoa(tfirst(2) + tcount(2) - 1)) > 0, 'the check_box error gives tessera''s box lon first, 1-based')
+  call check(index(tessera_last_error(), 'lat [') == 0 .and. index(tessera_last_error(), 'Decomposition::') == 0, &
+             'no 0-based (lat, lon) box in the check_box error')
   call tessera_decomp_destroy(d)
 
   ! The same communicator read in the other order: the boxes differ from the code's at 2
@@ -120,6 +137,22 @@ program test_fortran_own_decomposition
   end if
   call tessera_decomp_create_boxes(d, cart, [nlon, nlat], wrong_first, got_count, status)
   call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'create_boxes with a bad box on the last rank fails here too')
+  call check(index(tessera_last_error(), 'lat [') == 0 .and. index(tessera_last_error(), 'lon [') == 0 .and. &
+             index(tessera_last_error(), 'itudes [') == 0 .and. index(tessera_last_error(), '(lat, lon') == 0 .and. &
+             index(tessera_last_error(), '[' // itoa(nlon) // ', ' // itoa(nlat) // '] (lon, lat)') > 0, &
+             'the create_boxes error names the grid and boxes lon first, 1-based: ' // tessera_last_error())
+  if (nranks == 1) then
+    call check(index(tessera_last_error(), 'longitudes ' // itoa(nlon) // ':' // itoa(nlon) // &
+                     ' are owned by no rank') > 0, 'the missing column named 1-based')
+  else
+    ! The last rank's box, one column wider to the west, as every rank reads it.
+    call split_last(nlon, dims(1), dims(1) - 1, tfirst(1), tcount(1))
+    call split_last(nlat, dims(2), dims(2) - 1, tfirst(2), tcount(2))
+    call check(index(tessera_last_error(), 'rank ' // itoa(nranks - 1) // ' (lon ' // itoa(tfirst(1) - 1) // ':' // &
+                     itoa(tfirst(1) + tcount(1) - 1) // ' x lat ' // itoa(tfirst(2)) // ':' // &
+                     itoa(tfirst(2) + tcount(2) - 1) // ')') > 0, &
+               'the create_boxes error names the last rank''s box lon first, 1-based')
+  end if
   if (status == TESSERA_OK) call tessera_decomp_destroy(d)
 
   ! 3. tessera's rank order (rank r at lon mod(r, plon), lat r / plon), the remainder last.
@@ -196,6 +229,75 @@ contains
                '): ' // itoa(bad) // ' differ')
     call tessera_halo_destroy(h)
   end subroutine
+
+  ! A halo with a policy per edge (tessera_halo_create_edges): width 1 in lon (periodic
+  ! west and east), 2 in lat; north TESSERA_EDGE_NONE (a wall the code fills itself: the
+  ! two rows beyond j = 1, corners included, keep what the code wrote there), south
+  ! TESSERA_EDGE_MIRROR_ODD (halo row k beyond j = nlat holds row nlat + 1 - k negated,
+  ! corners the mirrored periodic columns). Every cell of every rank checked, bit for bit.
+  subroutine check_edges(d, what)
+    type(tessera_decomp), intent(in) :: d
+    character(len=*), intent(in) :: what
+    type(tessera_halo) :: h
+    real(real64), allocatable, target :: q(:, :)
+    real(real64) :: want
+    integer :: padded(2), nx, ny, i, j, gi, gj, bad
+    nx = count(1); ny = count(2)
+    call tessera_halo_create_edges(h, d, [1, 2], [1, 2], TESSERA_EDGE_NONE, TESSERA_EDGE_MIRROR_ODD, &
+                                   TESSERA_EDGE_PERIODIC, TESSERA_EDGE_PERIODIC, ierr=status)
+    call check(status == TESSERA_OK, 'halo_create_edges (' // what // '): ' // tessera_last_error())
+    if (status /= TESSERA_OK) return
+    call tessera_halo_padded(h, padded)
+    call check(all(padded == [nx + 2, ny + 4]), 'padded extents with edges (' // what // ')')
+    allocate(q(0:nx + 1, -1:ny + 2))
+    do j = -1, ny + 2
+      do i = 0, nx + 1
+        q(i, j) = sentinel(first(1) - 1 + i, first(2) - 1 + j)
+      end do
+    end do
+    do j = 1, ny
+      do i = 1, nx
+        q(i, j) = value(first(1) - 1 + i, first(2) - 1 + j)
+      end do
+    end do
+    call tessera_halo_add_field(h, q, status)
+    call check(status == TESSERA_OK, 'halo_add_field with edges (' // what // ')')
+    call tessera_halo_exchange(h, status)
+    call check(status == TESSERA_OK, 'halo_exchange with edges (' // what // ')')
+    bad = 0
+    do j = -1, ny + 2
+      do i = 0, nx + 1
+        gi = first(1) - 1 + i
+        gj = first(2) - 1 + j
+        if (gj < 1) then
+          want = sentinel(gi, gj)
+        else if (gj > nlat) then
+          want = -value(modulo(gi - 1, nlon) + 1, 2 * nlat + 1 - gj)
+        else
+          want = value(modulo(gi - 1, nlon) + 1, gj)
+        end if
+        if (transfer(q(i, j), 0_int64) /= transfer(want, 0_int64)) bad = bad + 1
+      end do
+    end do
+    call check(bad == 0, 'every cell with north none and south mirror_odd (' // what // '): ' // itoa(bad) // &
+               ' differ')
+    call tessera_halo_destroy(h)
+    ! Refused on every rank: TESSERA_EDGE_POLE on a longitude edge, one periodic lon edge.
+    call tessera_halo_create_edges(h, d, [1, 1], [1, 1], TESSERA_EDGE_NONE, TESSERA_EDGE_NONE, TESSERA_EDGE_POLE, &
+                                   TESSERA_EDGE_PERIODIC, TESSERA_POLE_ZERO, status)
+    call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'TESSERA_EDGE_POLE on the west edge is refused')
+    if (status == TESSERA_OK) call tessera_halo_destroy(h)
+    call tessera_halo_create_edges(h, d, [1, 1], [1, 1], TESSERA_EDGE_NONE, TESSERA_EDGE_NONE, TESSERA_EDGE_PERIODIC, &
+                                   TESSERA_EDGE_ZERO, ierr=status)
+    call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'one periodic longitude edge is refused')
+    if (status == TESSERA_OK) call tessera_halo_destroy(h)
+  end subroutine
+
+  ! A distinct value the code writes into a halo cell at global (i, j) before an exchange.
+  real(real64) function sentinel(i, j)
+    integer, intent(in) :: i, j
+    sentinel = -1.0e6_real64 - 1000.0_real64 * j - i - 0.5_real64
+  end function
 
   ! The code's interior values, the halo a sentinel.
   subroutine fill(q, nx, ny, first)
