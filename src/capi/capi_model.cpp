@@ -79,6 +79,29 @@ void run_coupled(tessera_model_t* handle, const void* input, void* output, int d
   }
 }
 
+// The ranks whose halos (domain) or shards (tp) meet in the forward must pass the same
+// batch; otherwise their halo messages differ in size and the error would read as a halo
+// argument mismatch. Named as a batch error, agreed over the world.
+void check_same_batch(const Mesh& mesh, std::int64_t batch) {
+  const auto range = [&](Communicator& comm) {
+    Tensor t = Tensor::from_vector(std::vector<std::int64_t>{batch, -batch}, {2});
+    comm.all_reduce(t, ReduceOp::max);
+    const auto v = t.to_vector<std::int64_t>();
+    return std::pair{-v[1], v[0]};
+  };
+  const auto [domain_min, domain_max] = range(mesh.domain());
+  const auto [tp_min, tp_max] = range(mesh.tp());
+  agree_on_success(mesh.world().mpi_comm(), [&] {
+    if (domain_min != domain_max || tp_min != tp_max) {
+      throw InvalidArgument("model input: the batch size (the slowest-varying dimension in C order, the last in "
+                            "Fortran) differs between the ranks that run the model together: this rank passes " +
+                            std::to_string(batch) + ", they pass " + std::to_string(std::min(domain_min, tp_min)) +
+                            " to " + std::to_string(std::max(domain_max, tp_max)) +
+                            "; every rank of one model call must pass the same batch");
+    }
+  });
+}
+
 void run(tessera_model_t* handle, const void* input, void* output, int dtype, int order, int ndim,
          const std::int64_t* shape, bool physical) {
   if (is_coupled(handle)) return run_coupled(handle, input, output, dtype, order, ndim, shape, physical);
@@ -94,6 +117,7 @@ void run(tessera_model_t* handle, const void* input, void* output, int dtype, in
     in = capi::batch_view(in, model.config().channels, model.decomposition().box(), "model input");
     out = out.reshape(in.shape());
   });
+  check_same_batch(*handle->mesh, in.size(0));
   const Tensor x = in.clone();  // the model may keep its input; the caller's array may be the output
   Tensor y = physical ? model.predict(x) : model.forward(x);
   out.copy_from(y);

@@ -15,6 +15,7 @@
 
 #include "io/format.hpp"
 #include "io/json.hpp"
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::io {
@@ -50,8 +51,37 @@ const DTypeInfo* dtype_info(std::string_view name) {
   return nullptr;
 }
 
+// A name as a message can show it: an embedded NUL as \u0000 (it would cut the text).
+std::string printable(const std::string& name) {
+  std::string out;
+  for (char c : name) out += c == '\0' ? std::string("\\u0000") : std::string(1, c);
+  return out;
+}
+
 std::string where(const std::string& path, const std::string& tensor) {
-  return "safetensors file '" + path + "', tensor '" + tensor + "'";
+  return "safetensors file '" + path + "', tensor '" + printable(tensor) + "'";
+}
+
+// HDF5 names, C strings, end at a NUL: "w\u0000x" would become "w" and meet the real "w".
+bool holds_nul(const std::string& name) { return name.find('\0') != std::string::npos; }
+
+// Weights that are not finite are refused where they enter: they would train or predict
+// NaN with nothing to say where it came from.
+void check_finite(const Tensor& t, const std::string& at) {
+  const auto n = static_cast<std::size_t>(t.numel());
+  for (std::size_t i = 0; i < n; ++i) {
+    double v = 0;
+    switch (t.dtype()) {
+      case DType::f32: v = t.data<float>()[i]; break;
+      case DType::f64: v = t.data<double>()[i]; break;
+      case DType::bf16: v = static_cast<float>(t.data<bfloat16>()[i]); break;
+      case DType::i64: return;
+    }
+    if (!std::isfinite(v)) {
+      throw IoError(at + ": element " + std::to_string(i) + " is " + (std::isnan(v) ? "NaN" : "infinite") +
+                    "; tessera refuses weights that are not finite (fix or drop the tensor at its source)");
+    }
+  }
 }
 
 // IEEE half (binary16) bits to float, exactly (every half is a float).
@@ -137,6 +167,7 @@ std::string_view safetensors_dtype_name(DType dtype) noexcept {
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const std::string file = "safetensors file '" + path + "'";
+  tessera::detail::require_regular_file(path, "safetensors file");
   std::error_code ec;
   const std::uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) throw IoError(file + ": cannot read it: " + ec.message());
@@ -177,6 +208,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     }
     const std::string at = where(path, name);
     if (name.empty()) throw IoError(file + ": a tensor has an empty name");
+    if (holds_nul(name)) throw IoError(at + ": the name holds a NUL character (\\u0000), which no tensor name may hold");
     if (value.kind != detail::JsonValue::Kind::object) {
       throw IoError(at + ": the entry is " + std::string(value.kind_name()) + ", expected an object");
     }
@@ -294,6 +326,7 @@ Tensor SafetensorsFile::read(const SafetensorsEntry& entry, std::optional<DType>
   const auto n = static_cast<std::size_t>(out.numel());
   if (safetensors_dtype_name(target) == entry.dtype) {
     if (n != 0) std::memcpy(out.data(), src, bytes.size());
+    check_finite(out, at);
     return out;
   }
   switch (target) {
@@ -320,6 +353,7 @@ Tensor SafetensorsFile::read(const SafetensorsEntry& entry, std::optional<DType>
       break;
     }
   }
+  check_finite(out, at);
   return out;
 }
 
@@ -356,8 +390,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   }
   std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name.empty() || name == "__metadata__") {
-      throw InvalidArgument("write_safetensors '" + path + "': '" + name + "' cannot name a tensor");
+    if (name.empty() || name == "__metadata__" || holds_nul(name)) {
+      throw InvalidArgument("write_safetensors '" + path + "': '" + printable(name) + "' cannot name a tensor");
     }
     if (!names.insert(name).second) {
       throw InvalidArgument("write_safetensors '" + path + "': the tensor name '" + name + "' is given twice");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/parallelism.hpp"
 
@@ -89,11 +90,7 @@ TensorSplit parse_split(const YAML::Node& node, std::string_view source, const s
 WeightMapping::WeightMapping() : source_("<identity>") {}
 
 WeightMapping WeightMapping::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("mapping file '" + path + "' cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return from_yaml(text.str(), path);
+  return from_yaml(tessera::detail::read_regular_file(path, "mapping file"), path);
 }
 
 WeightMapping WeightMapping::from_yaml(std::string_view text, std::string_view source) {

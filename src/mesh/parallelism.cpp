@@ -4,13 +4,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "tessera/detail/checked_math.hpp"
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {
@@ -205,13 +205,7 @@ ParallelismConfig ParallelismConfig::from_yaml_string(std::string_view yaml, std
 }
 
 ParallelismConfig ParallelismConfig::from_yaml_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    throw IoError("cannot read config file '" + path + "': " + std::strerror(errno));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return from_yaml_string(text.str(), path);
+  return from_yaml_string(tessera::detail::read_regular_file(path, "config file"), path);
 }
 
 void check_unique_yaml_keys(std::string_view yaml, std::string_view source) { (void)load_unique_yaml(yaml, source); }

@@ -1,5 +1,6 @@
 #include "config_parser.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -89,7 +90,17 @@ std::string Parser::choice(const YAML::Node& v, const std::string& key, const st
 std::vector<std::string> Parser::strings(const YAML::Node& v, const std::string& key) const {
   if (!v.IsSequence()) throw ConfigError(where(v, key) + " must be a list of names");
   std::vector<std::string> out;
-  for (std::size_t i = 0; i < v.size(); ++i) out.push_back(string(v[i], key + "[" + std::to_string(i) + "]"));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string item = key + "[" + std::to_string(i) + "]";
+    out.push_back(string(v[i], item));
+    // A name given twice (two channels 'h', two files, two cut points) is refused here,
+    // not where it would make two things of one name later (a checkpoint predict refuses).
+    const auto first = std::find(out.begin(), out.end() - 1, out.back());
+    if (first != out.end() - 1) {
+      throw ConfigError(where(v[i], item) + ": '" + out.back() + "' is given twice (also as " + key + "[" +
+                        std::to_string(first - out.begin()) + "]); list each name once");
+    }
+  }
   return out;
 }
 

@@ -2,16 +2,14 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <numbers>
 #include <sstream>
 
 #include "config_parser.hpp"
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/parallelism.hpp"
 
@@ -277,11 +275,7 @@ RunConfig parse_run_config_text(const std::string& text, const std::string& sour
 }
 
 RunConfig parse_run_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot read config file '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_run_config_text(text.str(), path, overrides);
+  return parse_run_config_text(tessera::detail::read_regular_file(path, "config file"), path, overrides);
 }
 
 double learning_rate_at(const OptimizerConfig& c, std::int64_t step, std::int64_t total) {

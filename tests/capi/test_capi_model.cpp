@@ -131,6 +131,15 @@ int main(int argc, char** argv) {
     EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, huge_batch),
                   TESSERA_ERR_SHAPE);
     CHECK(std::strstr(tessera_last_error(), "model input") != nullptr);
+    // A batch that differs between the ranks of the domain group is named as such, on
+    // every rank (it used to read as a halo argument mismatch).
+    if (world_size > 1) {
+      const std::int64_t mine[4] = {capi_test::world_rank == 0 ? B : B - 1, C, nl, nn};
+      EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, mine),
+                    TESSERA_ERR_INVALID_ARGUMENT);
+      CHECK(std::strstr(tessera_last_error(), "batch size") != nullptr &&
+            std::strstr(tessera_last_error(), "differs between the ranks") != nullptr);
+    }
     // Out-of-range enum values are argument errors (not undefined behaviour).
     EXPECT_STATUS(tessera_model_predict(model, x.data(), y.data(), tessera_dtype_t{-5}, TESSERA_ORDER_C, 4, shape_c),
                   TESSERA_ERR_INVALID_ARGUMENT);

@@ -5,6 +5,7 @@
 // check_pytorch.py.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -186,6 +187,40 @@ TEST_F(Safetensors, NamesWithEscapesRoundTrip) {
   EXPECT_NE(io::SafetensorsFile(forged).find("caf\xC3\xA9.\xF0\x9F\x98\x80"), nullptr);
   const io::NamedTensors twice = {{"x", Tensor::zeros({1}, DType::f32)}, {"x", Tensor::zeros({1}, DType::f32)}};
   EXPECT_THROW(io::write_safetensors(path, twice), InvalidArgument);
+}
+
+// Issue 46: a name with an embedded NUL (HDF5 would cut it to "w" and meet the real
+// "w"), non-finite weights, and paths that are not regular files are refused by name.
+TEST_F(Safetensors, NulNamesNonFiniteValuesAndNonRegularFilesAreRefused) {
+  const std::string nul = forge("nul.safetensors", R"({"w\u0000x":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})",
+                                std::string(4, '\0'));
+  const std::string e = error_of([&] { io::SafetensorsFile x(nul); });
+  EXPECT_NE(e.find("'w\\u0000x'"), std::string::npos) << e;
+  EXPECT_NE(e.find("NUL"), std::string::npos) << e;
+  EXPECT_THROW(io::write_safetensors((dir / "w.safetensors").string(),
+                                     {{std::string("w\0x", 3), Tensor::zeros({1}, DType::f32)}}),
+               InvalidArgument);
+
+  const std::string path = (dir / "nan.safetensors").string();
+  io::write_safetensors(path, {{"ok", Tensor::from_vector<float>({1.f, 2.f}, {2})},
+                               {"bad", Tensor::from_vector<float>({1.f, NAN}, {2})},
+                               {"inf", Tensor::from_vector<double>({INFINITY}, {1})}});
+  const io::SafetensorsFile file(path);
+  EXPECT_NO_THROW(file.read(*file.find("ok")));
+  const std::string bad = error_of([&] { file.read(*file.find("bad")); });
+  EXPECT_NE(bad.find("tensor 'bad': element 1 is NaN"), std::string::npos) << bad;
+  const std::string inf = error_of([&] { file.read(*file.find("inf"), DType::f32); });
+  EXPECT_NE(inf.find("tensor 'inf': element 0 is infinite"), std::string::npos) << inf;
+
+  const std::string fifo = (dir / "fifo.safetensors").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& [where, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/zero", "a character device"}, {dir.string(), "a directory"}, {fifo, "a FIFO"}}) {
+    const std::string refused = error_of([&] { io::SafetensorsFile x(where); });
+    EXPECT_NE(refused.find("'" + where + "' is " + kind + ", not a regular file"), std::string::npos) << refused;
+    const std::string mapping = error_of([&] { io::WeightMapping::from_file(where); });
+    EXPECT_NE(mapping.find("mapping file '" + where + "' is " + kind), std::string::npos) << mapping;
+  }
 }
 
 // ---- The mapping.

@@ -3,7 +3,8 @@
 #             (the field emulator)
 #             accumulate (optimizer.accumulate against bigger batches, both models) |
 #             metrics (data.validation, eval_every, logging.metrics_file, plot-metrics) |
-#             features_bad_config (their errors) | examples (examples/configs/*.yaml)
+#             features_bad_config (their errors) | examples (examples/configs/*.yaml) |
+#             hostile_inputs (non-regular files, size bombs, NaN data, lost metrics: issue 46)
 #             decoder_train | decoder_layouts | decoder_resume | decoder_bad_config |
 #             decoder_dry_run | decoder_pipeline (model.type: decoder)
 #             device (the `device` key, any machine) | device_cuda (training on a GPU against
@@ -770,6 +771,62 @@ elseif(MODE STREQUAL "features_bad_config")
       expect_refusal(2 "${expect}" ${tiny} ${data} ${np2} ${set} "--set=checkpoint.dir=")
     endif()
   endforeach()
+
+elseif(MODE STREQUAL "hostile_inputs")
+  # Issue 46: what an attacker's inputs did to the tools, each now one error line before
+  # training (or a non-zero status naming the file), never a hang, a crash or rc 0.
+  set(np2 "--set=parallelism={data: none, domain: 2}")
+  set(fifo "${WORK_DIR}/fifo")
+  file(MAKE_DIRECTORY "${WORK_DIR}/dir.yaml")
+  execute_process(COMMAND mkfifo "${fifo}" RESULT_VARIABLE fifo_rc)
+  # Non-regular files as the config and as data.path: refused before a byte is read (a
+  # device was read until memory ran out, a FIFO blocked, a directory was an empty config).
+  foreach(case "/dev/zero|a character device" "${WORK_DIR}/dir.yaml|a directory" "${fifo}|a FIFO")
+    unpack("${case}" path kind)
+    expect_refusal(2 "config file '${path}' is ${kind}, not a regular file" "${path}" --dry-run)
+    expect_refusal(2 "data file \\(data.path\\) '${path}' is ${kind}" ${tiny} ${np2} "--set=data.path=${path}" --dry-run)
+  endforeach()
+  expect_refusal(2 "data file \\(data.path\\) '/dev/zero' is a character device"
+                 ${dtiny} --set=model.vocab=256 "--set=data={source: bytes, path: /dev/zero, batch_size: 8}" --dry-run)
+  # Size bombs, every model type: refused by the memory check before anything is
+  # allocated, also by --dry-run (the decoder's grew to 7 GB, or ended in std::bad_alloc).
+  foreach(set "model.n_layers=2147483648" "model.n_layers=10000000" "model.vocab=2147483648"
+              "model.vocab=200000000" "model.d_model=1048576")
+    expect_refusal(2 "the decoder has [0-9]+ parameters[^\n]*more than this rank's share|the decoder's parameter count does not fit"
+                   ${dtiny} "--set=${set}" --dry-run)
+  endforeach()
+  foreach(set "model.width=1000000000" "model.mlp_hidden=4000000000")
+    expect_refusal(2 "the model has [0-9]+ parameters[^\n]*more than this rank's share" ${tiny} ${data} ${np2} "--set=${set}" --dry-run)
+  endforeach()
+  # A channel named twice is refused at config time, naming the key.
+  expect_refusal(2 "data.variables\\[1\\]: 'h' is given twice \\(also as data.variables\\[0\\]\\)"
+                 ${tiny} ${data} ${np2} "--set=data.variables=[h, h, v]" --dry-run)
+  # Metrics that cannot be written fail the run (before training), naming the file.
+  expect_refusal(2 "logging.metrics_file: writing to '/dev/full' failed \\(No space left on device\\)"
+                 ${tiny} ${data} ${np2} --set=logging.metrics_file=/dev/full "--set=checkpoint.dir=")
+  # NaN in the data, and a declared time axis larger than memory (h5py writes both).
+  if(EXISTS /usr/bin/python3)
+    set(nan "${WORK_DIR}/nan.h5")
+    set(huge "${WORK_DIR}/huge.h5")
+    file(COPY_FILE "${SOURCE_DIR}/data/rossby_haurwitz.h5" "${nan}")
+    execute_process(COMMAND /usr/bin/python3 -c [=[
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    f['fields'][5, 1, 20, 7] = float('nan')
+with h5py.File(sys.argv[2], 'r') as src, h5py.File(sys.argv[3], 'w') as f:
+    d = f.create_dataset('fields', shape=(2**40, 3, 32, 64), dtype='f4', chunks=(1, 1, 32, 64))
+    for k, v in src['fields'].attrs.items():
+        d.attrs[k] = v
+]=] "${nan}" "${SOURCE_DIR}/data/rossby_haurwitz.h5" "${huge}" RESULT_VARIABLE py_rc ERROR_VARIABLE py_err)
+    if(py_rc EQUAL 0)
+      expect_refusal(2 "data file '${nan}', dataset 'fields', variable 'u' holds NaN at time 5, latitude row 20, longitude 7"
+                     ${tiny} ${np2} "--set=data.path=${nan}" "--set=checkpoint.dir=")
+      expect_refusal(2 "data '${huge}': this rank's band of 1099511627776 times[^\n]* needs [^\n]*more than the node has available"
+                     ${tiny} ${np2} "--set=data.path=${huge}" "--set=checkpoint.dir=")
+    else()
+      message(STATUS "NaN and huge-axis data checks skipped (h5py unavailable: ${py_err})")
+    endif()
+  endif()
 
 elseif(MODE STREQUAL "examples")
   # The worked example configs of docs/driver.md run, and the document shows each whole.

@@ -2,10 +2,15 @@
 // Every invalid input must be a ConfigError whose message names the key and the bad value.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/error.hpp"
 #include "tessera/mesh.hpp"
@@ -103,6 +108,23 @@ TEST(ParallelismConfig, FileLoadingNamesThePath) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/mesh.yaml"), std::string::npos);
   }
+  // Issue 46: a device would be read until memory ran out, a FIFO blocked the open, a
+  // directory read as an empty (valid) config. Each is refused, naming what it is.
+  const std::string fifo = ::testing::TempDir() + "tessera_mesh_fifo_" + std::to_string(::getpid());
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& [where, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/zero", "a character device"}, {"/tmp", "a directory"}, {fifo, "a FIFO"}}) {
+    try {
+      ParallelismConfig::from_yaml_file(where);
+      FAIL() << where;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("config file '" + where + "' is " + kind + ", not a regular file"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::remove(fifo.c_str());
 }
 
 TEST(ParallelismConfig, ValidateCatchesProgrammaticValues) {

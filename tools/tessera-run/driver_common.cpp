@@ -102,6 +102,18 @@ std::int64_t available_memory_bytes() {
 
 }  // namespace
 
+std::size_t host_buffer_elements(long double count, std::size_t element_bytes, const std::string& what) {
+  const long double bytes = count * static_cast<long double>(element_bytes);
+  const std::int64_t available = available_memory_bytes();
+  const long double limit = available < 0 ? 9.0e18L : static_cast<long double>(available);
+  if (count < 0 || bytes > limit) {
+    throw IoError(what + " needs " + dp::format_bytes(static_cast<std::int64_t>(std::min(bytes, 9.0e18L))) +
+                  " in memory, more than the node has available (" + dp::format_bytes(available) +
+                  "): the file's dimensions are damaged, or it needs more ranks (parallelism.domain)");
+  }
+  return static_cast<std::size_t>(count);
+}
+
 void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t parameters,
                       dp::OptimizerKind optimizer) {
   agree_on_success(mesh.world().mpi_comm(), [&] {

@@ -79,6 +79,12 @@ void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& rang
 void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t parameters,
                       dp::OptimizerKind optimizer);
 
+// `count` elements of `element_bytes` each, as the size of a host buffer, once they are
+// known to fit in the node's available memory (MemAvailable): a file whose header
+// declares a huge axis (damaged or hostile) is an IoError naming `what` and the bytes,
+// not a bare std::bad_alloc or a machine driven into swap. Local (no collective).
+std::size_t host_buffer_elements(long double count, std::size_t element_bytes, const std::string& what);
+
 // Runs `read` and returns its result; a ConfigError or IoError it throws is thrown again
 // with `key` in front ("data.validation: ..."), for a second file read with the keys of
 // the first, whose own messages name those keys.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <glob.h>
 #include <memory>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "field_stats.hpp"
 #include "hdf5_support.hpp"
 #include "netcdf_input.hpp"
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/models/field_emulator.hpp"
 
@@ -47,7 +49,8 @@ std::vector<double> optional_axis(hid_t file, const char* name, std::int64_t n) 
   if (!d) return {};
   H5Space space(H5Dget_space(d.get()));
   if (H5Sget_simple_extent_ndims(space.get()) != 1 || H5Sget_simple_extent_npoints(space.get()) != n) return {};
-  std::vector<double> v(static_cast<std::size_t>(n));
+  std::vector<double> v(host_buffer_elements(static_cast<long double>(n), sizeof(double),
+                                             std::string("the coordinate '") + name + "'"));
   if (H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) return {};
   return v;
 }
@@ -84,6 +87,14 @@ FieldDataInfo read_tessera_info(const DataConfig& c) {
     if (static_cast<std::int64_t>(names.size()) != file_channels) {
       throw IoError(what + ": attribute 'variables' names " + std::to_string(names.size()) + " channels, the data has " +
                     std::to_string(file_channels));
+    }
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const auto first = std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), names[i]);
+      if (first != names.begin() + static_cast<std::ptrdiff_t>(i)) {
+        throw IoError(what + ": attribute 'variables' names channel '" + names[i] + "' twice (channels " +
+                      std::to_string(first - names.begin()) + " and " + std::to_string(i) +
+                      "); each channel needs its own name");
+      }
     }
   } else {
     for (std::int64_t i = 0; i < file_channels; ++i) names.push_back("c" + std::to_string(i));
@@ -185,9 +196,35 @@ std::string FieldDataInfo::describe_files() const {
   return files.front() + " .. " + files.back() + " (" + std::to_string(files.size()) + " files)";
 }
 
+namespace {
+
+// A NaN or Inf in the data trains to a non-finite loss that reads as divergence (and
+// makes NaN statistics and forecasts): named here, where its place is known.
+void check_finite(const std::vector<float>& slab, std::int64_t plane, std::int64_t t0, std::int64_t lat_start,
+                  std::int64_t nlon, const std::string& what) {
+  for (std::size_t i = 0; i < slab.size(); ++i) {
+    if (std::isfinite(slab[i])) continue;
+    const auto at = static_cast<std::int64_t>(i);
+    throw IoError(what + " holds " + (std::isnan(slab[i]) ? "NaN" : "an infinite value") + " at time " +
+                  std::to_string(t0 + at / plane) + ", latitude row " + std::to_string(lat_start + at % plane / nlon) +
+                  ", longitude " + std::to_string(at % nlon) +
+                  ": tessera trains only on finite values (mark missing data with _FillValue in netCDF input, or "
+                  "fill it)");
+  }
+}
+
+// A device, FIFO or directory as a data file would be read until memory runs out or
+// block: each file is refused by name before HDF5 opens it.
+std::vector<std::string> regular_files(std::vector<std::string> files) {
+  for (const auto& f : files) tessera::detail::require_regular_file(f, "data file (data.path)");
+  return files;
+}
+
+}  // namespace
+
 std::vector<std::string> data_files(const DataConfig& c) {
-  if (!c.path_list.empty()) return c.path_list;
-  if (c.path.find_first_of("*?[") == std::string::npos) return {c.path};
+  if (!c.path_list.empty()) return regular_files(c.path_list);
+  if (c.path.find_first_of("*?[") == std::string::npos) return regular_files({c.path});
   glob_t g{};
   const int rc = ::glob(c.path.c_str(), 0, nullptr, &g);
   std::vector<std::string> files;
@@ -195,7 +232,7 @@ std::vector<std::string> data_files(const DataConfig& c) {
   ::globfree(&g);
   if (files.empty()) throw IoError("data.path '" + c.path + "' matches no file");
   std::sort(files.begin(), files.end());
-  return files;
+  return regular_files(std::move(files));
 }
 
 bool is_netcdf_input(const DataConfig& c, const std::vector<std::string>& files) {
@@ -253,7 +290,7 @@ void read_field_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t nt
   H5Space space(H5Dget_space(dset.get()));
   const std::int64_t plane = lat_count * info.nlon;
   // One hyperslab read per selected channel: [the times, channel, this band, all lon].
-  std::vector<float> slab(static_cast<std::size_t>(nt * plane));
+  std::vector<float> slab(host_buffer_elements(static_cast<long double>(nt) * plane, sizeof(float), what));
   for (std::int64_t ci = 0; ci < info.channels; ++ci) {
     const hsize_t start[4] = {static_cast<hsize_t>(t0), static_cast<hsize_t>(info.channel_index[ci]),
                               static_cast<hsize_t>(lat_start), 0};
@@ -265,6 +302,7 @@ void read_field_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t nt
       throw IoError(what + ": cannot read channel " + info.variables[ci] + ", latitudes [" + std::to_string(lat_start) +
                     ", " + std::to_string(lat_start + lat_count) + ")");
     }
+    check_finite(slab, plane, t0, lat_start, info.nlon, what + ", variable '" + info.variables[ci] + "'");
     for (std::int64_t t = 0; t < nt; ++t) {
       std::memcpy(out + (t * info.channels + ci) * plane, slab.data() + t * plane, plane * sizeof(float));
     }
@@ -312,11 +350,13 @@ FieldDataInfo read_validation_info(const DataConfig& c, const FieldDataInfo& tra
   }
   v.normalize = false;            // the training statistics normalise it (below)
   const std::string what = "data.validation: " + name_of(v);
-  if (std::FILE* f = std::fopen(v.path.c_str(), "rb")) {
-    std::fclose(f);
-  } else {  // (read_field_data_info would blame data.path)
-    throw IoError("data.validation: cannot read '" + v.path + "': " + std::strerror(errno));
+  // Named here: read_field_data_info would blame data.path. (No open: a FIFO would block it.)
+  std::error_code missing;
+  if (!std::filesystem::exists(v.path, missing)) {
+    throw IoError("data.validation: cannot read '" + v.path + "': " +
+                  (missing ? missing.message() : std::string(std::strerror(ENOENT))));
   }
+  tessera::detail::require_regular_file(v.path, "data.validation file");
   FieldDataInfo info = naming_key("data.validation", [&] { return read_field_data_info(v); });
   if (info.nlat != train.nlat || info.nlon != train.nlon || !(info.latitude_spec() == train.latitude_spec())) {
     throw ConfigError(what + ": its grid " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) +
@@ -331,7 +371,11 @@ FieldDataInfo read_validation_info(const DataConfig& c, const FieldDataInfo& tra
 FieldData::FieldData(const DataConfig& c, const FieldDataInfo& info, std::int64_t lat_start, std::int64_t lat_count)
     : info_(info), lead_(c.lead), lat_count_(lat_count) {
   const std::int64_t plane = lat_count * info.nlon;
-  values_.resize(static_cast<std::size_t>(info.times * info.channels * plane));
+  values_.resize(host_buffer_elements(static_cast<long double>(info.times) * info.channels * plane, sizeof(float),
+                                      "data '" + info.describe_files() + "': this rank's band of " +
+                                          std::to_string(info.times) + " times x " + std::to_string(info.channels) +
+                                          " channels x " + std::to_string(lat_count) + " x " +
+                                          std::to_string(info.nlon)));
   read_field_band(info, 0, info.times, lat_start, lat_count, values_.data());
   for (std::int64_t t = 0; t < info.times; ++t) {
     for (std::int64_t ci = 0; ci < info.channels; ++ci) {

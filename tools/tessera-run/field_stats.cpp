@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "driver_common.hpp"
 #include "field_data.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/domain/decomposition.hpp"
 #include "tessera/domain/global_sum.hpp"
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/version.hpp"
@@ -68,7 +70,8 @@ int field_stats(const RunConfig& cfg, const Options& opts) {
   for (int pass = 0; pass < 2; ++pass) {
     for (std::int64_t t0 = 0; t0 < info.times; t0 += kTimeChunk) {
       const std::int64_t nt = std::min(kTimeChunk, info.times - t0);
-      band.resize(static_cast<std::size_t>(nt * info.channels * plane));
+      band.resize(host_buffer_elements(static_cast<long double>(nt) * info.channels * plane, sizeof(float),
+                                       "data '" + info.describe_files() + "'"));
       agree_on_success(mesh.world().mpi_comm(),
                        [&] { read_field_band(info, t0, nt, box.lat.start, box.lat.length, band.data()); });
       for (std::int64_t c = 0; c < info.channels; ++c) {
@@ -123,6 +126,8 @@ void read_field_stats(const std::string& path, const std::vector<std::string>& c
                       std::vector<double>& std) {
   const std::string what = "data.stats file '" + path + "'";
   YAML::Node root;
+  std::error_code missing;
+  if (std::filesystem::exists(path, missing)) tessera::detail::require_regular_file(path, "data.stats file");
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {

@@ -84,10 +84,17 @@ void MetricsFile::write(const JsonRecord& record) {
   if (file_ == nullptr) return;
   const std::string line = record.str() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
-    std::fprintf(stderr, "tessera-run: warning: logging.metrics_file: cannot write to '%s' (%s); no more records\n",
-                 path_.c_str(), std::strerror(errno));
+    lost_ = "writing to '" + path_ + "' failed (" + std::strerror(errno) + ") at the record " + line.substr(0, 40) +
+            "...; it and every later record are lost";
+    std::fprintf(stderr, "tessera-run: warning: logging.metrics_file: %s\n", lost_.c_str());
     std::fclose(file_);
     file_ = nullptr;
+  }
+}
+
+void MetricsFile::check_complete() const {
+  if (!lost_.empty()) {
+    throw IoError("logging.metrics_file: " + lost_ + " (free space on its file system, or name another file)");
   }
 }
 

@@ -43,12 +43,19 @@ class MetricsFile {
   void open(const std::string& path, bool writer, bool append);
   bool enabled() const { return file_ != nullptr; }
   // Writes the line and flushes it. A failed write (a full disk) must not stop one rank
-  // while the others train on: it prints one warning and closes the file.
+  // while the others train on: it prints one warning, closes the file and remembers the
+  // loss for check_complete.
   void write(const JsonRecord& record);
+  // Throws IoError naming the key, the file, the first record lost and why, when a write
+  // failed: lost records must not end in status 0. Called (agreed over the world) after
+  // the first record, so a file that cannot take a line fails before training, and at
+  // the end of the run.
+  void check_complete() const;
 
  private:
   std::FILE* file_ = nullptr;
   std::string path_;
+  std::string lost_;  // why the first record was lost ("" while none was)
 };
 
 }  // namespace tessera::run

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 
+#include "driver_common.hpp"
 #include "hdf5_support.hpp"
 #include "tessera/error.hpp"
 
@@ -68,7 +69,8 @@ Axis classify(const std::string& name, const std::string& axis, const std::strin
 std::vector<double> read_1d(hid_t dset, const std::string& what) {
   H5Space space(H5Dget_space(dset));
   if (H5Sget_simple_extent_ndims(space.get()) != 1) throw IoError(what + ": a coordinate must be 1-D");
-  std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get())));
+  std::vector<double> v(
+      host_buffer_elements(static_cast<long double>(H5Sget_simple_extent_npoints(space.get())), sizeof(double), what));
   if (!v.empty() && H5Dread(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
     throw IoError(what + ": cannot read its values as numbers");
   }
@@ -424,7 +426,8 @@ void read_netcdf_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t n
       }
       start.insert(start.end(), {static_cast<hsize_t>(row0), 0});
       count.insert(count.end(), {static_cast<hsize_t>(lat_count), static_cast<hsize_t>(nlon)});
-      slab.resize(static_cast<std::size_t>((b - a) * levels * lat_count * nlon));
+      slab.resize(host_buffer_elements(static_cast<long double>(b - a) * levels * lat_count * nlon, sizeof(double),
+                                       what));
       H5Space mem(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
       if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
           H5Dread(d.get(), H5T_NATIVE_DOUBLE, mem.get(), space.get(), H5P_DEFAULT, slab.data()) < 0) {

@@ -137,9 +137,14 @@ CfWriter::CfWriter(const CfOutputLayout& L, Communicator& comm) : comm_(comm), p
   nlon_ = static_cast<std::int64_t>(L.coords.lon.size());
   nlev_ = static_cast<std::int64_t>(L.coords.level.size());
   std::vector<std::uint64_t> offsets(L.variables.size());
-  agree_on_success(comm.mpi_comm(), [&] {
-    if (comm.rank() == 0) offsets = lay_out(L, tmp_);
-  });
+  try {
+    agree_on_success(comm.mpi_comm(), [&] {
+      if (comm.rank() == 0) offsets = lay_out(L, tmp_);
+    });
+  } catch (...) {
+    remove_unfinished();  // (a full disk fails the layout half way: leave no .tmp)
+    throw;
+  }
   // HDF5 offsets fit in int64 (file sizes are off_t), the dtype the collectives take.
   Tensor shared = Tensor::zeros({static_cast<std::int64_t>(offsets.size())}, DType::i64);
   std::memcpy(shared.data(), offsets.data(), offsets.size() * sizeof(std::uint64_t));
@@ -158,6 +163,13 @@ CfWriter::CfWriter(const CfOutputLayout& L, Communicator& comm) : comm_(comm), p
 
 CfWriter::~CfWriter() {
   if (fd_ >= 0) ::close(fd_);
+  if (!renamed_) remove_unfinished();
+}
+
+void CfWriter::remove_unfinished() const {
+  if (comm_.rank() != 0) return;
+  std::error_code ec;
+  std::filesystem::remove(tmp_, ec);
 }
 
 void CfWriter::write(std::int64_t time_index, std::int64_t lat_start, std::int64_t lat_count, const float* band) {
@@ -204,6 +216,7 @@ void CfWriter::finish() {
     std::filesystem::rename(tmp_, path_, ec);
     if (ec) throw IoError("predict.output: cannot rename '" + tmp_ + "' to '" + path_ + "': " + ec.message());
   });
+  renamed_ = true;
 }
 
 }  // namespace tessera::run

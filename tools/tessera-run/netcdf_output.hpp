@@ -36,6 +36,8 @@ class CfWriter {
   // Collective over `comm`: rank 0 creates and lays out the file (errors agreed) and
   // broadcasts the variables' offsets.
   CfWriter(const CfOutputLayout& layout, Communicator& comm);
+  // A writer destroyed before finish() renamed the file (an error on the way: a full
+  // disk, a refused forecast) removes the unfinished PATH.tmp, on rank 0.
   ~CfWriter();
   CfWriter(const CfWriter&) = delete;
   CfWriter& operator=(const CfWriter&) = delete;
@@ -56,6 +58,9 @@ class CfWriter {
   std::vector<std::uint64_t> channel_stride_;   // bytes from one time to the next
   int fd_ = -1;
   std::string error_;
+  bool renamed_ = false;
+
+  void remove_unfinished() const;
 };
 
 }  // namespace tessera::run

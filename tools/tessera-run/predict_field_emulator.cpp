@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -55,6 +56,22 @@ std::string joined(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
   return s;
+}
+
+// Throws ConfigError naming the step, the variable and the checkpoint where the band
+// `out` f32 [1, channels, lat, lon] holds a value that is not finite.
+void check_forecast_finite(const Tensor& out, std::int64_t step, const FieldDataInfo& info,
+                           const std::string& checkpoint_file) {
+  const float* v = out.data<float>();
+  const std::int64_t n = out.numel(), per_channel = n / std::max<std::int64_t>(1, info.channels);
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::isfinite(v[i])) continue;
+    throw ConfigError("predict: step " + std::to_string(step) + " of the forecast holds " +
+                      (std::isnan(v[i]) ? "NaN" : "an infinite value") + " (variable '" +
+                      info.variables[static_cast<std::size_t>(i / per_channel)] + "'): the weights of '" +
+                      checkpoint_file + "' are not finite or the model blew up; nothing written to predict.output " +
+                      "(check the checkpoint with `tessera-ckpt verify`, or predict fewer steps)");
+  }
 }
 
 }  // namespace
@@ -164,6 +181,9 @@ int predict_field_emulator(const RunConfig& cfg, const Options& opts) {
   for (std::int64_t k = 1; k <= pc.steps; ++k) {
     state = model->predict(state);
     const Tensor out = state.to(Device::host()).contiguous();
+    // A NaN forecast is lost output, not a result: refused on every rank (the writer
+    // then removes its unfinished file).
+    agree_on_success(world, [&] { check_forecast_finite(out, k, info, checkpoint_file); });
     if (writes) writer.write(k, box.lat.start, box.lat.length, out.data<float>());
     ++window_steps;
     if (k % pc.log_every == 0 || k == pc.steps) {

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <limits>
 
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::run {
@@ -44,9 +45,7 @@ TokenData::TokenData(const DataConfig& config, std::int64_t vocab, std::int64_t 
   uniform_entropy_ = std::log(static_cast<double>(vocab));
   entropy_rate_ = std::numeric_limits<double>::quiet_NaN();
   if (config.source == "bytes") {
-    std::ifstream in(config.path, std::ios::binary);
-    if (!in) throw IoError("data.path: cannot read '" + config.path + "': " + std::strerror(errno));
-    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string bytes = tessera::detail::read_regular_file(config.path, "data file (data.path)");
     ids_.reserve(bytes.size());
     for (char b : bytes) ids_.push_back(static_cast<unsigned char>(b));
     description_ = "bytes of " + config.path + ": " + std::to_string(ids_.size()) + " tokens";
@@ -56,12 +55,17 @@ TokenData::TokenData(const DataConfig& config, std::int64_t vocab, std::int64_t 
     SplitMix64 rng{config.seed};
     std::vector<std::int32_t> successors(static_cast<std::size_t>(vocab * k));
     std::vector<std::int32_t> pool(static_cast<std::size_t>(vocab));
+    for (std::int64_t i = 0; i < vocab; ++i) pool[i] = static_cast<std::int32_t>(i);
+    std::vector<std::int64_t> swapped(static_cast<std::size_t>(k));
     for (std::int64_t a = 0; a < vocab; ++a) {
-      for (std::int64_t i = 0; i < vocab; ++i) pool[i] = static_cast<std::int32_t>(i);
       for (std::int64_t j = 0; j < k; ++j) {  // partial Fisher-Yates: k distinct successors
-        std::swap(pool[j], pool[j + rng.below(vocab - j)]);
+        swapped[j] = j + rng.below(vocab - j);
+        std::swap(pool[j], pool[swapped[j]]);
         successors[a * k + j] = pool[j];
       }
+      // Undone in reverse, the swaps leave the identity for the next token: k steps, not
+      // a vocab-long refill per token (vocab² for a large vocab).
+      for (std::int64_t j = k - 1; j >= 0; --j) std::swap(pool[j], pool[swapped[j]]);
     }
     std::vector<double> zipf(static_cast<std::size_t>(k)), cumulative(static_cast<std::size_t>(k));
     double total = 0;

@@ -180,6 +180,9 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   start_run(log, cfg, mesh);
 
   const models::DecoderConfig& arch = cfg.decoder.arch;
+  // Before anything is allocated (the token data's tables, the tp plan's per-layer rules,
+  // the model): a config whose model cannot fit fails here, on every rank.
+  check_model_fits(mesh, cfg.source + ": the decoder", arch.parameter_count(), optimizer_kind(cfg.optimizer));
   const std::int64_t seq_len = cfg.decoder.seq_len;
   const int dp_size = mesh.dp_size(), tp_size = mesh.tp_size();
   if (cfg.data.batch_size % dp_size != 0) {
@@ -216,8 +219,6 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   if (!plan.reason.empty()) log.info("note: " + plan.reason);
   const bool sp = plan.sequence_parallel && tp_size > 1;
 
-  // Before anything is allocated: a config whose model cannot fit fails here, on every rank.
-  check_model_fits(mesh, cfg.source + ": the decoder", arch.parameter_count(), optimizer_kind(cfg.optimizer));
   auto model = std::make_unique<models::Decoder>(arch, DType::f32, mesh.device());
   // Before tensor parallelism and the wrappers: a converted or wrapped layer keeps it.
   model->set_compute_precision(cfg.precision);

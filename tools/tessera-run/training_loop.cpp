@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -153,6 +154,22 @@ TrainingTask::Evaluation evaluate(const Validation& v, const Mesh& mesh, Trainin
   return {s[0] / s[2], s[1] / s[2]};
 }
 
+// Loaded weights that are not finite train to a NaN loss, which reads as divergence
+// ("lower optimizer.lr"): named here with the parameter and the file. Collective.
+void check_loaded_weights(nn::Module& model, const std::string& key, const std::string& file, const Mesh& mesh) {
+  agree_on_success(mesh.world().mpi_comm(), [&] {
+    for (const auto& [name, p] : model.named_parameters()) {
+      if (!p->value.defined() || p->value.numel() == 0 || p->value.dtype() != DType::f32) continue;
+      const std::vector<float> v = p->value.to(Device::host()).contiguous().to_vector<float>();
+      const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+      if (bad == v.end()) continue;
+      throw ConfigError(key + ": parameter '" + name + "' of '" + file + "' holds " +
+                        (std::isnan(*bad) ? "NaN" : "an infinite value") +
+                        ": these weights cannot train (load an earlier step, or re-import them)");
+    }
+  });
+}
+
 }  // namespace
 
 
@@ -176,6 +193,7 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
     task.check_saved_model(header);
     const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, optimizer);
     start_step = loaded.step;
+    check_loaded_weights(model, "resume", loaded.file, mesh);
     log.info("resumed from " + loaded.file + " at step " + std::to_string(loaded.step) + " (saved at " +
              loaded.saved_mesh.str() + " on " + std::to_string(loaded.saved_world_size) + " ranks; now " +
              mesh.config().str() + " on " + std::to_string(mesh.world_size()) + ")");
@@ -205,6 +223,7 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
                           ", which the model lacks");
       }
     });
+    check_loaded_weights(model, "init_weights", loaded.file, mesh);
     log.info("init_weights: model weights from " + loaded.file + " (its step " + std::to_string(loaded.step) +
              ", saved at " + loaded.saved_mesh.str() + "); optimizer state fresh, starting at step 0");
   }
@@ -282,6 +301,8 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
                     .add("train_samples", task.samples())
                     .add("validation_samples", validation.samples)
                     .add("baseline_name", baseline));
+  // A file that cannot take one line (a full disk, /dev/full) fails before any step.
+  agree_on_success(mesh.world().mpi_comm(), [&] { metrics.check_complete(); });
 
   double window_loss = 0, window_baseline = 0, window_time = 0, run_time = 0;
   std::int64_t window_steps = 0;
@@ -449,6 +470,7 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
                     .add("final_loss", last_loss)
                     .add("final_baseline", last_baseline)
                     .add("final_val_loss", last_val_loss));
+  agree_on_success(mesh.world().mpi_comm(), [&] { metrics.check_complete(); });
   return 0;
 }
 
