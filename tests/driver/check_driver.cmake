@@ -804,6 +804,25 @@ elseif(MODE STREQUAL "hostile_inputs")
   # Metrics that cannot be written fail the run (before training), naming the file.
   expect_refusal(2 "logging.metrics_file: writing to '/dev/full' failed \\(No space left on device\\)"
                  ${tiny} ${data} ${np2} --set=logging.metrics_file=/dev/full "--set=checkpoint.dir=")
+  # Weights that are not finite (SGD at lr 1e30 without clipping saves NaN weights at
+  # step 2, before the divergence check of the logged step 3): predict refuses the NaN
+  # forecast and leaves no .tmp; resume and init_weights name the parameter.
+  set(one "--set=parallelism={data: none, tensor: 1, domain: 1}")
+  set(blown "${WORK_DIR}/blown/step_00000002")
+  run_driver(out rc 1 ${tiny} ${data} ${one} "--set=optimizer={type: sgd, lr: 1.0e30, clip_grad_norm: 0}"
+             --set=schedule.steps=3 --set=schedule.log_every=100 --set=checkpoint.interval=1
+             "--set=checkpoint.dir=${WORK_DIR}/blown")
+  if(NOT EXISTS "${blown}")
+    message(FATAL_ERROR "the lr 1e30 run saved no step 2 (${rc}):\n${out}")
+  endif()
+  expect_error(1 "tessera-run: error: predict: step 1 of the forecast holds NaN \\(variable 'h'\\)" predict ${tiny}
+               ${data} ${one} "--set=predict.checkpoint=${blown}" --set=predict.steps=2
+               "--set=predict.output=${WORK_DIR}/p.nc")
+  if(EXISTS "${WORK_DIR}/p.nc" OR EXISTS "${WORK_DIR}/p.nc.tmp")
+    message(FATAL_ERROR "a refused predict left its output behind")
+  endif()
+  expect_refusal(1 "init_weights: parameter 'encoder.weight' of '${blown}/checkpoint.h5' holds NaN" ${tiny} ${data}
+                 ${one} "--set=init_weights=${blown}" "--set=checkpoint.dir=${WORK_DIR}/again")
   # NaN in the data, and a declared time axis larger than memory (h5py writes both).
   if(EXISTS /usr/bin/python3)
     set(nan "${WORK_DIR}/nan.h5")
