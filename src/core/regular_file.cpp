@@ -48,6 +48,15 @@ void require_regular_file(const std::string& path, const std::string& what) {
   if (!S_ISREG(st.st_mode)) refuse(path, what, st.st_mode);
 }
 
+void require_replaceable_file(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // absent (or unreachable: the write says why)
+  if (!S_ISREG(st.st_mode)) {
+    throw IoError(what + " '" + path + "' is " + kind_of(st.st_mode) +
+                  ", not a regular file; tessera writes a new file and renames it over the old one, so name a file");
+  }
+}
+
 std::string read_regular_file(const std::string& path, const std::string& what) {
   // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer.
   const Fd file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};

@@ -45,6 +45,7 @@ int field_stats(const RunConfig& cfg, const Options& opts) {
     throw ConfigError(cfg.source + ": data.stats: `tessera-run stats` writes the statistics to the file data.stats "
                                    "names; set it (e.g. --set data.stats=stats.yaml)");
   }
+  agree_on_success(MPI_COMM_WORLD, [&] { tessera::detail::require_replaceable_file(cfg.data.stats, "data.stats"); });
   // Every rank a latitude band of the data, whatever the config's parallelism.
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -90,6 +91,17 @@ int field_stats(const RunConfig& cfg, const Options& opts) {
     }
   }
 
+  // Every rank holds the same sums (global_sum), so every rank refuses alike: a NaN or
+  // infinite statistic (the data's values overflow a double's sum) is never written.
+  for (std::int64_t c = 0; c < info.channels; ++c) {
+    const double mean = sum[static_cast<std::size_t>(c)] / count;
+    const double std = std::sqrt(squares[static_cast<std::size_t>(c)] / count);
+    if (!std::isfinite(mean) || !std::isfinite(std)) {
+      throw IoError("stats: variable '" + info.variables[static_cast<std::size_t>(c)] + "' of data '" +
+                    info.describe_files() + "' has mean " + g17(mean) + " and std " + g17(std) +
+                    ", which data.normalize cannot use; nothing written to data.stats (" + cfg.data.stats + ")");
+    }
+  }
   if (mesh.global_rank() == 0) {
     std::string text = "# tessera-run stats (tessera " + std::string(version_string) +
                        "): per-channel mean and standard deviation (population) over every time, latitude and\n"
@@ -111,7 +123,11 @@ int field_stats(const RunConfig& cfg, const Options& opts) {
       std::ofstream out(tmp, std::ios::trunc);
       out << text;
       out.close();
-      if (!out) throw IoError("data.stats: cannot write '" + tmp + "'");
+      if (!out) {
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);  // (a full disk: leave no .tmp)
+        throw IoError("data.stats: cannot write '" + tmp + "'");
+      }
     }
     std::error_code ec;
     std::filesystem::rename(tmp, cfg.data.stats, ec);

@@ -13,6 +13,7 @@
 #include "field_data.hpp"
 #include "netcdf_output.hpp"
 #include "tessera/agree.hpp"
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/mesh.hpp"
@@ -81,6 +82,7 @@ int predict_field_emulator(const RunConfig& cfg, const Options& opts) {
     throw ConfigError(cfg.source + ": tessera-run predict rolls out the field emulator; model.type is " + cfg.model_type);
   }
   const PredictConfig& pc = cfg.predict;
+  agree_on_success(MPI_COMM_WORLD, [&] { tessera::detail::require_replaceable_file(pc.output, "predict.output"); });
   Mesh mesh(MPI_COMM_WORLD, cfg.parallelism, run_device(cfg));
   const MPI_Comm world = mesh.world().mpi_comm();
   const Log log(mesh.global_rank() == 0, cfg.log_level);

@@ -14,6 +14,11 @@ namespace tessera::detail {
 // (data.path)". The message says what the path is instead (a directory, a FIFO ...).
 void require_regular_file(const std::string& path, const std::string& what);
 
+// For an output written to PATH.tmp and renamed over `path`: throws IoError unless
+// `path` is absent or a regular file. The rename would replace a device node, a FIFO or
+// a directory's entry (as root, `data.stats: /dev/full` replaced the device).
+void require_replaceable_file(const std::string& path, const std::string& what);
+
 // The whole content of the regular file `path`: opened without blocking (a FIFO cannot
 // hang the open) and checked on the open descriptor, so the check and the read see the
 // same file. Throws IoError naming `what` and the path.
