@@ -823,6 +823,19 @@ elseif(MODE STREQUAL "hostile_inputs")
   endif()
   expect_refusal(1 "init_weights: parameter 'encoder.weight' of '${blown}/checkpoint.h5' holds NaN" ${tiny} ${data}
                  ${one} "--set=init_weights=${blown}" "--set=checkpoint.dir=${WORK_DIR}/again")
+  # predict on a full disk (a 16 KiB file-size limit, as driver_disk_full): one error
+  # naming the output, exit 1, no crash in MPI_Finalize and no .tmp left behind.
+  expect_success(1 ${tiny} ${data} ${one} --set=schedule.steps=2 "--set=checkpoint.dir=${WORK_DIR}/ok")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env UCX_TLS=^posix
+                          bash -c "trap '' XFSZ; ulimit -f 16; exec \"\$@\"" limited
+                          ${MPIEXEC} ${NUMPROC_FLAG} 2 ${RUN} predict ${tiny} ${data} ${np2}
+                          "--set=predict.checkpoint=${WORK_DIR}/ok" "--set=predict.output=${WORK_DIR}/full.nc"
+                  WORKING_DIRECTORY "${SOURCE_DIR}" OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                  TIMEOUT 120)
+  if(NOT rc EQUAL 1 OR NOT "${out}${err}" MATCHES "tessera-run: error: predict.output '[^\n]*full.nc': the forecast needs [0-9]+ bytes"
+     OR EXISTS "${WORK_DIR}/full.nc" OR EXISTS "${WORK_DIR}/full.nc.tmp")
+    message(FATAL_ERROR "predict on a full disk: expected exit 1, the error and no output; got ${rc}:\n${out}${err}")
+  endif()
   # NaN in the data, and a declared time axis larger than memory (h5py writes both).
   if(EXISTS /usr/bin/python3)
     set(nan "${WORK_DIR}/nan.h5")

@@ -48,10 +48,35 @@ void text(hid_t obj, const char* name, const std::string& value, const std::stri
   if (!value.empty()) write_string_attribute(obj, name, value, what);
 }
 
+// A full disk is found here, before HDF5 writes a byte: an HDF5 file whose metadata
+// flush failed stays half closed, and HDF5 crashes closing it again inside MPI_Finalize.
+// The space of the whole file (the variables' bytes and room for the metadata) is
+// reserved once and released; a disk that fills in between still fails the writes.
+void check_space(const CfOutputLayout& L, const std::string& tmp, const std::string& what) {
+  const long double plane = static_cast<long double>(L.coords.lat.size()) * L.coords.lon.size() * sizeof(float);
+  long double bytes = 1 << 20;  // the metadata: attributes (the config), coordinates, B-trees
+  for (const auto& v : L.variables) {
+    bytes += plane * static_cast<long double>(L.coords.time.size()) *
+             static_cast<long double>(v.has_level ? L.coords.level.size() : 1);
+  }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError(what + ": cannot create '" + tmp + "': " + std::strerror(errno));
+  const int rc = bytes > 9.0e18L ? EFBIG : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  ::close(fd);
+  std::error_code ignored;
+  std::filesystem::remove(tmp, ignored);
+  if (rc != 0) {
+    throw IoError(what + ": the forecast needs " + std::to_string(static_cast<long long>(bytes)) +
+                  " bytes, which '" + tmp + "' cannot hold (" + std::strerror(rc) +
+                  "); free space on its file system or name another predict.output");
+  }
+}
+
 // Lays the file out and returns each data variable's storage offset.
 std::vector<std::uint64_t> lay_out(const CfOutputLayout& L, const std::string& tmp) {
   tessera::detail::hdf5_errors_as_exceptions();
   const std::string what = "predict.output '" + L.path + "'";
+  check_space(L, tmp, what);
   std::error_code ec;
   std::filesystem::remove(tmp, ec);
   H5Plist fcpl(H5Pcreate(H5P_FILE_CREATE));
