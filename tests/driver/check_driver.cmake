@@ -840,19 +840,25 @@ elseif(MODE STREQUAL "hostile_inputs")
   if(EXISTS /usr/bin/python3)
     set(nan "${WORK_DIR}/nan.h5")
     set(huge "${WORK_DIR}/huge.h5")
+    set(nan_nc "${WORK_DIR}/nan.nc")
     file(COPY_FILE "${SOURCE_DIR}/data/rossby_haurwitz.h5" "${nan}")
+    file(COPY_FILE "${SOURCE_DIR}/data/rossby_haurwitz.nc" "${nan_nc}")
     execute_process(COMMAND /usr/bin/python3 -c [=[
 import h5py, sys
 with h5py.File(sys.argv[1], 'r+') as f:
     f['fields'][5, 1, 20, 7] = float('nan')
+with h5py.File(sys.argv[4], 'r+') as f:
+    f['h'][3, 4, 5] = float('nan')
 with h5py.File(sys.argv[2], 'r') as src, h5py.File(sys.argv[3], 'w') as f:
     d = f.create_dataset('fields', shape=(2**40, 3, 32, 64), dtype='f4', chunks=(1, 1, 32, 64))
     for k, v in src['fields'].attrs.items():
         d.attrs[k] = v
-]=] "${nan}" "${SOURCE_DIR}/data/rossby_haurwitz.h5" "${huge}" RESULT_VARIABLE py_rc ERROR_VARIABLE py_err)
+]=] "${nan}" "${SOURCE_DIR}/data/rossby_haurwitz.h5" "${huge}" "${nan_nc}" RESULT_VARIABLE py_rc ERROR_VARIABLE py_err)
     if(py_rc EQUAL 0)
       expect_refusal(2 "data file '${nan}', dataset 'fields', variable 'u' holds NaN at time 5, latitude row 20, longitude 7"
                      ${tiny} ${np2} "--set=data.path=${nan}" "--set=checkpoint.dir=")
+      expect_refusal(2 "netCDF file '${nan_nc}', variable 'h': NaN at time index 3 that no _FillValue"
+                     ${tiny} ${np2} "--set=data.path=${nan_nc}" --set=data.normalize=false "--set=checkpoint.dir=")
       expect_refusal(2 "data '${huge}': this rank's band of 1099511627776 times[^\n]* needs [^\n]*more than the node has available"
                      ${tiny} ${np2} "--set=data.path=${huge}" "--set=checkpoint.dir=")
     else()

@@ -447,7 +447,13 @@ void read_netcdf_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t n
                 throw IoError(what + ": a missing value (_FillValue/missing_value) at time index " +
                               std::to_string(t - file_first) + ": the emulator needs complete fields");
               }
-              dst[r * nlon + j] = static_cast<float>(raw * var.scale_factor + var.add_offset);
+              const float value = static_cast<float>(raw * var.scale_factor + var.add_offset);
+              if (!std::isfinite(value)) {  // (a NaN that no _FillValue declares)
+                throw IoError(what + ": " + (std::isnan(value) ? "NaN" : "an infinite value") + " at time index " +
+                              std::to_string(t - file_first) + " that no _FillValue or missing_value declares: " +
+                              "tessera trains only on finite values");
+              }
+              dst[r * nlon + j] = value;
             }
           }
         }
