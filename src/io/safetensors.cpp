@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <span>
 
 #include "io/format.hpp"
 #include "io/json.hpp"
+#include "tessera/detail/finite.hpp"
 #include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 
@@ -67,20 +69,26 @@ bool holds_nul(const std::string& name) { return name.find('\0') != std::string:
 
 // Weights that are not finite are refused where they enter: they would train or predict
 // NaN with nothing to say where it came from.
+template <class T>
+void check_finite(std::span<const T> values, const std::string& at) {
+  const auto bad = tessera::detail::first_non_finite(values);
+  if (!bad) return;
+  throw IoError(at + ": element " + std::to_string(*bad) + " is " +
+                tessera::detail::non_finite_kind(static_cast<double>(values[*bad])) +
+                "; tessera refuses weights that are not finite (fix or drop the tensor at its source)");
+}
+
 void check_finite(const Tensor& t, const std::string& at) {
   const auto n = static_cast<std::size_t>(t.numel());
-  for (std::size_t i = 0; i < n; ++i) {
-    double v = 0;
-    switch (t.dtype()) {
-      case DType::f32: v = t.data<float>()[i]; break;
-      case DType::f64: v = t.data<double>()[i]; break;
-      case DType::bf16: v = static_cast<float>(t.data<bfloat16>()[i]); break;
-      case DType::i64: return;
+  switch (t.dtype()) {
+    case DType::f32: return check_finite(std::span<const float>(t.data<float>(), n), at);
+    case DType::f64: return check_finite(std::span<const double>(t.data<double>(), n), at);
+    case DType::bf16: {
+      std::vector<float> wide(n);
+      for (std::size_t i = 0; i < n; ++i) wide[i] = static_cast<float>(t.data<bfloat16>()[i]);
+      return check_finite(std::span<const float>(wide), at);
     }
-    if (!std::isfinite(v)) {
-      throw IoError(at + ": element " + std::to_string(i) + " is " + (std::isnan(v) ? "NaN" : "infinite") +
-                    "; tessera refuses weights that are not finite (fix or drop the tensor at its source)");
-    }
+    case DType::i64: return;
   }
 }
 

@@ -14,6 +14,7 @@
 #include "field_stats.hpp"
 #include "hdf5_support.hpp"
 #include "netcdf_input.hpp"
+#include "tessera/detail/finite.hpp"
 #include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/models/field_emulator.hpp"
@@ -202,15 +203,14 @@ namespace {
 // makes NaN statistics and forecasts): named here, where its place is known.
 void check_finite(const std::vector<float>& slab, std::int64_t plane, std::int64_t t0, std::int64_t lat_start,
                   std::int64_t nlon, const std::string& what) {
-  for (std::size_t i = 0; i < slab.size(); ++i) {
-    if (std::isfinite(slab[i])) continue;
-    const auto at = static_cast<std::int64_t>(i);
-    throw IoError(what + " holds " + (std::isnan(slab[i]) ? "NaN" : "an infinite value") + " at time " +
-                  std::to_string(t0 + at / plane) + ", latitude row " + std::to_string(lat_start + at % plane / nlon) +
-                  ", longitude " + std::to_string(at % nlon) +
-                  ": tessera trains only on finite values (mark missing data with _FillValue in netCDF input, or "
-                  "fill it)");
-  }
+  const auto bad = tessera::detail::first_non_finite(std::span<const float>(slab));
+  if (!bad) return;
+  const auto at = static_cast<std::int64_t>(*bad);
+  throw IoError(what + " holds " + tessera::detail::non_finite_kind(slab[*bad]) + " at time " +
+                std::to_string(t0 + at / plane) + ", latitude row " + std::to_string(lat_start + at % plane / nlon) +
+                ", longitude " + std::to_string(at % nlon) +
+                ": tessera trains only on finite values (mark missing data with _FillValue in netCDF input, or "
+                "fill it)");
 }
 
 // A device, FIFO or directory as a data file would be read until memory runs out or

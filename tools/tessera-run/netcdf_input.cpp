@@ -12,6 +12,7 @@
 
 #include "driver_common.hpp"
 #include "hdf5_support.hpp"
+#include "tessera/detail/finite.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::run {
@@ -449,7 +450,7 @@ void read_netcdf_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t n
               }
               const float value = static_cast<float>(raw * var.scale_factor + var.add_offset);
               if (!std::isfinite(value)) {  // (a NaN that no _FillValue declares)
-                throw IoError(what + ": " + (std::isnan(value) ? "NaN" : "an infinite value") + " at time index " +
+                throw IoError(what + ": " + tessera::detail::non_finite_kind(value) + " at time index " +
                               std::to_string(t - file_first) + " that no _FillValue or missing_value declares: " +
                               "tessera trains only on finite values");
               }

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
+#include <span>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -13,6 +13,7 @@
 #include "field_data.hpp"
 #include "netcdf_output.hpp"
 #include "tessera/agree.hpp"
+#include "tessera/detail/finite.hpp"
 #include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
@@ -63,16 +64,15 @@ std::string joined(const std::vector<std::string>& v) {
 // `out` f32 [1, channels, lat, lon] holds a value that is not finite.
 void check_forecast_finite(const Tensor& out, std::int64_t step, const FieldDataInfo& info,
                            const std::string& checkpoint_file) {
-  const float* v = out.data<float>();
-  const std::int64_t n = out.numel(), per_channel = n / std::max<std::int64_t>(1, info.channels);
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (std::isfinite(v[i])) continue;
-    throw ConfigError("predict: step " + std::to_string(step) + " of the forecast holds " +
-                      (std::isnan(v[i]) ? "NaN" : "an infinite value") + " (variable '" +
-                      info.variables[static_cast<std::size_t>(i / per_channel)] + "'): the weights of '" +
-                      checkpoint_file + "' are not finite or the model blew up; nothing written to predict.output " +
-                      "(check the checkpoint with `tessera-ckpt verify`, or predict fewer steps)");
-  }
+  const std::span<const float> v(out.data<float>(), static_cast<std::size_t>(out.numel()));
+  const auto bad = tessera::detail::first_non_finite(v);
+  if (!bad) return;
+  const std::size_t per_channel = v.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, info.channels));
+  throw ConfigError("predict: step " + std::to_string(step) + " of the forecast holds " +
+                    tessera::detail::non_finite_kind(v[*bad]) + " (variable '" + info.variables[*bad / per_channel] +
+                    "'): the weights of '" + checkpoint_file +
+                    "' are not finite or the model blew up; nothing written to predict.output " +
+                    "(check the checkpoint with `tessera-ckpt verify`, or predict fewer steps)");
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <atomic>
 #include <chrono>
-#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "tessera/agree.hpp"
+#include "tessera/detail/finite.hpp"
 #include "tessera/dp/sampler.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint.hpp"
@@ -161,10 +162,10 @@ void check_loaded_weights(nn::Module& model, const std::string& key, const std::
     for (const auto& [name, p] : model.named_parameters()) {
       if (!p->value.defined() || p->value.numel() == 0 || p->value.dtype() != DType::f32) continue;
       const std::vector<float> v = p->value.to(Device::host()).contiguous().to_vector<float>();
-      const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
-      if (bad == v.end()) continue;
+      const auto bad = tessera::detail::first_non_finite(std::span<const float>(v));
+      if (!bad) continue;
       throw ConfigError(key + ": parameter '" + name + "' of '" + file + "' holds " +
-                        (std::isnan(*bad) ? "NaN" : "an infinite value") +
+                        tessera::detail::non_finite_kind(v[*bad]) +
                         ": these weights cannot train (load an earlier step, or re-import them)");
     }
   });
