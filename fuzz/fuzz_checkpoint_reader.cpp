@@ -19,6 +19,11 @@
 //    crashes) are not tessera's: docs/fuzzing.md lists the ones found. Off by default so
 //    that the smoke test is about tessera.
 //
+// Each structured input also says whether the step directory's MANIFEST lists both
+// files (then the reader runs as above), is absent, leaves a file out or was edited
+// (then the reader must refuse before HDF5 opens anything, and verify must not pass
+// what the reader refuses).
+//
 // Contract checked: every failure is a tessera::Error (IoError / Hdf5Error / ShapeError
 // naming the file or dataset), never a crash, a sanitizer report or another exception
 // type; HDF5's automatic error printing is off after the reader ran (tessera turns it
@@ -39,6 +44,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -498,6 +504,68 @@ void exercise(const std::string& path) {
   if (sink == 0x5eed) std::fputc('\0', stderr);  // keep the reads observable
 }
 
+// ---- the MANIFEST beside the files ----------------------------------------------------
+// What the input says about the step directory's MANIFEST (one byte after the structured
+// description; a missing byte reads 0, so older seeds keep a correct one).
+enum class ManifestCase { listed, absent, omits_a_file, edited };
+
+std::string digest_line(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  char line[64];
+  std::snprintf(line, sizeof line, "%08x %zu ", tessera::io::crc32c(bytes.data(), bytes.size()), bytes.size());
+  return line + fs::path(path).filename().string() + "\n";
+}
+
+// Writes (or removes) the MANIFEST of the harness's step directory. Returns the case.
+ManifestCase write_manifest(const std::vector<std::string>& files, Input* in) {
+  const std::string path = work_dir() + "/MANIFEST";
+  const auto which = in == nullptr ? ManifestCase::listed : static_cast<ManifestCase>(in->byte() % 4);
+  std::error_code ec;
+  fs::remove(path, ec);
+  if (which == ManifestCase::absent) return which;
+  std::string text = "tessera-checkpoint-manifest 1\n";
+  const std::size_t left_out = which == ManifestCase::omits_a_file ? in->byte() % files.size() : files.size();
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (i != left_out) text += digest_line(files[i]);
+  }
+  if (which == ManifestCase::edited) {
+    // A byte replaced (often by a whitespace byte that is not a newline) or a cut.
+    const std::size_t low = in->byte();
+    const std::size_t at = (low | (std::size_t{in->byte()} << 8)) % text.size();
+    const std::uint8_t op = in->byte();
+    if (op < 0x40) {
+      text.resize(at);
+    } else {
+      text[at] = op < 0x80 ? "\v\t\f\r \n"[op % 6] : static_cast<char>(in->byte());
+    }
+  }
+  std::ofstream(path, std::ios::binary) << text;
+  return which;
+}
+
+// The contract for a MANIFEST that is missing, leaves a file out or was edited: the
+// reader refuses it before HDF5 opens anything, and verify never passes a step that the
+// reader refuses (one rule for both).
+void check_refused(const std::string& path, ManifestCase which) {
+  bool reader_refused = false;
+  std::string why;
+  try {
+    const tessera::io::CheckpointReader reader(path);
+  } catch (const tessera::Error& e) {
+    why = e.what();
+    reader_refused = why.find("MANIFEST") != std::string::npos;
+  }
+  if (which != ManifestCase::edited && !reader_refused) {
+    finding("a step whose MANIFEST is missing or leaves a file out was opened", why.empty() ? path : why);
+  }
+  // Only then: verify on an accepted step reads every dataset whole, whatever its size.
+  if (reader_refused && tessera::io::verify_checkpoint(path).ok()) {
+    finding("verify passed a step the reader refuses", why);
+  }
+  if (debug_enabled()) std::fprintf(stderr, "manifest case %d: %s\n", static_cast<int>(which), why.c_str());
+}
+
 bool env_is_1(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "1") == 0;
@@ -521,20 +589,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const char kSignature[] = "\x89HDF\r\n\x1a\n";
   const std::string path = work_dir() + "/checkpoint.h5";
   const std::string slice_path = work_dir() + "/checkpoint.rank00000.h5";
+  ManifestCase manifest = ManifestCase::listed;
   if (size >= 8 && std::memcmp(data, kSignature, 8) == 0) {
     if (!raw_enabled()) return 0;
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-    if (!out) finding("harness", "cannot write " + path);
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+      if (!out) finding("harness", "cannot write " + path);
+    }
+    std::error_code ec;
+    fs::remove(slice_path, ec);
+    // Listed as if trusted: the raw mode is about what HDF5 does with the bytes.
+    write_manifest({path}, nullptr);
   } else {
     Input in(data, size);
     write_structured(path, slice_path, in);
+    std::vector<std::string> files{path};
+    if (fs::exists(slice_path)) files.push_back(slice_path);
+    manifest = write_manifest(files, &in);
   }
 
   // HDF5's default: print every error stack. The reader must turn that off itself.
   set_auto_print(true);
   try {
-    exercise(path);
+    if (manifest == ManifestCase::listed) {
+      exercise(path);
+    } else {
+      check_refused(path, manifest);
+    }
   } catch (const tessera::Error& e) {
     // Rejected: the expected outcome for a damaged file.
     if (debug_enabled()) std::fprintf(stderr, "reader: rejected: %s\n", e.what());

@@ -44,7 +44,15 @@ std::int64_t parse_step_directory(const std::string& name) {
 std::optional<std::string> latest_checkpoint(const std::string& root) {
   const fs::path pointer = fs::path(root) / "latest";
   std::error_code ec;
-  if (!fs::exists(pointer, ec)) return std::nullopt;
+  const fs::file_status status = fs::status(pointer, ec);
+  if (!fs::exists(status)) return std::nullopt;
+  // A directory reads as an empty pointer and a FIFO blocks the reader: say what it is.
+  if (!fs::is_regular_file(status)) {
+    const char* kind = fs::is_directory(status) ? "a directory" : fs::is_fifo(status) ? "a FIFO" : "not a regular file";
+    throw IoError("checkpoint root '" + root + "': its 'latest' pointer is " + kind +
+                  ", not the one-line file a save writes: remove it (the next save writes it again) or load a "
+                  "step directory directly");
+  }
   std::ifstream in(pointer);
   if (!in) throw IoError("checkpoint root '" + root + "': cannot read its 'latest' pointer");
   std::string name;

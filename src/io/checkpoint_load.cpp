@@ -10,7 +10,7 @@
 
 #include "io/checkpoint_collectives.hpp"
 #include "io/format.hpp"
-#include "io/manifest.hpp"
+#include "io/step_files.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
@@ -67,9 +67,9 @@ LoadResult load_checkpoint(const std::string& path, const Mesh& mesh, const Name
     if (world.rank() == 0) file = resolve_checkpoint_file(path);
   });
   broadcast_text(world, file, 0);
-  // Every file against the MANIFEST before HDF5 opens any: shared out over the ranks,
-  // one read of the checkpoint in all.
-  verify_step_directory(fs::path(file).parent_path().string(), &world);
+  // Every file against the MANIFEST before HDF5 opens any (the rule verify applies):
+  // shared out over the ranks, one read of the checkpoint in all.
+  check_step_files(file, StepScope::every_file, &world);
 
   // With a pipeline each stage holds its own parameters: the model is the union of the
   // stages' names (for `only` and for what the file may hold), and each rank reads the

@@ -7,6 +7,7 @@
 
 #include "io/format.hpp"
 #include "io/manifest.hpp"
+#include "io/step_files.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/io/checksum.hpp"
 
@@ -49,9 +50,7 @@ struct CheckpointReader::Impl {
 CheckpointReader::CheckpointReader(const std::string& path, Verify verify) : impl_(std::make_unique<Impl>()) {
   impl_->file = resolve_checkpoint_file(path);
   if (verify != Verify::none) {
-    const fs::path file(impl_->file);
-    verify_step_directory(file.parent_path().string(), nullptr,
-                          verify == Verify::opened_file ? file.filename().string() : std::string());
+    check_step_files(impl_->file, verify == Verify::opened_file ? StepScope::opened_file : StepScope::every_file);
   }
   impl_->handle = open_read_only(impl_->file);
   const hid_t file = impl_->handle.get();
@@ -187,25 +186,15 @@ void verify_slices(const CheckpointReader& reader, VerifyReport& report) {
 
 VerifyReport verify_checkpoint(const std::string& path) {
   VerifyReport report;
-  // Every file against the MANIFEST first. A damaged file is reported and not opened:
-  // HDF5 may crash on damaged metadata, so its datasets cannot be checked one by one.
+  // Every file against the MANIFEST first, by the rule a load applies. A damaged file
+  // is reported and not opened: HDF5 may crash on damaged metadata, so its datasets
+  // cannot be checked one by one.
   const std::string file = resolve_checkpoint_file(path);
-  const std::string dir = fs::path(file).parent_path().string();
-  try {
-    if (const auto files = read_manifest(dir)) {
-      for (const FileDigest& f : *files) {
-        try {
-          check_file(dir, f);
-        } catch (const IoError& e) {
-          report.failed.push_back("file " + f.name + ": " + e.what());
-        }
-      }
-    }
-  } catch (const IoError& e) {
-    report.failed.push_back(std::string("MANIFEST: ") + e.what());
+  for (const StepProblem& p : step_file_problems(file, StepScope::every_file)) {
+    report.failed.push_back("file " + p.name + ": " + p.message);
   }
   if (!report.ok()) {
-    report.failed.push_back("datasets not checked: a damaged file is not opened (HDF5 may crash on it)");
+    report.failed.push_back("datasets not checked: a file that is not verified is not opened (HDF5 may crash on it)");
     return report;
   }
   const CheckpointReader reader(file, CheckpointReader::Verify::none);  // checked above
@@ -265,8 +254,13 @@ void merge_checkpoint(const std::string& path, const std::string& output_file) {
       out.close();
     }
     fsync_path(temporary, false);
+    const FileDigest digest = digest_file(fs::path(temporary).parent_path().string(),
+                                          fs::path(temporary).filename().string());
     rename_path(temporary, output_file);
-    fsync_path(fs::absolute(output_file).parent_path().string(), true);
+    // Listed in its directory's MANIFEST, so the merged file can be read like a step's.
+    const std::string out_dir = fs::absolute(output_file).parent_path().string();
+    update_manifest(out_dir, {{fs::path(output_file).filename().string(), digest.size, digest.crc}});
+    fsync_path(out_dir, true);
   } catch (...) {
     fs::remove(temporary, ec);
     throw;

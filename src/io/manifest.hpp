@@ -2,8 +2,8 @@
 // Private: the step directory's MANIFEST, one CRC-32C and size per file. Written last by
 // a save (before the commit), checked before HDF5 opens any file of a load: a flipped
 // byte anywhere, in data or in HDF5's own metadata, becomes an IoError naming the file
-// instead of a crash or a hang inside the HDF5 library. Checkpoints without a MANIFEST
-// (written before it existed) load as before.
+// instead of a crash or a hang inside the HDF5 library. Which files must be listed, and
+// when they are checked, is step_files.hpp's rule.
 //
 //   tessera-checkpoint-manifest 1
 //   <crc32c, 8 hex digits> <size in bytes> <file name>      one line per file
@@ -12,8 +12,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "tessera/comm.hpp"
 
 namespace tessera::io::detail {
 
@@ -29,18 +27,19 @@ FileDigest digest_bytes(const std::string& name, const void* data, std::size_t s
 // Reads dir/name in large blocks. IoError naming the file when it cannot be read.
 FileDigest digest_file(const std::string& dir, const std::string& name);
 
-// Writes dir/MANIFEST durably (fsync).
+// Writes dir/MANIFEST durably: to a temporary name, fsynced, renamed over it.
 void write_manifest(const std::string& dir, const std::vector<FileDigest>& files);
-// The manifest of `dir`, or nullopt when it has none. IoError for a malformed one.
+// dir/MANIFEST with `files` added (an entry of the same name replaced). For files the
+// caller just wrote (merge's output) or was told to trust (the manifest command).
+void update_manifest(const std::string& dir, const std::vector<FileDigest>& files);
+// The manifest of `dir`, or nullopt when it has none. IoError for a damaged one: not
+// exactly the lines write_manifest writes, cut short, a name listed twice, a MANIFEST
+// that is not a regular file.
 std::optional<std::vector<FileDigest>> read_manifest(const std::string& dir);
 
-// IoError naming the file, unless dir/expected.name has the recorded size and CRC.
+// IoError naming the file, unless dir/expected.name is a regular file with the recorded
+// size and CRC.
 void check_file(const std::string& dir, const FileDigest& expected);
-
-// Checks every file of the manifest of `dir` (nothing when there is none). With a
-// communicator, collective: the files are shared out over its ranks and every rank
-// throws the same error when any file is damaged. `only`: check just that file.
-void verify_step_directory(const std::string& dir, Communicator* comm, const std::string& only = "");
 
 // (name, size, crc) vectors for all_gather_vectors: the per_rank writers' digests to rank 0.
 std::vector<std::int64_t> pack_digest(const FileDigest& d);

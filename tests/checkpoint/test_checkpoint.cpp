@@ -10,6 +10,8 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 
 #include "ckpt_test_util.hpp"
@@ -203,6 +205,17 @@ TEST_F(Checkpoint, PartialLoadTouchesOnlyTheNamedParameters) {
   expect_contains(message, "'9.weight' (in LoadOptions::only) is not a parameter of the model");
 }
 
+// Flips the lowest bit of the byte at `offset` of `file` (twice restores it).
+static void toggle_bit(const std::string& file, std::int64_t offset) {
+  std::FILE* raw = std::fopen(file.c_str(), "r+b");
+  ASSERT_NE(raw, nullptr) << file;
+  std::fseek(raw, static_cast<long>(offset), SEEK_SET);
+  const int c = std::fgetc(raw);
+  std::fseek(raw, static_cast<long>(offset), SEEK_SET);
+  std::fputc(c ^ 0x01, raw);
+  std::fclose(raw);
+}
+
 TEST_F(Checkpoint, CorruptedByteIsDetectedAndNamed) {
   for (auto layout : kLayouts) {
     for (bool with_manifest : {true, false}) {
@@ -214,14 +227,14 @@ TEST_F(Checkpoint, CorruptedByteIsDetectedAndNamed) {
       const std::string name = layout == io::CheckpointLayout::per_rank ? io::rank_file_name(0) : "checkpoint.h5";
       if (world_rank() == 0) {
         ASSERT_TRUE(fs::exists(fs::path(dir) / "MANIFEST"));
-        // Without the MANIFEST (as a checkpoint written before it existed), the
-        // per-dataset checksums still find the damage and name the dataset.
+        // Without the MANIFEST (a step copied as *.h5 alone) nothing is opened: the
+        // step is refused, naming the command that writes one from a trusted copy.
         if (!with_manifest) fs::remove(fs::path(dir) / "MANIFEST");
         flip_byte((fs::path(dir) / name).string(), "/model/1.weight", 5);
         const auto report = io::verify_checkpoint(dir);
         EXPECT_FALSE(report.ok());
         ASSERT_FALSE(report.failed.empty());
-        expect_contains(report.failed.front(), with_manifest ? "file " + name : std::string("/model/1.weight"));
+        expect_contains(report.failed.front(), with_manifest ? "file " + name : std::string("has no MANIFEST"));
       }
       Communicator(MPI_COMM_WORLD).barrier();
       auto model = make_model(mesh->tp(), 2);
@@ -230,7 +243,8 @@ TEST_F(Checkpoint, CorruptedByteIsDetectedAndNamed) {
       if (with_manifest) {
         expect_contains(message, name + "' is damaged: its CRC-32C is ");
       } else {
-        expect_contains(message, "checksum mismatch in dataset /model/1.weight");
+        expect_contains(message, "has no MANIFEST");
+        expect_contains(message, "tessera-ckpt manifest");
       }
       // Nothing was modified by the failed load.
       auto p = model->named_parameters(), f = fresh->named_parameters();
@@ -239,15 +253,173 @@ TEST_F(Checkpoint, CorruptedByteIsDetectedAndNamed) {
   }
 }
 
-// Flips the lowest bit of the byte at `offset` of `file` (twice restores it).
-static void toggle_bit(const std::string& file, std::int64_t offset) {
-  std::FILE* raw = std::fopen(file.c_str(), "r+b");
-  ASSERT_NE(raw, nullptr) << file;
-  std::fseek(raw, static_cast<long>(offset), SEEK_SET);
-  const int c = std::fgetc(raw);
-  std::fseek(raw, static_cast<long>(offset), SEEK_SET);
-  std::fputc(c ^ 0x01, raw);
-  std::fclose(raw);
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// Every way of reading `root` refuses it with an IoError containing `part`: the load
+// (on every rank, nothing modified), the serial reader in both checking modes, the
+// header read that tessera-run's resume starts with, and verify.
+void expect_refused_everywhere(Mesh& mesh, const std::string& root, const std::string& part) {
+  auto model = make_model(mesh.tp(), 2);
+  auto fresh = make_model(mesh.tp(), 2);
+  expect_contains(same_error_everywhere<IoError>([&] { io::load_checkpoint(root, mesh, *model); }), part);
+  auto p = model->named_parameters(), f = fresh->named_parameters();
+  for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, f[i].second->value));
+  expect_contains(same_error_everywhere<IoError>([&] { io::read_checkpoint_metadata(root, mesh.world()); }), part);
+  if (world_rank() != 0) return;
+  for (auto verify : {io::CheckpointReader::Verify::all_files, io::CheckpointReader::Verify::opened_file}) {
+    try {
+      io::CheckpointReader reader(root, verify);
+      ADD_FAILURE() << "the reader opened " << root;
+    } catch (const IoError& e) {
+      expect_contains(e.what(), part);
+    }
+  }
+  const auto report = io::verify_checkpoint(root);
+  EXPECT_FALSE(report.ok());
+  ASSERT_FALSE(report.failed.empty());
+  expect_contains(report.failed.front(), part);
+}
+
+}  // namespace
+
+// Issue 46: a step without its MANIFEST (its *.h5 copied alone) was opened by HDF5
+// unchecked, and damaged HDF5 metadata crashed or hung verify, info, export and resume
+// (4 KiB zeroed at offset 4096 spun forever). Such a step is refused before HDF5 sees
+// it, naming `tessera-ckpt manifest`; that command lists a trusted copy's files (never
+// a file that differs from a MANIFEST entry), after which it loads.
+TEST_F(Checkpoint, AStepWithoutAManifestIsRefusedBeforeHdf5OpensIt) {
+  for (auto layout : kLayouts) {
+    const std::string root = scratch_dir(std::string("no_manifest_") + std::string(io::checkpoint_layout_name(layout)));
+    auto saved = make_model(mesh->tp(), 1);
+    const std::string dir = io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(layout));
+    const std::string index = (fs::path(dir) / "checkpoint.h5").string();
+    std::string intact;
+    if (world_rank() == 0) {
+      intact = read_text(index);
+      fs::remove(fs::path(dir) / "MANIFEST");
+      std::string zeroed = intact;
+      std::fill(zeroed.begin() + std::min<std::size_t>(4096, zeroed.size()),
+                zeroed.begin() + std::min<std::size_t>(8192, zeroed.size()), '\0');
+      write_text(index, zeroed);
+    }
+    Communicator(MPI_COMM_WORLD).barrier();
+    expect_refused_everywhere(*mesh, root, "' has no MANIFEST, so its files cannot be checked");
+    expect_refused_everywhere(*mesh, dir, "tessera-ckpt manifest '" + dir + "'");
+    if (world_rank() == 0) {
+      write_text(index, intact);  // the trusted copy
+      const auto added = io::write_checkpoint_manifest(dir);
+      // The index and one slice per writer (at 4 ranks, dp 2 x tp 2: the two dp-0 ranks).
+      const std::size_t slices = world_size() == 4 ? 2 : static_cast<std::size_t>(world_size());
+      EXPECT_EQ(added.size(), layout == io::CheckpointLayout::per_rank ? 1 + slices : 1u);
+      EXPECT_TRUE(io::verify_checkpoint(dir).ok());
+      EXPECT_TRUE(io::write_checkpoint_manifest(dir).empty());  // nothing left to add
+    }
+    Communicator(MPI_COMM_WORLD).barrier();
+    auto model = make_model(mesh->tp(), 2);
+    io::load_checkpoint(root, *mesh, *model);
+    auto p = model->named_parameters(), w = saved->named_parameters();
+    for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, w[i].second->value));
+    if (world_rank() == 0) {
+      // A listed file that no longer matches is never blessed.
+      toggle_bit(index, 100);
+      try {
+        io::write_checkpoint_manifest(dir);
+        ADD_FAILURE() << "a damaged file was listed as good";
+      } catch (const IoError& e) {
+        expect_contains(e.what(), "checkpoint.h5' is damaged");
+      }
+      toggle_bit(index, 100);
+    }
+    Communicator(MPI_COMM_WORLD).barrier();
+  }
+}
+
+// Issue 46: a MANIFEST that leaves out a file of the step (the index, or a slice that the
+// index's virtual datasets read) let verify pass -- and crash on a flipped byte of the
+// unlisted index -- while resume refused, and a resume read an unlisted slice unchecked.
+// Every reader now refuses it, naming the file.
+TEST_F(Checkpoint, AManifestThatLeavesAFileOutIsAnErrorEverywhere) {
+  const std::string root = scratch_dir("unlisted");
+  auto saved = make_model(mesh->tp(), 1);
+  const std::string dir = io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(io::CheckpointLayout::per_rank));
+  const std::string manifest = (fs::path(dir) / "MANIFEST").string();
+  const std::string intact = world_rank() == 0 ? read_text(manifest) : std::string();
+  for (const std::string name : {std::string("checkpoint.h5"), io::rank_file_name(0)}) {
+    if (world_rank() == 0) {
+      const auto at = intact.find(" " + name + "\n");
+      ASSERT_NE(at, std::string::npos) << intact;
+      const auto start = intact.rfind('\n', at) + 1;
+      write_text(manifest, intact.substr(0, start) + intact.substr(at + name.size() + 2));
+    }
+    Communicator(MPI_COMM_WORLD).barrier();
+    expect_refused_everywhere(*mesh, root, "/" + name + "' is not listed in the MANIFEST");
+    Communicator(MPI_COMM_WORLD).barrier();
+  }
+  if (world_rank() == 0) write_text(manifest, intact);
+  Communicator(MPI_COMM_WORLD).barrier();
+}
+
+// Issue 46: MANIFEST edits (a newline turned into \v, a truncation to 68 bytes) made
+// verify pass while resume refused. Both apply one rule now: every single-byte edit
+// and every truncation of the MANIFEST is refused by verify and by the load alike.
+TEST_F(Checkpoint, EveryEditOfTheManifestIsRefusedByVerifyAndLoadAlike) {
+  const std::string root = scratch_dir("manifest_edits");
+  auto saved = make_model(mesh->tp(), 1);
+  const std::string dir = io::save_checkpoint(root, *mesh, *saved, nullptr, save_options(io::CheckpointLayout::per_rank));
+  const std::string manifest = (fs::path(dir) / "MANIFEST").string();
+  std::vector<std::string> edits;
+  if (world_rank() == 0) {
+    const std::string intact = read_text(manifest);
+    for (std::size_t i = 0; i < intact.size(); ++i) {
+      for (char c : {'\v', static_cast<char>(intact[i] ^ 0x01)}) {
+        std::string edited = intact;
+        edited[i] = c;
+        edits.push_back(edited);
+      }
+      edits.push_back(intact.substr(0, i));
+    }
+  }
+  long count = static_cast<long>(edits.size());
+  MPI_Bcast(&count, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  EXPECT_GT(count, 150);
+  // Every edit through verify and the serial reader; the collective load through every
+  // edit at 1 rank and every 20th at 2 and 4 (each costs collectives on a loaded machine).
+  const long stride = world_size() == 1 ? 1 : 20;
+  int verify_passed = 0, opened = 0, loaded = 0;
+  for (long k = 0; k < count; ++k) {
+    if (world_rank() == 0) {
+      write_text(manifest, edits[static_cast<std::size_t>(k)]);
+      verify_passed += io::verify_checkpoint(root).ok();
+      try {
+        io::CheckpointReader reader(root);
+        ++opened;
+      } catch (const IoError& e) {
+        expect_contains(e.what(), "MANIFEST");
+      }
+    }
+    if (k % stride != 0) continue;
+    Communicator(MPI_COMM_WORLD).barrier();
+    auto model = make_model(mesh->tp(), 2);
+    try {
+      io::load_checkpoint(root, *mesh, *model);
+      ++loaded;
+    } catch (const IoError& e) {
+      expect_contains(e.what(), "MANIFEST");
+    }
+  }
+  EXPECT_EQ(opened, 0);
+  EXPECT_EQ(verify_passed, 0);
+  EXPECT_EQ(loaded, 0);
 }
 
 // Regression (hardening issue): one flipped byte in a per_rank checkpoint's index file
@@ -347,6 +519,16 @@ TEST_F(Checkpoint, LatestPointerAndKeepLastRotation) {
   for (std::size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(same_bytes(p[i].second->value, w[i].second->value));
   const auto message = same_error_everywhere<IoError>([&] { io::load_checkpoint(root + "/nothing", *mesh, *model); });
   expect_contains(message, "nothing' does not exist");
+}
+
+// Issue 46: a `latest` that is a directory read as an empty pointer ("holds ''").
+TEST_F(Checkpoint, ALatestThatIsADirectoryIsNamedAsOne) {
+  const std::string root = scratch_dir("latest_directory");
+  if (world_rank() == 0) fs::create_directory(fs::path(root) / "latest");
+  Communicator(MPI_COMM_WORLD).barrier();
+  auto model = make_model(mesh->tp(), 1);
+  const auto message = same_error_everywhere<IoError>([&] { io::load_checkpoint(root, *mesh, *model); });
+  expect_contains(message, "its 'latest' pointer is a directory, not the one-line file a save writes: remove it");
 }
 
 // Regression (hardening issue): block_checksum added offset + extent and multiplied the

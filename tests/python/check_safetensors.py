@@ -126,6 +126,13 @@ def main():
             fail(f"{root}: the exported metadata did not come back: {f.attrs['metadata']!r}")
     run(tool, "verify", root)
     print(f"import: {len(got)} tensors back, bit for bit")
+    # Issue 46: an import below the root's newest step would move `latest` back.
+    proc = run(tool, "import", os.path.join(work, "shared.safetensors"), root, "--step", "2", expect=2)
+    if "already holds step_00000003, newer than --step 2" not in proc.stderr:
+        fail(f"import below the newest step: {proc.stderr.strip()}")
+    with open(os.path.join(root, "latest")) as f:
+        if f.read().strip() != "step_00000003" or os.path.exists(os.path.join(root, "step_00000002")):
+            fail(f"{root}: an import below the newest step changed the root")
 
     # 3. The same with a mapping that fuses, transposes and renames: reversible.
     mapping = os.path.join(work, "mapping.yaml")

@@ -204,6 +204,16 @@ int import_command(const std::vector<std::string>& args) {
   if (std::filesystem::exists(step_dir)) {
     throw IoError("import: '" + step_dir + "' already exists; choose another --step or output directory");
   }
+  // An import below the root's newest step would move `latest` back to it, so a resume
+  // there would silently start from the imported weights and drop the newer steps.
+  if (const auto committed = io::list_checkpoints(root); !committed.empty()) {
+    const std::string newest = std::filesystem::path(committed.back()).filename().string();
+    if (std::stoll(newest.substr(5)) > save.step) {
+      throw IoError("import: '" + root + "' already holds " + newest + ", newer than --step " +
+                    std::to_string(save.step) + ": the import would move its 'latest' back; pass a --step above " +
+                    newest.substr(5) + " or import into another directory");
+    }
+  }
 
   // Read each PyTorch tensor once (a fused tensor feeds several steps), cut it, and keep
   // the results as replicated parameters: a checkpoint of master arrays, which every

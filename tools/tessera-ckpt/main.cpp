@@ -5,6 +5,7 @@
 //   tessera-ckpt verify PATH            recompute every checksum (and each slice's)
 //   tessera-ckpt merge  PATH OUTPUT.h5  one self-contained file from any layout
 //   tessera-ckpt diff   PATH_A PATH_B   max abs difference per tensor
+//   tessera-ckpt manifest PATH          list a trusted copy's unlisted files in its MANIFEST
 //   tessera-ckpt import IN.safetensors ROOT [options]   PyTorch weights -> a checkpoint
 //   tessera-ckpt export PATH OUT.safetensors [options]  master weights -> PyTorch
 //
@@ -37,6 +38,7 @@ int usage() {
                "       tessera-ckpt verify PATH\n"
                "       tessera-ckpt merge PATH OUTPUT.h5\n"
                "       tessera-ckpt diff PATH_A PATH_B\n"
+               "       tessera-ckpt manifest STEP_DIR|FILE.h5\n"
                "       tessera-ckpt import IN.safetensors OUTPUT_ROOT [--mapping MAP.yaml] [--metadata META.yaml]\n"
                "                           [--dtype f32|f64|bf16] [--step N] [--layout shared|per_rank]\n"
                "       tessera-ckpt export PATH OUT.safetensors [--format safetensors] [--mapping MAP.yaml]\n";
@@ -132,6 +134,16 @@ int merge(const std::string& path, const std::string& output) {
   return 0;
 }
 
+// For a copy the user trusts: its MANIFEST gets the files it lacks, so the checks that
+// come before HDF5 opens anything can run (docs/checkpoint-format.md, "The MANIFEST").
+int manifest(const std::string& path) {
+  const auto added = write_checkpoint_manifest(path);
+  for (const auto& name : added) std::cout << "listed " << name << "\n";
+  std::cout << "manifest: " << added.size() << " file(s) added; check the datasets with: tessera-ckpt verify "
+            << path << "\n";
+  return 0;
+}
+
 std::vector<double> as_doubles(const Tensor& t) {
   std::vector<double> out(static_cast<std::size_t>(t.numel()));
   switch (t.dtype()) {
@@ -210,6 +222,8 @@ int main(int argc, char** argv) {
       status = merge(args[1], args[2]);
     } else if (args.size() == 3 && args[0] == "diff") {
       status = diff(args[1], args[2]);
+    } else if (args.size() == 2 && args[0] == "manifest") {
+      status = manifest(args[1]);
     } else if (!args.empty() && args[0] == "import") {
       status = ckpt::import_command({args.begin() + 1, args.end()});
     } else if (!args.empty() && args[0] == "export") {

@@ -55,7 +55,8 @@ class CheckpointReader {
   // What the reader checks against the step directory's MANIFEST (the CRC-32C and size
   // of every file) before HDF5 opens anything: every file (the default: reading may
   // touch any of them), only the file it opens (enough for the header), or nothing
-  // (the caller checked). Checkpoints without a MANIFEST are opened unchecked.
+  // (the caller checked). A step directory without a MANIFEST, or whose MANIFEST does
+  // not list a file of the step, is an IoError naming it (see write_checkpoint_manifest).
   enum class Verify { all_files, opened_file, none };
 
   // Opens `path` (see resolve_checkpoint_file) and reads the header and dataset list;
@@ -94,14 +95,25 @@ struct VerifyReport {
   bool ok() const { return failed.empty(); }
 };
 // Checks every file against the step directory's MANIFEST (CRC-32C and size; a damaged
-// file is reported and not opened), then reads every dataset in full and checks its
+// file is reported and not opened; a missing MANIFEST or an unlisted file of the step
+// is a problem, as for a load), then reads every dataset in full and checks its
 // checksum; for per_rank, also that every slice file exists and each slice matches its
 // own checksum (naming the rank file).
 VerifyReport verify_checkpoint(const std::string& path);
 
 // Writes a self-contained single file (layout shared, contiguous datasets, same
 // attributes and checksums) from any checkpoint; written to a temporary name, fsynced
-// and renamed, so `output_file` is complete or absent.
+// and renamed, so `output_file` is complete or absent. Its CRC-32C and size are then
+// added to the MANIFEST of its directory, so it is read like a step directory's file.
 void merge_checkpoint(const std::string& path, const std::string& output_file);
+
+// For a copy you trust whose MANIFEST is missing or incomplete (a step written before
+// MANIFESTs existed, or whose *.h5 files were copied alone): adds to the MANIFEST of the
+// step directory `path` (or of a checkpoint file's directory) the CRC-32C and size of
+// each file of the step it does not list (checkpoint.h5, checkpoint.rank<R>.h5, the
+// named file). Files it already lists are checked first: a mismatch is an IoError and
+// nothing is written, so a damaged file is never listed as good. Returns the names
+// added. HDF5 does not open anything; run verify_checkpoint after it.
+std::vector<std::string> write_checkpoint_manifest(const std::string& path);
 
 }  // namespace tessera::io
