@@ -544,10 +544,18 @@ ManifestCase write_manifest(const std::vector<std::string>& files, Input* in) {
   return which;
 }
 
+bool auto_print_is_on() {
+  H5E_auto2_t func = nullptr;
+  void* client = nullptr;
+  return H5Eget_auto2(H5E_DEFAULT, &func, &client) >= 0 && func != nullptr;
+}
+
 // The contract for a MANIFEST that is missing, leaves a file out or was edited: the
 // reader refuses it before HDF5 opens anything, and verify never passes a step that the
-// reader refuses (one rule for both).
-void check_refused(const std::string& path, ManifestCase which) {
+// reader refuses (one rule for both). Before any HDF5 call tessera turns HDF5's error
+// printing off, so printing still on after a refusal shows HDF5 was not reached.
+// Returns whether the step was refused.
+bool check_refused(const std::string& path, ManifestCase which) {
   bool reader_refused = false;
   std::string why;
   try {
@@ -559,11 +567,12 @@ void check_refused(const std::string& path, ManifestCase which) {
   if (which != ManifestCase::edited && !reader_refused) {
     finding("a step whose MANIFEST is missing or leaves a file out was opened", why.empty() ? path : why);
   }
-  // Only then: verify on an accepted step reads every dataset whole, whatever its size.
-  if (reader_refused && tessera::io::verify_checkpoint(path).ok()) {
-    finding("verify passed a step the reader refuses", why);
-  }
   if (debug_enabled()) std::fprintf(stderr, "manifest case %d: %s\n", static_cast<int>(which), why.c_str());
+  if (!reader_refused) return false;
+  // Only then: verify on an accepted step reads every dataset whole, whatever its size.
+  if (tessera::io::verify_checkpoint(path).ok()) finding("verify passed a step the reader refuses", why);
+  if (!auto_print_is_on()) finding("HDF5 was called before the MANIFEST refused the step", why);
+  return true;
 }
 
 bool env_is_1(const char* name) {
@@ -611,11 +620,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // HDF5's default: print every error stack. The reader must turn that off itself.
   set_auto_print(true);
+  bool refused = false;
   try {
     if (manifest == ManifestCase::listed) {
       exercise(path);
     } else {
-      check_refused(path, manifest);
+      refused = check_refused(path, manifest);
     }
   } catch (const tessera::Error& e) {
     // Rejected: the expected outcome for a damaged file.
@@ -626,9 +636,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     finding("non-std exception from the checkpoint reader", "(unknown type)");
   }
 
-  H5E_auto2_t func = nullptr;
-  void* client = nullptr;
-  if (H5Eget_auto2(H5E_DEFAULT, &func, &client) >= 0 && func != nullptr) {
+  if (!refused && auto_print_is_on()) {
     finding("HDF5 automatic error printing is on after the reader ran", "H5Eget_auto2 returned a handler");
   }
   const ssize_t open_ids = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);

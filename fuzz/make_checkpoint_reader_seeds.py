@@ -11,7 +11,9 @@ A structured input describes a checkpoint that the harness writes with the HDF5 
   entry count, and per entry: name, kind, dataspace rank and extents, stored type,
   layout, [virtual source], [8 data pattern bytes], checksum, [right-checksum bit],
   dtype / placement / checksum attributes, [the slice's dtype / global_shape / offset /
-  checksum attributes].
+  checksum attributes]; then the MANIFEST case (0 or no byte: it lists every file; 1: no
+  MANIFEST; 2, k: file k left out; 3, position (2 bytes), op[, byte]: one edit, op < 0x40
+  a cut at the position, < 0x80 a whitespace byte there, else the next byte).
 
 An attribute selector byte below 0x90 means "as the library writes it". These seeds are
 valid checkpoints of both layouts; the fuzzer mutates them into hostile ones. (The raw
@@ -83,6 +85,18 @@ SEEDS = {
     "per_rank_missing_slices": checkpoint(
         section([entry("fc.weight", [3, 3], F32, VIRTUAL, False)]), bytes([0xc0]), per_rank=True),
 }
+
+# Issue 46: the same checkpoints with no MANIFEST, one that leaves a file out, one with a
+# newline turned into \v and one cut to 68 bytes. The reader must refuse each before
+# HDF5 opens anything, and verify must not pass what the reader refuses.
+VERTICAL_TAB, CUT = 0x42, 0x00  # edit ops: "\v\t\f\r \n"[op % 6] for 0x40 <= op < 0x80; a cut below
+SEEDS.update({
+    "per_rank_no_manifest": SEEDS["per_rank_with_slices"] + bytes([1]),
+    "per_rank_manifest_omits_index": SEEDS["per_rank_with_slices"] + bytes([2, 0]),
+    "per_rank_manifest_omits_slice": SEEDS["per_rank_with_slices"] + bytes([2, 1]),
+    "per_rank_manifest_newline_vt": SEEDS["per_rank_with_slices"] + bytes([3, 29, 0, VERTICAL_TAB]),
+    "shared_manifest_cut_at_68": SEEDS["shared_model_optimizer"] + bytes([3, 68, 0, CUT]),
+})
 
 
 # Reproducers of the reported (and fixed) reader bugs (fuzz/findings/; docs/fuzzing.md,
