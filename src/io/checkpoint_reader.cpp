@@ -257,10 +257,10 @@ void merge_checkpoint(const std::string& path, const std::string& output_file) {
     const FileDigest digest = digest_file(fs::path(temporary).parent_path().string(),
                                           fs::path(temporary).filename().string());
     rename_path(temporary, output_file);
-    // Listed in its directory's MANIFEST, so the merged file can be read like a step's.
-    const std::string out_dir = fs::absolute(output_file).parent_path().string();
-    update_manifest(out_dir, {{fs::path(output_file).filename().string(), digest.size, digest.crc}});
-    fsync_path(out_dir, true);
+    // Listed in its directory's MANIFEST (which fsyncs the directory, so the rename too),
+    // so the merged file is read under the rule of a step directory's files.
+    update_manifest(fs::absolute(output_file).parent_path().string(),
+                    {{fs::path(output_file).filename().string(), digest.size, digest.crc}});
   } catch (...) {
     fs::remove(temporary, ec);
     throw;

@@ -76,7 +76,6 @@ void write_manifest(const std::string& dir, const std::vector<FileDigest>& files
   }
   fsync_path(temporary, false);
   rename_path(temporary, path);
-  fsync_path(dir, true);
 }
 
 void update_manifest(const std::string& dir, const std::vector<FileDigest>& files) {
@@ -90,6 +89,7 @@ void update_manifest(const std::string& dir, const std::vector<FileDigest>& file
     }
   }
   write_manifest(dir, listed);
+  fsync_path(dir, true);  // the rename is durable once the directory is
 }
 
 namespace {

@@ -27,10 +27,12 @@ FileDigest digest_bytes(const std::string& name, const void* data, std::size_t s
 // Reads dir/name in large blocks. IoError naming the file when it cannot be read.
 FileDigest digest_file(const std::string& dir, const std::string& name);
 
-// Writes dir/MANIFEST durably: to a temporary name, fsynced, renamed over it.
+// Writes dir/MANIFEST: to a temporary name, fsynced, renamed over it (the caller
+// fsyncs the directory).
 void write_manifest(const std::string& dir, const std::vector<FileDigest>& files);
-// dir/MANIFEST with `files` added (an entry of the same name replaced). For files the
-// caller just wrote (merge's output) or was told to trust (the manifest command).
+// dir/MANIFEST with `files` added (an entry of the same name replaced), durably. For
+// files the caller just wrote (merge's output) or was told to trust (the manifest
+// command).
 void update_manifest(const std::string& dir, const std::vector<FileDigest>& files);
 // The manifest of `dir`, or nullopt when it has none. IoError for a damaged one: not
 // exactly the lines write_manifest writes, cut short, a name listed twice, a MANIFEST

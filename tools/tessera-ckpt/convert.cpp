@@ -208,10 +208,11 @@ int import_command(const std::vector<std::string>& args) {
   // there would silently start from the imported weights and drop the newer steps.
   if (const auto committed = io::list_checkpoints(root); !committed.empty()) {
     const std::string newest = std::filesystem::path(committed.back()).filename().string();
-    if (std::stoll(newest.substr(5)) > save.step) {
+    const std::int64_t newest_step = std::stoll(newest.substr(5));  // list_checkpoints: step_<digits> only
+    if (newest_step > save.step) {
       throw IoError("import: '" + root + "' already holds " + newest + ", newer than --step " +
                     std::to_string(save.step) + ": the import would move its 'latest' back; pass a --step above " +
-                    newest.substr(5) + " or import into another directory");
+                    std::to_string(newest_step) + " or import into another directory");
     }
   }
 
