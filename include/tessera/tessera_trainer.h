@@ -32,7 +32,8 @@
  * view (C: float or double x[B][C][lat][lon]; Fortran: real(real32) or real(real64) ::
  * x(nlon, lat, C, B); ndim 3 means B = 1) over this rank's latitude band
  * (tessera_trainer_box): the bands of a tessera_decomp_create(comm_of_domain_group,
- * nlat, nlon, domain, 1). f64 fields are rounded to f32, the model's precision, as they
+ * nlat, nlon, domain, 1), or, after tessera_trainer_use_decomp, over this rank's box of
+ * the code's own decomposition. f64 fields are rounded to f32, the model's precision, as they
  * are read; predictions come back in the fields' dtype. Every tp rank of a replica passes
  * the same fields; each dp replica passes its own B samples (the same B on every replica
  * and, within one optimizer step, in every micro-batch), and the loss is averaged over
@@ -108,6 +109,21 @@ int tessera_trainer_steps(const tessera_trainer_t* trainer, int64_t* steps);
  * 0 with accumulate 1). 0 right after the call that updated the weights. */
 int tessera_trainer_pending(const tessera_trainer_t* trainer, int64_t* micro_batches);
 
+/* Collective over the mesh: from now on tessera_trainer_step and tessera_trainer_predict
+ * take their fields over this rank's box of `decomp` (the code's own decomposition: any
+ * 2-D block layout, any rank order), (B, channels, box lat, box lon) in tessera's view,
+ * f32 or f64, C or Fortran order, and predict writes the code's boxes. The trainer moves
+ * them to its bands and predictions back itself, through the coupling's redistribution
+ * plan (tessera_redist_*; every rank of the mesh a model rank, the tp ranks of a band its
+ * replicas, each cell back from tp rank 0); values are copied, never computed, so the
+ * losses and predictions are the banded ones. The decomposition's communicator must
+ * hold the trainer's ranks (its size otherwise named with the trainer's), its grid must
+ * be the trainer's nlat x nlon, and parallelism.data must be 1 (dp replicas train on
+ * different samples, which one code state cannot feed): TESSERA_ERR_INVALID_ARGUMENT on
+ * every rank otherwise, the trainer unchanged. The trainer keeps the decomposition
+ * alive. NULL: the trainer's own bands again. tessera_trainer_box still returns the band. */
+int tessera_trainer_use_decomp(tessera_trainer_t* trainer, const tessera_decomp_t* decomp);
+
 /* Collective over the mesh: one micro-batch on (input, target) -- see "Fields" above;
  * both arrays are read only. With optimizer.accumulate N (1 by default) the N-th call
  * since the last update reduces the gradients, averages them over the N micro-batches
@@ -117,8 +133,9 @@ int tessera_trainer_pending(const tessera_trainer_t* trainer, int64_t* micro_bat
  * under data.normalize) averaged over the dp replicas, the same on every rank; the
  * step's loss, as tessera-run logs it, is the mean of its N micro-batches' losses.
  * Argument errors (dtype not TESSERA_F32 or TESSERA_F64, a shape that is not this rank's
- * band, B = 0, replicas with different B, a B unlike the step's first micro-batch) are
- * returned on every rank before any collective starts. */
+ * band or, after tessera_trainer_use_decomp, its box of the code's decomposition, B = 0,
+ * replicas with different B, a B unlike the step's first micro-batch) are returned on
+ * every rank before any collective starts. */
 int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, tessera_dtype_t dtype,
                          tessera_order_t order, int ndim, const int64_t* shape, double* loss);
 /* Collective over the mesh (fsdp2 gathers its parameters over dp): the model's prediction

@@ -15,6 +15,7 @@
 
 #include "capi/capi_internal.hpp"
 #include "tessera/agree.hpp"
+#include "tessera/domain/redistribution.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/models/load_model.hpp"
@@ -35,6 +36,10 @@ struct tessera_trainer {
   // their average is the mean over the step's samples, as in tessera-run).
   std::int64_t micro = 0;
   std::int64_t micro_batch = 0;
+  // tessera_trainer_use_decomp: the code's decomposition (kept alive) and the plan that
+  // moves its boxes to the trainer's bands and predictions back; none: the bands.
+  std::shared_ptr<tessera_decomp_state> decomp;
+  std::unique_ptr<tessera::domain::Redistribution> plan;
 };
 
 using namespace tessera;
@@ -180,22 +185,59 @@ void create(const char* config_path, MPI_Comm comm, std::int64_t channels, std::
   *out = t.release();
 }
 
-// The caller's f32 or f64 (B, channels, band lat, nlon) fields as the model's f32 tensors
+// The box of the caller's arrays on this rank: the code's (tessera_trainer_use_decomp) or
+// the trainer's band.
+domain::LocalBox caller_box(const tessera_trainer& t) {
+  return t.plan ? t.plan->code().box() : t.model->decomposition().box();
+}
+
+// Every rank's B must agree before a transfer (the plan checks later transfers locally).
+std::int64_t agree_batch(const tessera_trainer& t, std::int64_t batch) {
+  Tensor b = Tensor::from_vector(std::vector<std::int64_t>{batch, -batch}, {2});
+  t.mesh->world().all_reduce(b, ReduceOp::max);
+  const auto v = b.to_vector<std::int64_t>();
+  if (v[0] != -v[1]) {
+    throw ShapeError("the ranks pass different batch sizes B (from " + std::to_string(-v[1]) + " to " +
+                     std::to_string(v[0]) + "); every dp replica must train on as many samples");
+  }
+  return v[0];
+}
+
+// The code's boxes -> the trainer's bands, in the caller's dtype (copied, exact), all the
+// fields in one transfer.
+std::vector<Tensor> to_bands(tessera_trainer& t, const std::vector<Tensor>& code) {
+  (void)agree_batch(t, code.front().size(0));
+  std::vector<Tensor> bands;
+  const Shape leading(code.front().shape().begin(), code.front().shape().end() - 2);
+  for (const Tensor& c : code) bands.push_back(Tensor::empty(t.plan->model_shape(leading), c.dtype()));
+  t.plan->to_model(code, bands);
+  return bands;
+}
+
+// The caller's f32 or f64 (B, channels, band lat, nlon) fields (after
+// tessera_trainer_use_decomp: over the code's box, moved to the band) as the model's f32 tensors
 // on its device (f64 rounded once, here), normalised when `normalize` (then always a copy:
 // the caller's arrays are read only); every argument error is agreed over the mesh before
 // the collectives that follow.
 std::vector<Tensor> fields(tessera_trainer& t, const std::vector<std::pair<const void*, const char*>>& arrays,
                            tessera_dtype_t dtype, tessera_order_t order, int ndim, const std::int64_t* shape,
                            bool normalize) {
-  std::vector<Tensor> out;
+  std::vector<Tensor> views, out;
   agree_on_success(t.mesh->world().mpi_comm(), [&] {
     if (dtype != TESSERA_F32 && dtype != TESSERA_F64) {
       throw InvalidArgument("dtype: trainer fields must be TESSERA_F32 (0) or TESSERA_F64 (1), got " +
                             std::to_string(dtype));
     }
     for (const auto& [data, what] : arrays) {
-      Tensor v = capi::batch_view(capi::array_view(const_cast<void*>(data), dtype, order, ndim, shape, what),
-                                  t.arch.channels, t.model->decomposition().box(), what);
+      views.push_back(capi::batch_view(capi::array_view(const_cast<void*>(data), dtype, order, ndim, shape, what),
+                                       t.arch.channels, caller_box(t), what));
+    }
+  });
+  if (t.plan) views = to_bands(t, views);
+  agree_on_success(t.mesh->world().mpi_comm(), [&] {
+    for (std::size_t k = 0; k < views.size(); ++k) {
+      const void* data = arrays[k].first;
+      Tensor v = views[k];
       if (v.dtype() != DType::f32) v = ops::cast(v, DType::f32);
       v = v.to(t.mesh->device());
       if (normalize) {
@@ -312,6 +354,67 @@ int tessera_trainer_pending(const tessera_trainer_t* trainer, int64_t* micro_bat
   });
 }
 
+int tessera_trainer_use_decomp(tessera_trainer_t* trainer, const tessera_decomp_t* decomp) {
+  return guarded("tessera_trainer_use_decomp", [&] {
+    tessera_trainer& t = trainer_of(trainer);
+    const Mesh& mesh = *t.mesh;
+    if (decomp == nullptr) {  // the trainer's own bands again
+      t.plan.reset();
+      t.decomp.reset();
+      return;
+    }
+    const domain::Decomposition* code = nullptr;
+    agree_on_success(mesh.world().mpi_comm(), [&] {
+      code = &capi::decomposition_of(decomp);
+      const int n = code->comm().size(), m = mesh.world_size();
+      if (n != m) {
+        throw InvalidArgument("tessera_trainer_use_decomp: the decomposition's communicator has " + std::to_string(n) +
+                              " ranks, the trainer's " + std::to_string(m) + "; both must hold the same ranks");
+      }
+      int same = MPI_UNEQUAL;
+      MPI_Comm_compare(code->comm().mpi_comm(), mesh.world().mpi_comm(), &same);
+      if (same == MPI_UNEQUAL) {
+        throw InvalidArgument("tessera_trainer_use_decomp: the decomposition's communicator and the trainer's both "
+                              "have " + std::to_string(n) + " ranks but not the same processes");
+      }
+      if (mesh.dp_size() > 1) {
+        throw InvalidArgument("tessera_trainer_use_decomp: " + t.config.source + " sets parallelism.data over " +
+                              std::to_string(mesh.dp_size()) + " replicas, which train on different samples; the "
+                              "code's one state cannot feed them (data: none)");
+      }
+      if (mesh.tp_size() * mesh.domain_size() != m) {
+        throw InvalidArgument("tessera_trainer_use_decomp: the trainer's mesh has " + std::to_string(m) +
+                              " ranks but tensor x domain is " + std::to_string(mesh.tp_size() * mesh.domain_size()));
+      }
+      if (code->global_lat() != t.arch.nlat || code->global_lon() != t.arch.nlon) {
+        throw InvalidArgument("tessera_trainer_use_decomp: the decomposition's grid is " +
+                              std::to_string(code->global_lat()) + " x " + std::to_string(code->global_lon()) +
+                              " (nlat x nlon), the trainer's " + std::to_string(t.arch.nlat) + " x " +
+                              std::to_string(t.arch.nlon) + "; the two grids must be the same");
+      }
+    });
+    // The model's layout of the plan is the trainer's mesh: model rank tp * D + domain
+    // holds domain rank `domain`'s band (redistribution.hpp), here every rank of the
+    // mesh, named by its rank in the decomposition's communicator.
+    const int D = mesh.domain_size();
+    const int mine = mesh.coords().tp * D + mesh.coords().domain;
+    std::vector<int> index(static_cast<std::size_t>(mesh.world_size()));
+    MPI_Allgather(&mine, 1, MPI_INT, index.data(), 1, MPI_INT, code->comm().mpi_comm());
+    std::vector<int> ranks(index.size());
+    for (std::size_t r = 0; r < index.size(); ++r) ranks[static_cast<std::size_t>(index[r])] = static_cast<int>(r);
+    auto plan = std::make_unique<domain::Redistribution>(*code, domain::ModelRanks::list(ranks),
+                                                         domain::ModelLayout{{D, 1}, mesh.tp_size()});
+    agree_on_success(mesh.world().mpi_comm(), [&] {
+      if (!(plan->model_box() == t.model->decomposition().box())) {
+        throw InternalError("tessera_trainer_use_decomp: the trainer's band " + t.model->decomposition().box().str() +
+                            " is not the plan's " + plan->model_box().str());
+      }
+    });
+    t.plan = std::move(plan);
+    t.decomp = decomp->state;
+  });
+}
+
 int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const void* target, tessera_dtype_t dtype,
                          tessera_order_t order, int ndim, const int64_t* shape, double* loss) {
   return guarded("tessera_trainer_step", [&] {
@@ -320,13 +423,7 @@ int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const vo
                                           ndim, shape, !t.arch.mean.empty());
     // The replicas' losses are averaged as equals, and the dp gradient reduction averages
     // too: that is the mean over all samples only when every replica has as many.
-    Tensor batch = Tensor::from_vector(std::vector<std::int64_t>{xy[0].size(0), -xy[0].size(0)}, {2});
-    t.mesh->world().all_reduce(batch, ReduceOp::max);
-    const auto b = batch.to_vector<std::int64_t>();
-    if (b[0] != -b[1]) {
-      throw ShapeError("the ranks pass different batch sizes B (from " + std::to_string(-b[1]) + " to " +
-                       std::to_string(b[0]) + "); every dp replica must train on as many samples");
-    }
+    const std::vector<std::int64_t> b{agree_batch(t, xy[0].size(0))};
     const std::int64_t accumulate = t.config.optimizer.accumulate;
     if (t.micro > 0 && b[0] != t.micro_batch) {
       throw ShapeError("batch size B " + std::to_string(b[0]) + " in micro-batch " + std::to_string(t.micro + 1) +
@@ -360,14 +457,22 @@ int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void*
     Tensor in = fields(t, {{input, "trainer input"}}, dtype, order, ndim, shape, /*normalize=*/false)[0];
     Tensor out;
     agree_on_success(t.mesh->world().mpi_comm(), [&] {
-      out = capi::array_view(output, dtype, order, ndim, shape, "trainer output").reshape(in.shape());
+      out = capi::array_view(output, dtype, order, ndim, shape, "trainer output");
+      out = t.plan ? capi::batch_view(out, t.arch.channels, caller_box(t), "trainer output") : out.reshape(in.shape());
     });
     // predict() copies the input first (the output may be the input array) and, under
     // data.normalize, normalises it and returns physical units (without: scale 1, shift 0).
+    // With a code decomposition the input is already the bands' copy.
     Tensor y = t.model->predict(in);
     if (t.data_parallel) t.data_parallel->finish_evaluation();
     if (y.dtype() != out.dtype()) y = ops::cast(y, out.dtype());
-    out.copy_from(y);
+    if (t.plan) {
+      // The bands' prediction back into the code's boxes (each cell from tp rank 0).
+      const Shape leading(out.shape().begin(), out.shape().end() - 2);
+      t.plan->to_code({y.to(Device::host()).contiguous().reshape(t.plan->model_shape(leading))}, {out});
+    } else {
+      out.copy_from(y);
+    }
   });
 }
 
