@@ -14,7 +14,9 @@
 ! (TESSERA_ERR_IO), data.normalize without mean and std (TESSERA_ERR_CONFIG), a mean of
 ! the wrong length. The caller's latitudes (latitudes=): all at 60 degrees train bit for
 ! bit as TESSERA_LATITUDES_UNWEIGHTED for 2 steps; a latitude of 95 and an array of
-! another length are refused.
+! another length are refused. tessera_trainer_use_decomp
+! on longitude blocks of the whole latitude range (tessera_decomp_create_boxes): the banded
+! losses and prediction bit for bit.
 program test_fortran_trainer
   use mpi_f08
   use tessera
@@ -41,6 +43,7 @@ program test_fortran_trainer
   end do
   call check_errors()
   call check_latitudes()
+  call check_decomp()
   call MPI_Allreduce(failures, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)
   if (rank == 0) write(output_unit, '(a,i0,a,i0,a)') 'test_fortran_trainer: ', total, ' failure(s) at ', nranks, &
     ' rank(s)'
@@ -278,6 +281,59 @@ contains
     call tessera_trainer_destroy(trainer)
     call check_kinds(trim(name), dp, tp, domain, coords(1), lat1, n, losses, p)
     call check_accumulate(trim(name), dp, tp, domain, coords(1), lat1, n)
+  end subroutine
+
+  ! tessera_trainer_use_decomp: the code's own decomposition, longitude blocks (lon first,
+  ! 1-based) of the whole latitude range; nsteps steps give the banded losses bit for bit
+  ! and the prediction in the code's blocks is the banded one at the same cells.
+  subroutine check_decomp()
+    type(tessera_trainer) :: banded, blocks
+    type(tessera_decomp) :: code
+    real(real32), allocatable :: xg(:, :, :, :), yg(:, :, :, :), x(:, :, :, :), y(:, :, :, :), p(:, :, :), &
+                                 pg(:, :, :), q(:, :, :)
+    real(real64) :: want(nsteps), got(nsteps)
+    integer :: lon1, nlon_loc, lat1, n, c, k, ierr
+    character(len=:), allocatable :: path
+    path = config('decomp', 1, 1, nranks)
+    call tessera_trainer_create(banded, path, MPI_COMM_WORLD, nlon, nlat, nchan)
+    call tessera_trainer_box(banded, lon1, nlon_loc, lat1, n)
+    allocate(p(nlon, n, nchan))
+    call run(banded, 1, 0, nbatch, lat1, n, want, p)
+    ! The banded prediction on the whole grid, every rank.
+    allocate(pg(nlon, nlat, nchan))
+    pg = -huge(1.0_real32)
+    pg(:, lat1:lat1 + n - 1, :) = p
+    call MPI_Allreduce(MPI_IN_PLACE, pg, size(pg), MPI_REAL, MPI_MAX, MPI_COMM_WORLD)
+    c = nlon / nranks
+    lon1 = rank * c + 1
+    call tessera_decomp_create_boxes(code, MPI_COMM_WORLD, [nlon, nlat], [lon1, 1], [c, nlat], ierr=ierr)
+    call check(ierr == TESSERA_OK, 'tessera_decomp_create_boxes')
+    call tessera_trainer_create(blocks, path, MPI_COMM_WORLD, nlon, nlat, nchan)
+    call tessera_trainer_use_decomp(blocks, code, ierr=ierr)
+    call check(ierr == TESSERA_OK, 'tessera_trainer_use_decomp')
+    allocate(xg(nlon, nlat, nchan, nbatch), yg(nlon, nlat, nchan, nbatch))
+    allocate(x(c, nlat, nchan, nbatch), y(c, nlat, nchan, nbatch), q(c, nlat, nchan))
+    do k = 1, nsteps
+      call step_samples(k, 1, 0, 1, nlat, xg, yg)
+      x = xg(lon1:lon1 + c - 1, :, :, :)
+      y = yg(lon1:lon1 + c - 1, :, :, :)
+      call tessera_trainer_step(blocks, x, y, got(k), ierr=ierr)
+      call check(ierr == TESSERA_OK, 'tessera_trainer_step on the code''s blocks')
+    end do
+    call check(all(got == want), 'the code''s blocks train as the bands, bit for bit')
+    call sample(100, 1, nlat, pg)
+    q = pg(lon1:lon1 + c - 1, :, :)
+    call tessera_trainer_predict(blocks, q, q, ierr=ierr)
+    call check(ierr == TESSERA_OK, 'tessera_trainer_predict on the code''s blocks')
+    pg = -huge(1.0_real32)
+    pg(:, lat1:lat1 + n - 1, :) = p
+    call MPI_Allreduce(MPI_IN_PLACE, pg, size(pg), MPI_REAL, MPI_MAX, MPI_COMM_WORLD)
+    call check(all(q == pg(lon1:lon1 + c - 1, :, :)), 'the blocks'' prediction is the banded one')
+    if (rank == 0) write(output_unit, '(a,i0,a,es10.3)') 'use_decomp: ', nsteps, ' steps, worst loss difference ', &
+      maxval(abs(got - want))
+    call tessera_trainer_destroy(blocks)
+    call tessera_trainer_destroy(banded)
+    call tessera_decomp_destroy(code)
   end subroutine
 
   subroutine check_errors()
