@@ -89,8 +89,10 @@ void check_same_batch(const Mesh& mesh, std::int64_t batch) {
     const auto v = t.to_vector<std::int64_t>();
     return std::pair{-v[1], v[0]};
   };
-  const auto [domain_min, domain_max] = range(mesh.domain());
-  const auto [tp_min, tp_max] = range(mesh.tp());
+  // Plain variables, not structured bindings: clang 14 cannot capture those in a lambda.
+  const std::pair<std::int64_t, std::int64_t> domain_range = range(mesh.domain()), tp_range = range(mesh.tp());
+  const std::int64_t domain_min = domain_range.first, domain_max = domain_range.second;
+  const std::int64_t tp_min = tp_range.first, tp_max = tp_range.second;
   agree_on_success(mesh.world().mpi_comm(), [&] {
     if (domain_min != domain_max || tp_min != tp_max) {
       throw InvalidArgument("model input: the batch size (the slowest-varying dimension in C order, the last in "
