@@ -214,8 +214,10 @@ TEST_F(Safetensors, NulNamesNonFiniteValuesAndNonRegularFilesAreRefused) {
 
   const std::string fifo = (dir / "fifo.safetensors").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  for (const auto& [where, kind] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& path_kind : std::vector<std::pair<std::string, std::string>>{
            {"/dev/zero", "a character device"}, {dir.string(), "a directory"}, {fifo, "a FIFO"}}) {
+    const std::string& where = path_kind.first;  // not a structured binding: clang 14 cannot capture one
+    const std::string& kind = path_kind.second;
     const std::string refused = error_of([&] { io::SafetensorsFile x(where); });
     EXPECT_NE(refused.find("'" + where + "' is " + kind + ", not a regular file"), std::string::npos) << refused;
     const std::string mapping = error_of([&] { io::WeightMapping::from_file(where); });
