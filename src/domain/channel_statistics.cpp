@@ -88,11 +88,14 @@ DoubleDouble minus(DoubleDouble a, DoubleDouble b) {
 }  // namespace
 
 ChannelMoments ChannelStatistics::finish(double relative_floor) const {
-  if (!(relative_floor > 0) || !std::isfinite(relative_floor)) {
-    throw InvalidArgument("ChannelStatistics::finish: the relative floor " + std::to_string(relative_floor) +
-                          " must be finite and > 0");
-  }
-  if (count_ == 0) throw InvalidArgument("ChannelStatistics::finish: no field was added");
+  // Agreed: a floor bad on one rank alone must not leave the others in the reduction.
+  agree_on_success(d_->comm().mpi_comm(), [&] {
+    if (!(relative_floor > 0) || !std::isfinite(relative_floor)) {
+      throw InvalidArgument("ChannelStatistics::finish: the relative floor " + std::to_string(relative_floor) +
+                            " must be finite and > 0");
+    }
+    if (count_ == 0) throw InvalidArgument("ChannelStatistics::finish: no field was added");
+  });
   const auto totals = sums_.totals_split(d_->comm());
   ChannelMoments m;
   m.count = count_;
