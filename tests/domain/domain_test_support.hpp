@@ -97,11 +97,12 @@ void fill_coordinates(const domain::HaloExchange& ex, Tensor& field) {
       }
 }
 
-// Checks every cell of such a field after the exchange (the interior unchanged, every
-// halo cell by the rule), adding the cells checked to *checked when given; returns a
+// Checks every cell (leading index l, global i, j) of a contiguous padded field of `ex`
+// against want(l, i, j), adding the cells checked to *checked when given; returns a
 // description of the first few mismatches, empty when there are none.
-template <class T = double>
-std::string check_coordinates(const domain::HaloExchange& ex, const Tensor& field, std::int64_t* checked = nullptr) {
+template <class T = double, class Want>
+std::string check_cells(const domain::HaloExchange& ex, const Tensor& field, Want&& want,
+                        std::int64_t* checked = nullptr) {
   const domain::Decomposition& d = ex.decomposition();
   const domain::LocalBox box = d.box();
   const domain::HaloWidths w = ex.spec().width;
@@ -114,16 +115,29 @@ std::string check_coordinates(const domain::HaloExchange& ex, const Tensor& fiel
     for (std::int64_t a = 0; a < pl; ++a)
       for (std::int64_t b = 0; b < pn; ++b) {
         const std::int64_t i = box.lat.start - w.lat_before + a, j = box.lon.start - w.lon_before + b;
-        const double want = expected_halo_value(l, i, j, d.global_lat(), d.global_lon(), ex.spec());
+        const double expected = want(l, i, j);
         const double got = static_cast<double>(p[(l * pl + a) * pn + b]);
         if (checked != nullptr) ++*checked;
-        if (got != want && errors++ < 5) {
+        if (got != expected && errors++ < 5) {
           bad << " [rank " << d.rank() << " lead " << l << " cell (" << i << ", " << j << "): got " << got
-              << " want " << want << "]";
+              << " want " << expected << "]";
         }
       }
   if (errors) bad << " (" << errors << " wrong cells)";
   return bad.str();
+}
+
+// Checks every cell of such a field after the exchange (the interior unchanged, every
+// halo cell by the rule).
+template <class T = double>
+std::string check_coordinates(const domain::HaloExchange& ex, const Tensor& field, std::int64_t* checked = nullptr) {
+  const domain::Decomposition& d = ex.decomposition();
+  return check_cells<T>(
+      ex, field,
+      [&](std::int64_t l, std::int64_t i, std::int64_t j) {
+        return expected_halo_value(l, i, j, d.global_lat(), d.global_lon(), ex.spec());
+      },
+      checked);
 }
 
 }  // namespace tessera::testing

@@ -59,25 +59,10 @@ double expected(std::int64_t lead, std::int64_t i, std::int64_t j, std::int64_t 
 
 std::string check(const HaloExchange& ex, const Tensor& field) {
   const Decomposition& d = ex.decomposition();
-  const LocalBox box = d.box();
-  const domain::HaloWidths w = ex.spec().width;
-  const std::int64_t pl = field.size(field.dim() - 2), pn = field.size(field.dim() - 1);
-  const std::int64_t lead = field.numel() / (pl * pn);
-  const double* p = field.data<double>();
-  std::ostringstream bad;
-  int errors = 0;
-  for (std::int64_t l = 0; l < lead; ++l)
-    for (std::int64_t a = 0; a < pl; ++a)
-      for (std::int64_t b = 0; b < pn; ++b) {
-        const std::int64_t i = box.lat.start - w.lat_before + a, j = box.lon.start - w.lon_before + b;
-        const double want = expected(l, i, j, d.global_lat(), d.global_lon(), ex.spec());
-        const double got = p[(l * pl + a) * pn + b];
-        if (got != want && errors++ < 4) {
-          bad << " [rank " << d.rank() << " cell (" << i << ", " << j << "): got " << got << " want " << want << "]";
-        }
-      }
-  if (errors) bad << " (" << errors << " wrong cells, " << ex.spec().str() << ", " << d.str() << ")";
-  return bad.str();
+  const std::string bad = check_cells(ex, field, [&](std::int64_t l, std::int64_t i, std::int64_t j) {
+    return expected(l, i, j, d.global_lat(), d.global_lon(), ex.spec());
+  });
+  return bad.empty() ? bad : bad + " (" + ex.spec().str() + ", " + d.str() + ")";
 }
 
 HaloSpec edges(int width, EdgePolicy north, EdgePolicy south, EdgePolicy west, EdgePolicy east) {
