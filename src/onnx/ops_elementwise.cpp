@@ -1,0 +1,7 @@
+#include "onnx/op.hpp"
+
+namespace tessera::onnx {
+
+void register_elementwise_ops(OpRegistry& registry) { (void)registry; }
+
+}  // namespace tessera::onnx
