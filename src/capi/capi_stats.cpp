@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "capi/capi_internal.hpp"
 #include "tessera/agree.hpp"
@@ -14,6 +15,7 @@ using tessera::capi::require;
 struct tessera_stats {
   std::shared_ptr<tessera_decomp_state> decomp;  // keeps the decomposition alive
   std::optional<domain::ChannelStatistics> stats;
+  std::int64_t channels = 0;
 };
 
 namespace {
@@ -22,6 +24,20 @@ tessera_stats& state_of(tessera_stats_t* s) {
   require(s, "the statistics handle");
   if (!s->stats || !s->decomp || !s->decomp->d) throw InvalidArgument("the statistics handle is not initialised");
   return *s;
+}
+
+// A Fortran caller's fields against this rank's box, in its own terms (x(lon, lat,
+// channels[, samples...]), the box 1-based, lon first), before the C++ layer's check,
+// whose message speaks tessera's (samples..., C, lat, lon) view.
+void check_caller_fields(const Tensor& view, std::int64_t channels, const domain::LocalBox& box) {
+  if (!capi::caller_is_fortran()) return;
+  const Shape& v = view.shape();
+  const std::size_t n = v.size();
+  if (n >= 3 && v[n - 3] == channels && v[n - 2] == box.lat.length && v[n - 1] == box.lon.length) return;
+  throw ShapeError("the local array of extents " + capi::caller_shape(v) + " is not (" +
+                   std::to_string(box.lon.length) + ", " + std::to_string(box.lat.length) + ", " +
+                   std::to_string(channels) + "[, samples...]): " + std::to_string(channels) +
+                   " channels of this rank's box " + capi::caller_box(box));
 }
 
 }  // namespace
@@ -36,6 +52,7 @@ int tessera_stats_create(const tessera_decomp_t* decomp, int64_t channels, tesse
     auto handle = std::make_unique<tessera_stats>();
     handle->decomp = decomp->state;
     handle->stats.emplace(d, channels);
+    handle->channels = channels;
     *stats = handle.release();
   });
 }
@@ -49,6 +66,7 @@ int tessera_stats_add(tessera_stats_t* stats, const void* local, tessera_dtype_t
     // fails every rank (the shape against the box is agreed by add itself).
     agree_on_success(s.decomp->d->comm().mpi_comm(), [&] {
       view = capi::array_view(const_cast<void*>(local), dtype, order, ndim, shape, "the local array");
+      check_caller_fields(view, s.channels, s.decomp->d->box());
     });
     s.stats->add(view);
   });

@@ -7,7 +7,7 @@
 !
 ! Conventions
 !  - Handles (tessera_mesh, tessera_decomp, tessera_halo, tessera_checkpoint,
-!    tessera_model, tessera_redist) wrap a C
+!    tessera_model, tessera_redist, tessera_stats) wrap a C
 !    pointer; *_destroy frees one and nullifies it.
 !  - Every procedure takes an optional trailing `ierr`. When present it receives the
 !    status (TESSERA_OK = 0, or a TESSERA_ERR_* code) and the caller decides what to do
@@ -83,6 +83,12 @@ module tessera
   type, public :: tessera_redist
     type(c_ptr) :: ptr = c_null_ptr
   end type
+  ! Normalisation statistics of the code's fields over a decomposition (tessera_stats_*):
+  ! the handle and the channel count it was created with (the length of mean and std).
+  type, public :: tessera_stats
+    type(c_ptr) :: ptr = c_null_ptr
+    integer :: channels = 0
+  end type
 
   public :: tessera_error_string, tessera_last_error, tessera_version
   public :: tessera_mesh_create, tessera_mesh_create_from_file, tessera_mesh_destroy, &
@@ -93,6 +99,7 @@ module tessera
     tessera_decomp_scatter, tessera_decomp_gather, tessera_decomp_global_sum, tessera_decomp_auto_grid, &
     tessera_decomp_create_cart, tessera_decomp_create_boxes, tessera_decomp_create_split, &
     tessera_decomp_check_box, tessera_decomp_periodic
+  public :: tessera_stats_create, tessera_stats_add, tessera_stats_finish, tessera_stats_destroy
   public :: tessera_halo_create, tessera_halo_create_edges, tessera_halo_destroy, tessera_halo_padded, tessera_halo_add_field, &
     tessera_halo_clear_fields, tessera_halo_num_fields, tessera_halo_exchange, tessera_halo_start, &
     tessera_halo_finish, tessera_halo_exchange_adjoint, tessera_halo_start_adjoint, &
@@ -203,6 +210,9 @@ module tessera
   end interface
   interface tessera_decomp_global_sum
     module procedure decomp_global_sum_r32, decomp_global_sum_r64
+  end interface
+  interface tessera_stats_add
+    module procedure stats_add_r32, stats_add_r64
   end interface
   interface tessera_decomp_box
     module procedure decomp_box_lat_lon, decomp_box_lon_lat
