@@ -67,6 +67,7 @@ program regional_model
   call split(nlon, dims(1), coords(1), first(1), nx)
   call split(nlat, dims(2), coords(2), first(2), ny)
   allocate(state(0:nx + 1, 0:ny + 1, nf), x(nx, ny, nf), y(nx, ny, nf))
+  state = 0
 
   ! --- 1. tessera takes that decomposition as it is -------------------------------------
   call tessera_decomp_create_cart(decomp, cart, [nlon, nlat], TESSERA_CART_LON_LAT, &
@@ -176,7 +177,7 @@ contains
   ! the walls.
   subroutine step_model(s, nx, ny)
     integer, intent(in) :: nx, ny
-    real(real64), intent(inout) :: s(0:nx + 1, 0:ny + 1, nf)
+    real(real64), intent(inout), target :: s(0:nx + 1, 0:ny + 1, nf)   ! tessera writes its halo
     real(real64) :: sn(nx, ny, nf), cu, cv, phi
     real(real64), parameter :: kd = 0.05_real64
     integer :: i, j
