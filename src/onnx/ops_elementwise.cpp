@@ -1,7 +1,828 @@
+// The elementwise ONNX ops: arithmetic with multidirectional broadcasting, the
+// activations, comparisons and logic, Where, Cast, Clip, Identity and Dropout.
+//
+// Three mechanisms carry the op set: UnaryOp<Math> (one struct per function: its value and
+// its slope), BinaryOp<Math> (one broadcasting loop; each input's gradient summed back to
+// its shape with reduce_to_shape) and VariadicOp (Sum, Mean, Max, Min over any number of
+// broadcast inputs). Floating values compute in their own precision (T is float or
+// double); integer and boolean values compute in their int64 storage, wrapped back to
+// their declared width, with ONNX's integer semantics (Div truncates toward zero).
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <iterator>
+#include <limits>
+#include <numbers>
+#include <string>
+#include <type_traits>
+
+#include "onnx/broadcast.hpp"
 #include "onnx/op.hpp"
+#include "onnx/typed.hpp"
 
 namespace tessera::onnx {
+namespace {
 
-void register_elementwise_ops(OpRegistry& registry) { (void)registry; }
+using detail::check_input_count;
+using detail::dispatch;
+using detail::required_input;
+
+// A tensor of `shape` and dtype of T with its elements from `fill(i)`.
+template <class T, class Fill>
+Tensor tensor_from(const Shape& shape, Fill&& fill) {
+  Tensor t = Tensor::empty(shape, dtype_of<T>);
+  T* p = t.data<T>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = fill(i);
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------
+// Unary ops. A Math struct gives value(x) and slope(x, y) (dy/dx from the input and the
+// output), templates on T; `integers` says whether it also runs on integer values.
+
+struct UnaryParams {
+  double alpha = 0.0;
+  double beta = 0.0;
+};
+
+struct FloatingOnly {
+  static constexpr bool integers = false;
+  static UnaryParams params(const NodeSpec&) { return {}; }
+};
+
+struct Sqrt : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return std::sqrt(x); }
+  template <class T> static T slope(T, T y, const UnaryParams&) { return T(0.5) / y; }
+};
+struct Reciprocal : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return T(1) / x; }
+  template <class T> static T slope(T, T y, const UnaryParams&) { return -y * y; }
+};
+struct Erf : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return std::erf(x); }
+  template <class T> static T slope(T x, T, const UnaryParams&) {
+    return T(2) / std::sqrt(std::numbers::pi_v<T>) * std::exp(-x * x);
+  }
+};
+struct Exp : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return std::exp(x); }
+  template <class T> static T slope(T, T y, const UnaryParams&) { return y; }
+};
+struct Log : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return std::log(x); }
+  template <class T> static T slope(T x, T, const UnaryParams&) { return T(1) / x; }
+};
+struct Sigmoid : FloatingOnly {
+  // Written per sign so exp never overflows.
+  template <class T> static T value(T x, const UnaryParams&) {
+    if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+    const T e = std::exp(x);
+    return e / (T(1) + e);
+  }
+  template <class T> static T slope(T, T y, const UnaryParams&) { return y * (T(1) - y); }
+};
+struct Tanh : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return std::tanh(x); }
+  template <class T> static T slope(T, T y, const UnaryParams&) { return T(1) - y * y; }
+};
+struct Softplus : FloatingOnly {
+  // log(1 + e^x) without overflow: x + log1p(e^-x) for positive x.
+  template <class T> static T value(T x, const UnaryParams&) {
+    return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+  }
+  template <class T> static T slope(T x, T, const UnaryParams& p) { return Sigmoid::value(x, p); }
+};
+struct Softsign : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return x / (T(1) + std::abs(x)); }
+  template <class T> static T slope(T x, T, const UnaryParams&) {
+    const T d = T(1) + std::abs(x);
+    return T(1) / (d * d);
+  }
+};
+struct LeakyRelu : FloatingOnly {
+  static UnaryParams params(const NodeSpec& node) { return {node.get_float("alpha", 0.01), 0.0}; }
+  template <class T> static T value(T x, const UnaryParams& p) { return x >= 0 ? x : T(p.alpha) * x; }
+  template <class T> static T slope(T x, T, const UnaryParams& p) { return x >= 0 ? T(1) : T(p.alpha); }
+};
+struct Elu : FloatingOnly {
+  static UnaryParams params(const NodeSpec& node) { return {node.get_float("alpha", 1.0), 0.0}; }
+  template <class T> static T value(T x, const UnaryParams& p) { return x > 0 ? x : T(p.alpha) * std::expm1(x); }
+  template <class T> static T slope(T x, T y, const UnaryParams& p) { return x > 0 ? T(1) : y + T(p.alpha); }
+};
+struct Selu : FloatingOnly {
+  // ONNX's defaults are the float32 values of SELU's constants.
+  static UnaryParams params(const NodeSpec& node) {
+    return {node.get_float("alpha", 1.67326319217681884765625), node.get_float("gamma", 1.05070102214813232421875)};
+  }
+  template <class T> static T value(T x, const UnaryParams& p) {
+    return T(p.beta) * (x > 0 ? x : T(p.alpha) * std::expm1(x));
+  }
+  template <class T> static T slope(T x, T, const UnaryParams& p) {
+    return T(p.beta) * (x > 0 ? T(1) : T(p.alpha) * std::exp(x));
+  }
+};
+struct HardSigmoid : FloatingOnly {
+  static UnaryParams params(const NodeSpec& node) { return {node.get_float("alpha", 0.2), node.get_float("beta", 0.5)}; }
+  template <class T> static T value(T x, const UnaryParams& p) {
+    return std::clamp(T(p.alpha) * x + T(p.beta), T(0), T(1));
+  }
+  template <class T> static T slope(T x, T, const UnaryParams& p) {
+    const T z = T(p.alpha) * x + T(p.beta);
+    return z > 0 && z < 1 ? T(p.alpha) : T(0);
+  }
+};
+struct HardSwish : FloatingOnly {
+  // x * HardSigmoid(x) with alpha 1/6, beta 1/2 (opset 14).
+  template <class T> static T value(T x, const UnaryParams&) { return x * std::clamp(x / T(6) + T(0.5), T(0), T(1)); }
+  template <class T> static T slope(T x, T, const UnaryParams&) {
+    if (x <= T(-3)) return T(0);
+    if (x >= T(3)) return T(1);
+    return x / T(3) + T(0.5);
+  }
+};
+struct Gelu : FloatingOnly {
+  // alpha = 1 for approximate="tanh", 0 for the exact (erf) form.
+  static UnaryParams params(const NodeSpec& node) {
+    const std::string approximate = node.get_string("approximate", "none");
+    if (approximate != "none" && approximate != "tanh") node.unsupported("approximate='" + approximate + "'");
+    return {approximate == "tanh" ? 1.0 : 0.0, 0.0};
+  }
+  template <class T> static T value(T x, const UnaryParams& p) {
+    if (p.alpha != 0) return T(0.5) * x * (T(1) + std::tanh(inner(x)));
+    return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2))));
+  }
+  template <class T> static T slope(T x, T, const UnaryParams& p) {
+    if (p.alpha != 0) {
+      const T t = std::tanh(inner(x));
+      const T d_inner = std::sqrt(T(2) / std::numbers::pi_v<T>) * (T(1) + T(3 * 0.044715) * x * x);
+      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * d_inner;
+    }
+    return T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2)))) + x * std::exp(-x * x / T(2)) / std::sqrt(T(2) * std::numbers::pi_v<T>);
+  }
+  template <class T> static T inner(T x) { return std::sqrt(T(2) / std::numbers::pi_v<T>) * (x + T(0.044715) * x * x * x); }
+};
+// The piecewise-constant functions: their derivative is zero where it exists (PyTorch's too).
+struct Floor : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return std::floor(x); }
+  template <class T> static T slope(T, T, const UnaryParams&) { return T(0); }
+};
+struct Ceil : FloatingOnly {
+  template <class T> static T value(T x, const UnaryParams&) { return std::ceil(x); }
+  template <class T> static T slope(T, T, const UnaryParams&) { return T(0); }
+};
+struct Round : FloatingOnly {
+  // Half to even, as ONNX says: nearbyint in the default rounding mode.
+  template <class T> static T value(T x, const UnaryParams&) { return std::nearbyint(x); }
+  template <class T> static T slope(T, T, const UnaryParams&) { return T(0); }
+};
+
+// The ones that also run on integers.
+struct AnyNumber : FloatingOnly {
+  static constexpr bool integers = true;
+};
+struct Neg : AnyNumber {
+  template <class T> static T value(T x, const UnaryParams&) { return -x; }
+  template <class T> static T slope(T, T, const UnaryParams&) { return T(-1); }
+};
+struct Abs : AnyNumber {
+  template <class T> static T value(T x, const UnaryParams&) { return x < 0 ? -x : x; }
+  template <class T> static T slope(T x, T, const UnaryParams&) { return x > 0 ? T(1) : x < 0 ? T(-1) : T(0); }
+};
+struct Sign : AnyNumber {
+  template <class T> static T value(T x, const UnaryParams&) { return x > 0 ? T(1) : x < 0 ? T(-1) : T(0); }
+  template <class T> static T slope(T, T, const UnaryParams&) { return T(0); }
+};
+struct Relu : AnyNumber {
+  template <class T> static T value(T x, const UnaryParams&) { return x > 0 ? x : T(0); }
+  template <class T> static T slope(T x, T, const UnaryParams&) { return x > 0 ? T(1) : T(0); }
+};
+
+template <class Math>
+class UnaryOp final : public Op {
+ public:
+  explicit UnaryOp(const NodeSpec& node) : Op(node), params_(Math::params(node)) { check_input_count(node, 1, 1); }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    x_ = required_input(node_, inputs, 0);
+    y_ = detail::make_value(x_.shape(), x_.type);
+    dispatch<Math::integers>(node_, x_.type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = x_.tensor.data<T>();
+      T* y = y_.tensor.data<T>();
+      for (std::int64_t i = 0; i < x_.numel(); ++i) {
+        if constexpr (std::is_integral_v<T>) {
+          y[i] = detail::wrap_integer(x_.type, Math::value(x[i], params_));
+        } else {
+          y[i] = Math::value(x[i], params_);
+        }
+      }
+    });
+    return {y_};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    if (grad_outputs.empty() || !grad_outputs[0].defined() || !is_floating(x_.type)) return {Tensor()};
+    return {dispatch<false>(node_, x_.type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = x_.tensor.data<T>();
+      const T* y = y_.tensor.data<T>();
+      const Tensor g = grad_outputs[0].contiguous();
+      const T* gp = g.data<T>();
+      return tensor_from<T>(x_.shape(), [&](std::int64_t i) { return gp[i] * Math::slope(x[i], y[i], params_); });
+    })};
+  }
+
+ private:
+  UnaryParams params_;
+  Value x_, y_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Binary ops with multidirectional broadcasting. A Math struct gives value(a, b) and the
+// partial derivatives d_a(a, b, y), d_b(a, b, y); `integers` (runs on integer values),
+// `logical` (the output is bool: no gradient), `bool_inputs` (And/Or/Xor) and
+// `mixed_types` (Pow: the exponent's type may differ from the base's).
+
+struct Arithmetic {
+  static constexpr bool integers = true;
+  static constexpr bool logical = false;
+  static constexpr bool bool_inputs = false;
+  static constexpr bool mixed_types = false;
+};
+struct Add : Arithmetic {
+  template <class T> static T value(T a, T b) { return a + b; }
+  template <class T> static T d_a(T, T, T) { return T(1); }
+  template <class T> static T d_b(T, T, T) { return T(1); }
+};
+struct Sub : Arithmetic {
+  template <class T> static T value(T a, T b) { return a - b; }
+  template <class T> static T d_a(T, T, T) { return T(1); }
+  template <class T> static T d_b(T, T, T) { return T(-1); }
+};
+struct Mul : Arithmetic {
+  template <class T> static T value(T a, T b) { return a * b; }
+  template <class T> static T d_a(T, T b, T) { return b; }
+  template <class T> static T d_b(T a, T, T) { return a; }
+};
+struct Div : Arithmetic {
+  // Integer division truncates toward zero (C++'s /); a zero divisor is an error, not UB.
+  template <class T> static T value(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) throw InvalidArgument("integer division by zero");
+      if (b == -1) return static_cast<T>(0ULL - static_cast<std::uint64_t>(a));  // INT64_MIN / -1 wraps
+    }
+    return a / b;
+  }
+  template <class T> static T d_a(T, T b, T) { return T(1) / b; }
+  template <class T> static T d_b(T, T b, T y) { return -y / b; }
+};
+struct Pow : Arithmetic {
+  static constexpr bool mixed_types = true;
+  template <class T> static T value(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return integer_power(a, b);
+    } else {
+      return std::pow(a, b);
+    }
+  }
+  template <class T> static T d_a(T a, T b, T) { return b == 0 ? T(0) : b * std::pow(a, b - T(1)); }
+  // d(a^b)/db = a^b log a, taken as 0 for a <= 0 where the log is undefined.
+  template <class T> static T d_b(T a, T, T y) { return a > 0 ? y * std::log(a) : T(0); }
+  // Exact integer powers by squaring (wrapping like int64 multiplication); a negative
+  // exponent truncates 1/a^|b| toward zero.
+  static std::int64_t integer_power(std::int64_t a, std::int64_t b) {
+    if (b < 0) return a == 1 ? 1 : a == -1 ? (b % 2 == 0 ? 1 : -1) : 0;
+    std::uint64_t result = 1, base = static_cast<std::uint64_t>(a);
+    for (auto e = static_cast<std::uint64_t>(b); e != 0; e >>= 1) {
+      if (e & 1) result *= base;
+      base *= base;
+    }
+    return static_cast<std::int64_t>(result);
+  }
+};
+struct PRelu : Arithmetic {
+  static constexpr bool integers = false;
+  template <class T> static T value(T x, T slope) { return x < 0 ? slope * x : x; }
+  template <class T> static T d_a(T x, T slope, T) { return x < 0 ? slope : T(1); }
+  template <class T> static T d_b(T x, T, T) { return x < 0 ? x : T(0); }
+};
+
+struct Logical : Arithmetic {
+  static constexpr bool logical = true;
+  template <class T> static T d_a(T, T, T) { return T(0); }
+  template <class T> static T d_b(T, T, T) { return T(0); }
+};
+struct Equal : Logical {
+  template <class T> static bool value(T a, T b) { return a == b; }
+};
+struct Less : Logical {
+  template <class T> static bool value(T a, T b) { return a < b; }
+};
+struct LessOrEqual : Logical {
+  template <class T> static bool value(T a, T b) { return a <= b; }
+};
+struct Greater : Logical {
+  template <class T> static bool value(T a, T b) { return a > b; }
+};
+struct GreaterOrEqual : Logical {
+  template <class T> static bool value(T a, T b) { return a >= b; }
+};
+struct BoolLogic : Logical {
+  static constexpr bool bool_inputs = true;
+};
+struct And : BoolLogic {
+  template <class T> static bool value(T a, T b) { return a != 0 && b != 0; }
+};
+struct Or : BoolLogic {
+  template <class T> static bool value(T a, T b) { return a != 0 || b != 0; }
+};
+struct Xor : BoolLogic {
+  template <class T> static bool value(T a, T b) { return (a != 0) != (b != 0); }
+};
+
+// The element type two inputs compute in: their common type, or for Pow (whose exponent
+// may differ) the base's floating type, else double when only the exponent is floating
+// (the result then truncates back to the integer base type, as numpy's astype does).
+ElementType compute_type(const NodeSpec& node, const Value& a, const Value& b, bool mixed_types) {
+  if (a.type == b.type) return a.type;
+  if (!mixed_types) detail::check_same_type(node, a, b);
+  if (is_floating(a.type)) return a.type;
+  return is_floating(b.type) ? ElementType::f64 : ElementType::i64;
+}
+
+template <class Math>
+class BinaryOp final : public Op {
+ public:
+  explicit BinaryOp(const NodeSpec& node) : Op(node) { check_input_count(node, 2, 2); }
+
+  bool differentiable_input(std::size_t index) const override {
+    // Pow's output has the base's type: an integer base has no gradient, nor an integer exponent.
+    return !Math::logical && index < 2 && is_floating(types_[0]) && is_floating(types_[index]);
+  }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Value& a = required_input(node_, inputs, 0);
+    const Value& b = required_input(node_, inputs, 1);
+    if (Math::bool_inputs && (a.type != ElementType::boolean || b.type != ElementType::boolean)) {
+      node_.invalid("expects bool inputs, got " + a.str() + " and " + b.str());
+    }
+    types_ = {a.type, b.type};
+    const ElementType type = compute_type(node_, a, b, Math::mixed_types);
+    a_ = detail::convert(node_, a, type);
+    b_ = detail::convert(node_, b, type);
+    const Shape shape = broadcast_shapes(a.shape(), b.shape(), node_.where());
+    a_index_ = broadcast_source_index(a.shape(), shape);
+    b_index_ = broadcast_source_index(b.shape(), shape);
+    Value y = detail::make_value(shape, Math::logical ? ElementType::boolean : type);
+    try {
+      dispatch<Math::integers>(node_, type, [&](auto tag) { compute(tag, y); });
+    } catch (const InvalidArgument& e) {
+      node_.invalid(e.what());  // integer division by zero, named by the node
+    }
+    y_ = y;
+    // Pow's output has the base's type.
+    return {Math::logical ? y : detail::convert(node_, y, a.type)};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    if (Math::logical || grad_outputs.empty() || !grad_outputs[0].defined() || !is_floating(y_.type)) {
+      return {Tensor(), Tensor()};
+    }
+    return dispatch<false>(node_, y_.type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const Tensor g = grad_outputs[0].contiguous();
+      const T* gp = g.data<T>();
+      const T* a = a_.tensor.data<T>();
+      const T* b = b_.tensor.data<T>();
+      const T* y = y_.tensor.data<T>();
+      std::vector<Tensor> grads(2);
+      if (differentiable_input(0)) {
+        grads[0] = reduce_to_shape(tensor_from<T>(y_.shape(), [&](std::int64_t i) {
+          return gp[i] * Math::d_a(a[a_index_[i]], b[b_index_[i]], y[i]);
+        }), a_.shape());
+        grads[0] = as_input_type(grads[0], 0);
+      }
+      if (differentiable_input(1)) {
+        grads[1] = reduce_to_shape(tensor_from<T>(y_.shape(), [&](std::int64_t i) {
+          return gp[i] * Math::d_b(a[a_index_[i]], b[b_index_[i]], y[i]);
+        }), b_.shape());
+        grads[1] = as_input_type(grads[1], 1);
+      }
+      return grads;
+    });
+  }
+
+ private:
+  // A gradient computed in the compute type, in the type of input `index` (Pow's f32
+  // exponent of an f64 base).
+  Tensor as_input_type(const Tensor& grad, std::size_t index) const {
+    return detail::convert(node_, Value::floating(grad), types_[index]).tensor;
+  }
+
+  template <class Tg>
+  void compute(Tg, Value& y) const {
+    using T = typename Tg::type;
+    using Out = std::conditional_t<Math::logical, std::int64_t, T>;
+    const T* a = a_.tensor.data<T>();
+    const T* b = b_.tensor.data<T>();
+    Out* o = y.tensor.data<Out>();
+    for (std::size_t i = 0; i < a_index_.size(); ++i) {
+      o[i] = static_cast<Out>(Math::value(a[a_index_[i]], b[b_index_[i]]));
+      if constexpr (std::is_integral_v<T> && !Math::logical) o[i] = detail::wrap_integer(y.type, o[i]);
+    }
+  }
+
+  std::array<ElementType, 2> types_{};
+  Value a_, b_, y_;  // the inputs in the compute type, the output before its final cast
+  std::vector<std::int64_t> a_index_, b_index_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Sum, Mean, Max, Min: any number of inputs of one type, broadcast together. Max and Min
+// split the gradient evenly among the inputs that tie for the extreme (as PyTorch's
+// maximum/minimum do).
+
+enum class Fold : std::uint8_t { sum, mean, max, min };
+
+class VariadicOp final : public Op {
+ public:
+  VariadicOp(const NodeSpec& node, Fold fold) : Op(node), fold_(fold) {
+    if (node.inputs.empty()) node.invalid("expects at least one input");
+  }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    inputs_.clear();
+    Shape shape;
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      inputs_.push_back(required_input(node_, inputs, k));
+      detail::check_same_type(node_, inputs_.front(), inputs_.back());
+      shape = k == 0 ? inputs_[k].shape() : broadcast_shapes(shape, inputs_[k].shape(), node_.where());
+    }
+    index_.clear();
+    for (const Value& v : inputs_) index_.push_back(broadcast_source_index(v.shape(), shape));
+    y_ = detail::make_value(shape, inputs_.front().type);
+    const bool integers = fold_ == Fold::max || fold_ == Fold::min;
+    auto body = [&](auto tag) { combine(tag); };
+    if (integers) {
+      dispatch<true>(node_, y_.type, body);
+    } else {
+      dispatch<false>(node_, y_.type, body);
+    }
+    return {y_};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    std::vector<Tensor> grads(inputs_.size());
+    if (grad_outputs.empty() || !grad_outputs[0].defined() || !is_floating(y_.type)) return grads;
+    dispatch<false>(node_, y_.type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const Tensor g = grad_outputs[0].contiguous();
+      const T* gp = g.data<T>();
+      const T* y = y_.tensor.data<T>();
+      // The share of each output element's gradient that every input receiving it gets.
+      std::vector<T> share(static_cast<std::size_t>(y_.numel()), T(1));
+      if (fold_ == Fold::mean) std::fill(share.begin(), share.end(), T(1) / T(inputs_.size()));
+      if (fold_ == Fold::max || fold_ == Fold::min) {
+        std::vector<T> ties(share.size(), T(0));
+        for (std::size_t k = 0; k < inputs_.size(); ++k) {
+          for (std::size_t i = 0; i < ties.size(); ++i) ties[i] += receives<T>(k, i, y[i]) ? T(1) : T(0);
+        }
+        for (std::size_t i = 0; i < ties.size(); ++i) share[i] = T(1) / ties[i];
+      }
+      for (std::size_t k = 0; k < inputs_.size(); ++k) {
+        grads[k] = reduce_to_shape(tensor_from<T>(y_.shape(), [&](std::int64_t i) {
+          const auto u = static_cast<std::size_t>(i);
+          return receives<T>(k, u, y[u]) ? gp[i] * share[u] : T(0);
+        }), inputs_[k].shape());
+      }
+    });
+    return grads;
+  }
+
+ private:
+  template <class Tg>
+  void combine(Tg) {
+    using T = typename Tg::type;
+    T* y = y_.tensor.data<T>();
+    for (std::size_t k = 0; k < inputs_.size(); ++k) {
+      const T* x = inputs_[k].tensor.data<T>();
+      const std::vector<std::int64_t>& src = index_[k];
+      for (std::size_t i = 0; i < src.size(); ++i) {
+        const T v = x[src[i]];
+        if (k == 0 || fold_ == Fold::sum || fold_ == Fold::mean) {
+          y[i] = k == 0 ? v : y[i] + v;
+        } else {
+          y[i] = fold_ == Fold::max ? std::max(y[i], v) : std::min(y[i], v);
+        }
+      }
+    }
+    if (fold_ == Fold::mean) {
+      for (std::int64_t i = 0; i < y_.numel(); ++i) y[i] /= T(inputs_.size());
+    }
+  }
+
+  // Whether input k receives output element i's gradient (every input does for Sum and
+  // Mean; those equal to the extreme for Max and Min).
+  template <class T>
+  bool receives(std::size_t k, std::size_t i, T y) const {
+    if (fold_ == Fold::sum || fold_ == Fold::mean) return true;
+    return inputs_[k].tensor.data<T>()[index_[k][i]] == y;
+  }
+
+  Fold fold_;
+  std::vector<Value> inputs_;
+  std::vector<std::vector<std::int64_t>> index_;
+  Value y_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Not, Where, Clip, Cast, Identity, Dropout.
+
+class NotOp final : public Op {
+ public:
+  explicit NotOp(const NodeSpec& node) : Op(node) { check_input_count(node, 1, 1); }
+  bool differentiable_input(std::size_t) const override { return false; }
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Value& x = required_input(node_, inputs, 0);
+    if (x.type != ElementType::boolean) node_.invalid("expects a bool input, got " + x.str());
+    const std::int64_t* p = x.tensor.data<std::int64_t>();
+    Value y = detail::make_value(x.shape(), ElementType::boolean);
+    std::int64_t* o = y.tensor.data<std::int64_t>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) o[i] = p[i] == 0 ? 1 : 0;
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>&) override { return {Tensor()}; }
+};
+
+// Where(condition, X, Y): X where the condition holds, else Y, all three broadcast.
+class WhereOp final : public Op {
+ public:
+  explicit WhereOp(const NodeSpec& node) : Op(node) { check_input_count(node, 3, 3); }
+  bool differentiable_input(std::size_t index) const override { return index > 0 && is_floating(type_); }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Value& c = required_input(node_, inputs, 0);
+    const Value& x = required_input(node_, inputs, 1);
+    const Value& y = required_input(node_, inputs, 2);
+    if (c.type != ElementType::boolean) node_.invalid("expects a bool condition, got " + c.str());
+    detail::check_same_type(node_, x, y);
+    type_ = x.type;
+    shapes_ = {x.shape(), y.shape()};
+    const Shape shape =
+        broadcast_shapes(broadcast_shapes(c.shape(), x.shape(), node_.where()), y.shape(), node_.where());
+    const std::vector<std::int64_t> ci = broadcast_source_index(c.shape(), shape);
+    const std::vector<std::int64_t> xi = broadcast_source_index(x.shape(), shape);
+    const std::vector<std::int64_t> yi = broadcast_source_index(y.shape(), shape);
+    const std::int64_t* cp = c.tensor.data<std::int64_t>();
+    taken_.assign(ci.size(), false);
+    for (std::size_t i = 0; i < ci.size(); ++i) taken_[i] = cp[ci[i]] != 0;
+    Value out = detail::make_value(shape, type_);
+    dispatch<true>(node_, type_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* xp = x.tensor.data<T>();
+      const T* yp = y.tensor.data<T>();
+      T* o = out.tensor.data<T>();
+      for (std::size_t i = 0; i < ci.size(); ++i) o[i] = taken_[i] ? xp[xi[i]] : yp[yi[i]];
+    });
+    out_shape_ = shape;
+    return {out};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    std::vector<Tensor> grads(3);
+    if (grad_outputs.empty() || !grad_outputs[0].defined() || !is_floating(type_)) return grads;
+    dispatch<false>(node_, type_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const Tensor g = grad_outputs[0].contiguous();
+      const T* gp = g.data<T>();
+      for (std::size_t k = 0; k < 2; ++k) {
+        const bool when = k == 0;  // X takes the gradient where the condition holds, Y elsewhere
+        grads[k + 1] = reduce_to_shape(tensor_from<T>(out_shape_, [&](std::int64_t i) {
+          return taken_[static_cast<std::size_t>(i)] == when ? gp[i] : T(0);
+        }), shapes_[k]);
+      }
+    });
+    return grads;
+  }
+
+ private:
+  ElementType type_ = ElementType::f32;
+  std::array<Shape, 2> shapes_;
+  Shape out_shape_;
+  std::vector<bool> taken_;
+};
+
+// Clip(x, min, max): bounds as optional scalar inputs (opset 11+) or float attributes
+// (opset 6-10). The gradient passes where min <= x <= max (PyTorch's clamp).
+class ClipOp final : public Op {
+ public:
+  explicit ClipOp(const NodeSpec& node) : Op(node) {
+    if (node.opset < 6) node.unsupported("Clip before opset 6");
+    check_input_count(node, 1, node.opset >= 11 ? 3 : 1);
+  }
+  bool differentiable_input(std::size_t index) const override { return index == 0; }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    x_ = required_input(node_, inputs, 0);
+    Value y = detail::make_value(x_.shape(), x_.type);
+    dispatch<true>(node_, x_.type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T lo = bound<T>(inputs, 1, "min", std::numeric_limits<T>::lowest());
+      const T hi = bound<T>(inputs, 2, "max", std::numeric_limits<T>::max());
+      lo_ = static_cast<double>(lo);
+      hi_ = static_cast<double>(hi);
+      const T* x = x_.tensor.data<T>();
+      T* o = y.tensor.data<T>();
+      // min > max gives max everywhere, as ONNX specifies.
+      for (std::int64_t i = 0; i < x_.numel(); ++i) o[i] = std::min(hi, std::max(lo, x[i]));
+    });
+    return {y};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    std::vector<Tensor> grads(node_.inputs.size());
+    if (grad_outputs.empty() || !grad_outputs[0].defined() || !is_floating(x_.type)) return grads;
+    grads[0] = dispatch<false>(node_, x_.type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const Tensor g = grad_outputs[0].contiguous();
+      const T* gp = g.data<T>();
+      const T* x = x_.tensor.data<T>();
+      const T lo = T(lo_), hi = T(hi_);
+      return tensor_from<T>(x_.shape(), [&](std::int64_t i) { return x[i] >= lo && x[i] <= hi ? gp[i] : T(0); });
+    });
+    return grads;
+  }
+
+ private:
+  template <class T>
+  T bound(const std::vector<Value>& inputs, std::size_t index, const char* key, T fallback) const {
+    if (node_.opset < 11) return node_.has(key) ? static_cast<T>(node_.get_float(key, 0.0)) : fallback;
+    const Value* v = detail::optional_input(inputs, index);
+    if (!v) return fallback;
+    if (v->numel() != 1) node_.invalid(std::string("input '") + key + "' must be a scalar, got " + v->str());
+    detail::check_same_type(node_, x_, *v);
+    return detail::elements_as<T>(node_, *v).front();
+  }
+
+  Value x_;
+  double lo_ = 0.0, hi_ = 0.0;
+};
+
+// ONNX's TensorProto.DataType to the element type tessera runs; refused by name otherwise.
+ElementType element_type_of(const NodeSpec& node, std::int64_t data_type) {
+  for (ElementType t : {ElementType::f32, ElementType::f64, ElementType::i64, ElementType::i32, ElementType::i16,
+                        ElementType::i8, ElementType::u8, ElementType::boolean}) {
+    if (onnx_data_type(t) == data_type) return t;
+  }
+  static const char* const names[] = {"undefined", "float", "uint8", "int8", "uint16", "int16", "int32",
+                                      "int64", "string", "bool", "float16", "double", "uint32", "uint64",
+                                      "complex64", "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz",
+                                      "float8e5m2", "float8e5m2fnuz", "uint4", "int4"};
+  const bool named = data_type >= 0 && data_type < static_cast<std::int64_t>(std::size(names));
+  node.unsupported("Cast to " + (named ? std::string(names[data_type]) : "data type " + std::to_string(data_type)));
+}
+
+// Cast (to = the attribute) and CastLike (to = the second input's type). The gradient
+// flows back, cast to the input's type, only between floating types.
+class CastOp final : public Op {
+ public:
+  CastOp(const NodeSpec& node, bool like) : Op(node), like_(like) {
+    check_input_count(node, like ? 2 : 1, like ? 2 : 1);
+    if (!like) to_ = element_type_of(node, node.require_int("to"));
+    if (node.has("saturate") && node.get_int("saturate", 1) != 1) node.unsupported("saturate=0");
+  }
+  bool differentiable_input(std::size_t index) const override {
+    return index == 0 && is_floating(from_) && is_floating(to_);
+  }
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Value& x = required_input(node_, inputs, 0);
+    if (like_) to_ = required_input(node_, inputs, 1).type;
+    from_ = x.type;
+    return {detail::convert(node_, x, to_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    std::vector<Tensor> grads(like_ ? 2 : 1);
+    if (!grad_outputs.empty() && grad_outputs[0].defined() && differentiable_input(0)) {
+      grads[0] = detail::convert(node_, Value::floating(grad_outputs[0]), from_).tensor;
+    }
+    return grads;
+  }
+
+ private:
+  bool like_;
+  ElementType from_ = ElementType::f32, to_ = ElementType::f32;
+};
+
+// Identity and inference-mode Dropout: the output is the input; Dropout's optional mask
+// output is all true.
+class PassThroughOp final : public Op {
+ public:
+  PassThroughOp(const NodeSpec& node, bool dropout) : Op(node), dropout_(dropout) {
+    if (!dropout) {
+      check_input_count(node, 1, 1);
+      return;
+    }
+    if (node.opset < 7) node.unsupported("Dropout before opset 7 (is_test)");
+    check_input_count(node, 1, node.opset >= 12 ? 3 : 1);
+    // Before opset 10 the mask had the data's type; tessera writes the bool mask of 10+.
+    if (node.opset < 10 && node.outputs.size() > 1 && !node.outputs[1].empty()) {
+      node.unsupported("the mask output before opset 10");
+    }
+  }
+  bool differentiable_input(std::size_t index) const override { return index == 0; }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Value& x = required_input(node_, inputs, 0);
+    n_inputs_ = inputs.size();
+    if (!dropout_) return {x};
+    if (training(inputs)) node_.unsupported("training_mode=true with a nonzero ratio");
+    if (node_.outputs.size() < 2) return {x};
+    Value mask = detail::make_value(x.shape(), ElementType::boolean);
+    std::fill_n(mask.tensor.data<std::int64_t>(), mask.numel(), std::int64_t{1});
+    return {x, mask};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    std::vector<Tensor> grads(n_inputs_);
+    if (!grad_outputs.empty()) grads[0] = grad_outputs[0];
+    return grads;
+  }
+
+ private:
+  // Whether the node drops anything: training_mode true with a ratio other than 0 (with
+  // ratio 0 training-mode Dropout is the identity too).
+  bool training(const std::vector<Value>& inputs) const {
+    const Value* mode = detail::optional_input(inputs, 2);
+    if (!mode || mode->to_ints("Dropout's training_mode").at(0) == 0) return false;
+    const Value* ratio = detail::optional_input(inputs, 1);
+    const double r = ratio ? detail::elements_as<double>(node_, *ratio).at(0) : 0.5;
+    return r != 0.0;
+  }
+
+  bool dropout_;
+  std::size_t n_inputs_ = 1;
+};
+
+template <class OpClass, class... Args>
+OpFactory factory(Args... args) {
+  return [=](const NodeSpec& node) -> std::unique_ptr<Op> { return std::make_unique<OpClass>(node, args...); };
+}
+
+}  // namespace
+
+void register_elementwise_ops(OpRegistry& registry) {
+  // Unary functions.
+  registry.add("Sqrt", factory<UnaryOp<Sqrt>>());
+  registry.add("Reciprocal", factory<UnaryOp<Reciprocal>>());
+  registry.add("Erf", factory<UnaryOp<Erf>>());
+  registry.add("Exp", factory<UnaryOp<Exp>>());
+  registry.add("Log", factory<UnaryOp<Log>>());
+  registry.add("Sigmoid", factory<UnaryOp<Sigmoid>>());
+  registry.add("Tanh", factory<UnaryOp<Tanh>>());
+  registry.add("Softplus", factory<UnaryOp<Softplus>>());
+  registry.add("Softsign", factory<UnaryOp<Softsign>>());
+  registry.add("LeakyRelu", factory<UnaryOp<LeakyRelu>>());
+  registry.add("Elu", factory<UnaryOp<Elu>>());
+  registry.add("Selu", factory<UnaryOp<Selu>>());
+  registry.add("HardSigmoid", factory<UnaryOp<HardSigmoid>>());
+  registry.add("HardSwish", factory<UnaryOp<HardSwish>>());
+  registry.add("Gelu", factory<UnaryOp<Gelu>>());
+  registry.add("Floor", factory<UnaryOp<Floor>>());
+  registry.add("Ceil", factory<UnaryOp<Ceil>>());
+  registry.add("Round", factory<UnaryOp<Round>>());
+  registry.add("Neg", factory<UnaryOp<Neg>>());
+  registry.add("Abs", factory<UnaryOp<Abs>>());
+  registry.add("Sign", factory<UnaryOp<Sign>>());
+  registry.add("Relu", factory<UnaryOp<Relu>>());
+  // Binary, broadcasting.
+  registry.add("Add", factory<BinaryOp<Add>>());
+  registry.add("Sub", factory<BinaryOp<Sub>>());
+  registry.add("Mul", factory<BinaryOp<Mul>>());
+  registry.add("Div", factory<BinaryOp<Div>>());
+  registry.add("Pow", factory<BinaryOp<Pow>>());
+  registry.add("PRelu", factory<BinaryOp<PRelu>>());
+  registry.add("Equal", factory<BinaryOp<Equal>>());
+  registry.add("Less", factory<BinaryOp<Less>>());
+  registry.add("LessOrEqual", factory<BinaryOp<LessOrEqual>>());
+  registry.add("Greater", factory<BinaryOp<Greater>>());
+  registry.add("GreaterOrEqual", factory<BinaryOp<GreaterOrEqual>>());
+  registry.add("And", factory<BinaryOp<And>>());
+  registry.add("Or", factory<BinaryOp<Or>>());
+  registry.add("Xor", factory<BinaryOp<Xor>>());
+  // Variadic.
+  registry.add("Sum", factory<VariadicOp>(Fold::sum));
+  registry.add("Mean", factory<VariadicOp>(Fold::mean));
+  registry.add("Max", factory<VariadicOp>(Fold::max));
+  registry.add("Min", factory<VariadicOp>(Fold::min));
+  // The rest.
+  registry.add("Not", factory<NotOp>());
+  registry.add("Where", factory<WhereOp>());
+  registry.add("Clip", factory<ClipOp>());
+  registry.add("Cast", factory<CastOp>(false));
+  registry.add("CastLike", factory<CastOp>(true));
+  registry.add("Identity", factory<PassThroughOp>(false));
+  registry.add("Dropout", factory<PassThroughOp>(true));
+}
 
 }  // namespace tessera::onnx
