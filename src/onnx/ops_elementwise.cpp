@@ -162,6 +162,32 @@ struct Gelu : FloatingOnly {
   }
   template <class T> static T inner(T x) { return std::sqrt(T(2) / std::numbers::pi_v<T>) * (x + T(0.044715) * x * x * x); }
 };
+struct Celu : FloatingOnly {
+  static UnaryParams params(const NodeSpec& node) { return {node.get_float("alpha", 1.0), 0.0}; }
+  template <class T> static T value(T x, const UnaryParams& p) { return x > 0 ? x : T(p.alpha) * std::expm1(x / T(p.alpha)); }
+  template <class T> static T slope(T x, T, const UnaryParams& p) { return x > 0 ? T(1) : std::exp(x / T(p.alpha)); }
+};
+struct ThresholdedRelu : FloatingOnly {
+  static UnaryParams params(const NodeSpec& node) { return {node.get_float("alpha", 1.0), 0.0}; }
+  template <class T> static T value(T x, const UnaryParams& p) { return x > T(p.alpha) ? x : T(0); }
+  template <class T> static T slope(T x, T, const UnaryParams& p) { return x > T(p.alpha) ? T(1) : T(0); }
+};
+struct Shrink : FloatingOnly {
+  // alpha = lambd, beta = bias.
+  static UnaryParams params(const NodeSpec& node) { return {node.get_float("lambd", 0.5), node.get_float("bias", 0.0)}; }
+  template <class T> static T value(T x, const UnaryParams& p) {
+    return x < -T(p.alpha) ? x + T(p.beta) : x > T(p.alpha) ? x - T(p.beta) : T(0);
+  }
+  template <class T> static T slope(T x, T, const UnaryParams& p) { return std::abs(x) > T(p.alpha) ? T(1) : T(0); }
+};
+struct Mish : FloatingOnly {
+  // x tanh(softplus(x)); d/dx = tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2).
+  template <class T> static T value(T x, const UnaryParams& p) { return x * std::tanh(Softplus::value(x, p)); }
+  template <class T> static T slope(T x, T, const UnaryParams& p) {
+    const T t = std::tanh(Softplus::value(x, p));
+    return t + x * Sigmoid::value(x, p) * (T(1) - t * t);
+  }
+};
 // The piecewise-constant functions: their derivative is zero where it exists (PyTorch's too).
 struct Floor : FloatingOnly {
   template <class T> static T value(T x, const UnaryParams&) { return std::floor(x); }
@@ -788,6 +814,10 @@ void register_elementwise_ops(OpRegistry& registry) {
   registry.add("HardSigmoid", factory<UnaryOp<HardSigmoid>>());
   registry.add("HardSwish", factory<UnaryOp<HardSwish>>());
   registry.add("Gelu", factory<UnaryOp<Gelu>>());
+  registry.add("Celu", factory<UnaryOp<Celu>>());
+  registry.add("ThresholdedRelu", factory<UnaryOp<ThresholdedRelu>>());
+  registry.add("Shrink", factory<UnaryOp<Shrink>>());
+  registry.add("Mish", factory<UnaryOp<Mish>>());
   registry.add("Floor", factory<UnaryOp<Floor>>());
   registry.add("Ceil", factory<UnaryOp<Ceil>>());
   registry.add("Round", factory<UnaryOp<Round>>());

@@ -189,6 +189,10 @@ TEST(OnnxOps_elementwise, UnaryFunctionsForwardAndBackward) {
       {"HardSigmoid", [](double x) { return std::max(0.0, std::min(1.0, 0.2 * x + 0.5)); }, mixed},
       {"HardSwish", [](double x) { return x * std::max(0.0, std::min(1.0, x / 6 + 0.5)); }, mixed},
       {"Gelu", [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, mixed},
+      {"Celu", [](double x) { return x > 0 ? x : std::exp(x) - 1; }, mixed},
+      {"ThresholdedRelu", [](double x) { return x > 1 ? x : 0.0; }, mixed},
+      {"Shrink", [](double x) { return std::abs(x) > 0.5 ? x : 0.0; }, mixed},
+      {"Mish", [](double x) { return x * std::tanh(std::log(1 + std::exp(x))); }, mixed},
       {"Sign", [](double x) { return x > 0 ? 1.0 : -1.0; }, mixed},
       {"Floor", [](double x) { return std::floor(x); }, mixed},
       {"Ceil", [](double x) { return std::ceil(x); }, mixed},
@@ -222,6 +226,14 @@ TEST(OnnxOps_elementwise, ActivationAttributes) {
   set_float(selu, "gamma", 3.0);
   expect_values(run(selu, {f64_value({-1, 1}, {2})})[0], ElementType::f64, {2}, {6 * (std::exp(-1.0) - 1), 3}, 1e-15);
   check_gradients(selu, {f64_value({-0.9, 0.2, 0.7}, {3})});
+  NodeSpec shrink = make_node("Shrink", 1);
+  set_float(shrink, "lambd", 1.0);
+  set_float(shrink, "bias", 0.25);
+  expect_values(run(shrink, {f64_value({-2, -0.5, 0.5, 3}, {4})})[0], ElementType::f64, {4}, {-1.75, 0, 0, 2.75}, 0.0);
+  NodeSpec celu = make_node("Celu", 1);
+  set_float(celu, "alpha", 2.0);
+  expect_values(run(celu, {f64_value({-1, 1}, {2})})[0], ElementType::f64, {2}, {2 * (std::exp(-0.5) - 1), 1}, 1e-15);
+  check_gradients(celu, {f64_value({-0.9, 0.2, 0.7}, {3})});
   NodeSpec gelu = make_node("Gelu", 1, 1, 20);
   set_string(gelu, "approximate", "tanh");
   const double x = 0.7;
