@@ -99,6 +99,22 @@ TEST(OnnxOps_elementwise, PowWithIntegerExponentKeepsTheBaseType) {
   expect_values(squared[0], ElementType::f64, {2}, {4, 0.25}, 0.0);
 }
 
+TEST(OnnxOps_elementwise, PowGradientsKeepEachInputsType) {
+  // An f32 exponent of an f64 base: computed in f64, its gradient handed back in f32.
+  auto op = builtin_ops().create(make_node("Pow", 2));
+  op->forward({f64_value({2, 4}, {2}), f32_value({3}, {})});
+  auto grads = op->backward({f64_value({1, 1}, {2}).tensor});
+  EXPECT_EQ(grads[0].to_vector<double>(), (std::vector<double>{12, 48}));
+  ASSERT_EQ(grads[1].dtype(), DType::f32);
+  EXPECT_NEAR(grads[1].to_vector<float>()[0], 8 * std::log(2.0) + 64 * std::log(4.0), 1e-4);
+  // An integer exponent has no gradient.
+  op->forward({f64_value({2, 4}, {2}), Value::integers({3}, {})});
+  EXPECT_FALSE(op->differentiable_input(1));
+  grads = op->backward({f64_value({1, 1}, {2}).tensor});
+  EXPECT_EQ(grads[0].to_vector<double>(), (std::vector<double>{12, 48}));
+  EXPECT_FALSE(grads[1].defined());
+}
+
 TEST(OnnxOps_elementwise, IntegerArithmeticFollowsOnnx) {
   const Value a = Value::integers({7, -7, 7, -7, 0}, {5});
   const Value b = Value::integers({2, 2, -2, -2, 5}, {5});
