@@ -367,6 +367,21 @@ struct Xor : BoolLogic {
   template <class T> static bool value(T a, T b) { return (a != 0) != (b != 0); }
 };
 
+// Which element of an input each output element reads (broadcast_source_index), with no
+// table when the input already has the output's shape (a residual Add): the identity
+// needs none, and the table costs 8 bytes per element of a large field.
+class SourceIndex {
+ public:
+  SourceIndex() = default;
+  SourceIndex(const Shape& in, const Shape& out) {
+    if (in != out) table_ = broadcast_source_index(in, out);
+  }
+  std::int64_t operator()(std::int64_t i) const { return table_.empty() ? i : table_[static_cast<std::size_t>(i)]; }
+
+ private:
+  std::vector<std::int64_t> table_;
+};
+
 // The element type two inputs compute in: their common type, or for Pow (whose exponent
 // may differ) the base's floating type, else double when only the exponent is floating
 // (the result then truncates back to the integer base type, as numpy's astype does).
@@ -398,8 +413,8 @@ class BinaryOp final : public Op {
     a_ = detail::convert(node_, a, type);
     b_ = detail::convert(node_, b, type);
     const Shape shape = broadcast_shapes(a.shape(), b.shape(), node_.where());
-    a_index_ = broadcast_source_index(a.shape(), shape);
-    b_index_ = broadcast_source_index(b.shape(), shape);
+    a_index_ = SourceIndex(a.shape(), shape);
+    b_index_ = SourceIndex(b.shape(), shape);
     Value y = detail::make_value(shape, Math::logical ? ElementType::boolean : type);
     try {
       dispatch<Math::integers>(node_, type, [&](auto tag) { compute(tag, y); });
@@ -425,13 +440,13 @@ class BinaryOp final : public Op {
       std::vector<Tensor> grads(2);
       if (differentiable_input(0)) {
         grads[0] = reduce_to_shape(tensor_from<T>(y_.shape(), [&](std::int64_t i) {
-          return gp[i] * Math::d_a(a[a_index_[i]], b[b_index_[i]], y[i]);
+          return gp[i] * Math::d_a(a[a_index_(i)], b[b_index_(i)], y[i]);
         }), a_.shape());
         grads[0] = as_input_type(grads[0], 0);
       }
       if (differentiable_input(1)) {
         grads[1] = reduce_to_shape(tensor_from<T>(y_.shape(), [&](std::int64_t i) {
-          return gp[i] * Math::d_b(a[a_index_[i]], b[b_index_[i]], y[i]);
+          return gp[i] * Math::d_b(a[a_index_(i)], b[b_index_(i)], y[i]);
         }), b_.shape());
         grads[1] = as_input_type(grads[1], 1);
       }
@@ -453,15 +468,15 @@ class BinaryOp final : public Op {
     const T* a = a_.tensor.data<T>();
     const T* b = b_.tensor.data<T>();
     Out* o = y.tensor.data<Out>();
-    for (std::size_t i = 0; i < a_index_.size(); ++i) {
-      o[i] = static_cast<Out>(Math::value(a[a_index_[i]], b[b_index_[i]]));
+    for (std::int64_t i = 0; i < y.numel(); ++i) {
+      o[i] = static_cast<Out>(Math::value(a[a_index_(i)], b[b_index_(i)]));
       if constexpr (std::is_integral_v<T> && !Math::logical) o[i] = detail::wrap_integer(y.type, o[i]);
     }
   }
 
   std::array<ElementType, 2> types_{};
   Value a_, b_, y_;  // the inputs in the compute type, the output before its final cast
-  std::vector<std::int64_t> a_index_, b_index_;
+  SourceIndex a_index_, b_index_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -486,7 +501,7 @@ class VariadicOp final : public Op {
       shape = k == 0 ? inputs_[k].shape() : broadcast_shapes(shape, inputs_[k].shape(), node_.where());
     }
     index_.clear();
-    for (const Value& v : inputs_) index_.push_back(broadcast_source_index(v.shape(), shape));
+    for (const Value& v : inputs_) index_.emplace_back(v.shape(), shape);
     y_ = detail::make_value(shape, inputs_.front().type);
     const bool integers = fold_ == Fold::max || fold_ == Fold::min;
     auto body = [&](auto tag) { combine(tag); };
@@ -533,9 +548,9 @@ class VariadicOp final : public Op {
     T* y = y_.tensor.data<T>();
     for (std::size_t k = 0; k < inputs_.size(); ++k) {
       const T* x = inputs_[k].tensor.data<T>();
-      const std::vector<std::int64_t>& src = index_[k];
-      for (std::size_t i = 0; i < src.size(); ++i) {
-        const T v = x[src[i]];
+      const SourceIndex& src = index_[k];
+      for (std::int64_t i = 0; i < y_.numel(); ++i) {
+        const T v = x[src(i)];
         if (k == 0 || fold_ == Fold::sum || fold_ == Fold::mean) {
           y[i] = k == 0 ? v : y[i] + v;
         } else {
@@ -553,12 +568,12 @@ class VariadicOp final : public Op {
   template <class T>
   bool receives(std::size_t k, std::size_t i, T y) const {
     if (fold_ == Fold::sum || fold_ == Fold::mean) return true;
-    return inputs_[k].tensor.data<T>()[index_[k][i]] == y;
+    return inputs_[k].tensor.data<T>()[index_[k](static_cast<std::int64_t>(i))] == y;
   }
 
   Fold fold_;
   std::vector<Value> inputs_;
-  std::vector<std::vector<std::int64_t>> index_;
+  std::vector<SourceIndex> index_;
   Value y_;
 };
 
@@ -597,19 +612,21 @@ class WhereOp final : public Op {
     shapes_ = {x.shape(), y.shape()};
     const Shape shape =
         broadcast_shapes(broadcast_shapes(c.shape(), x.shape(), node_.where()), y.shape(), node_.where());
-    const std::vector<std::int64_t> ci = broadcast_source_index(c.shape(), shape);
-    const std::vector<std::int64_t> xi = broadcast_source_index(x.shape(), shape);
-    const std::vector<std::int64_t> yi = broadcast_source_index(y.shape(), shape);
+    const SourceIndex ci(c.shape(), shape), xi(x.shape(), shape), yi(y.shape(), shape);
+    const auto n = static_cast<std::size_t>(shape_numel(shape));
     const std::int64_t* cp = c.tensor.data<std::int64_t>();
-    taken_.assign(ci.size(), false);
-    for (std::size_t i = 0; i < ci.size(); ++i) taken_[i] = cp[ci[i]] != 0;
+    taken_.assign(n, false);
+    for (std::size_t i = 0; i < n; ++i) taken_[i] = cp[ci(static_cast<std::int64_t>(i))] != 0;
     Value out = detail::make_value(shape, type_);
     dispatch<true>(node_, type_, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* xp = x.tensor.data<T>();
       const T* yp = y.tensor.data<T>();
       T* o = out.tensor.data<T>();
-      for (std::size_t i = 0; i < ci.size(); ++i) o[i] = taken_[i] ? xp[xi[i]] : yp[yi[i]];
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto e = static_cast<std::int64_t>(i);
+        o[i] = taken_[i] ? xp[xi(e)] : yp[yi(e)];
+      }
     });
     out_shape_ = shape;
     return {out};
