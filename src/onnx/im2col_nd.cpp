@@ -1,0 +1,147 @@
+#include "onnx/im2col_nd.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera::onnx {
+
+namespace {
+
+// An attribute list of one entry per spatial dim, or `fallback` in every dim when absent.
+Shape per_dim(const NodeSpec& node, const std::string& key, std::size_t rank, std::int64_t fallback,
+              std::int64_t minimum) {
+  Shape v = node.get_ints(key, Shape(rank, fallback));
+  if (v.size() != rank) {
+    node.invalid("attribute '" + key + "' has " + std::to_string(v.size()) + " entries for " +
+                 std::to_string(rank) + " spatial dims");
+  }
+  for (std::int64_t e : v) {
+    if (e < minimum) node.invalid("attribute '" + key + "' has an entry below " + std::to_string(minimum));
+  }
+  return v;
+}
+
+}  // namespace
+
+bool WindowGeometry::is_pointwise() const {
+  for (std::size_t d = 0; d < rank(); ++d) {
+    if (kernel[d] != 1 || stride[d] != 1 || pad_begin[d] != 0 || out[d] != in[d]) return false;
+  }
+  return true;
+}
+
+WindowGeometry window_geometry(const NodeSpec& node, const Shape& in, const Shape& kernel, bool ceil_mode) {
+  const std::size_t rank = in.size();
+  WindowGeometry g;
+  g.in = in;
+  g.kernel = kernel;
+  g.stride = per_dim(node, "strides", rank, 1, 1);
+  g.dilation = per_dim(node, "dilations", rank, 1, 1);
+  const std::string auto_pad = node.get_string("auto_pad", "NOTSET");
+  Shape pads(2 * rank, 0);
+  if (auto_pad == "NOTSET") {
+    pads = per_dim(node, "pads", 2 * rank, 0, 0);
+  } else if (auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") {
+    node.unsupported("auto_pad '" + auto_pad + "'");
+  }
+  g.pad_begin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(rank));
+  g.pad_end.assign(pads.begin() + static_cast<std::ptrdiff_t>(rank), pads.end());
+  g.out.resize(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    const std::int64_t extent = (kernel[d] - 1) * g.dilation[d] + 1;  // the window's span
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      // The output covers ceil(in / stride) positions; the padding that needs splits
+      // evenly, the odd element at the end (UPPER) or the beginning (LOWER).
+      g.out[d] = (in[d] + g.stride[d] - 1) / g.stride[d];
+      const std::int64_t total = std::max<std::int64_t>(0, (g.out[d] - 1) * g.stride[d] + extent - in[d]);
+      g.pad_begin[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      g.pad_end[d] = total - g.pad_begin[d];
+      continue;
+    }
+    const std::int64_t room = in[d] + g.pad_begin[d] + g.pad_end[d] - extent;
+    if (room < 0) node.invalid("the window (span " + std::to_string(extent) + ") is larger than the padded input");
+    g.out[d] = (ceil_mode ? (room + g.stride[d] - 1) / g.stride[d] : room / g.stride[d]) + 1;
+    // Rounding up may add a window that starts past the input and its begin padding.
+    if (ceil_mode && (g.out[d] - 1) * g.stride[d] >= in[d] + g.pad_begin[d]) --g.out[d];
+  }
+  return g;
+}
+
+std::vector<std::int64_t> window_sources(const WindowGeometry& g) {
+  const std::size_t rank = g.rank();
+  const std::int64_t taps = g.taps(), positions = g.positions();
+  std::vector<std::int64_t> sources(static_cast<std::size_t>(taps * positions));
+  const Shape field_strides = contiguous_strides(g.in);
+  Shape tap(rank);
+  for (std::int64_t k = 0; k < taps; ++k) {
+    std::int64_t rest = k;
+    for (std::size_t d = rank; d-- > 0;) {
+      tap[d] = rest % g.kernel[d];
+      rest /= g.kernel[d];
+    }
+    for (std::int64_t p = 0; p < positions; ++p) {
+      std::int64_t at = p, offset = 0;
+      bool inside = true;
+      for (std::size_t d = rank; d-- > 0;) {
+        const std::int64_t o = at % g.out[d];
+        at /= g.out[d];
+        const std::int64_t i = o * g.stride[d] - g.pad_begin[d] + tap[d] * g.dilation[d];
+        inside = inside && i >= 0 && i < g.in[d];
+        offset += i * field_strides[d];
+      }
+      sources[static_cast<std::size_t>(k * positions + p)] = inside ? offset : -1;
+    }
+  }
+  return sources;
+}
+
+template <class T>
+void im2col_nd(const T* x, std::int64_t channels, const WindowGeometry& g, const std::vector<std::int64_t>& sources,
+               T* cols) {
+  const std::int64_t field = g.field_size();
+  const std::int64_t per_channel = static_cast<std::int64_t>(sources.size());
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const T* xc = x + c * field;
+    T* out = cols + c * per_channel;
+    for (std::int64_t e = 0; e < per_channel; ++e) {
+      const std::int64_t s = sources[static_cast<std::size_t>(e)];
+      out[e] = s >= 0 ? xc[s] : T(0);
+    }
+  }
+}
+
+template <class T>
+void col2im_add_nd(const T* cols, std::int64_t channels, const WindowGeometry& g,
+                   const std::vector<std::int64_t>& sources, T* x) {
+  const std::int64_t field = g.field_size();
+  const std::int64_t per_channel = static_cast<std::int64_t>(sources.size());
+  for (std::int64_t c = 0; c < channels; ++c) {
+    T* xc = x + c * field;
+    const T* in = cols + c * per_channel;
+    for (std::int64_t e = 0; e < per_channel; ++e) {
+      const std::int64_t s = sources[static_cast<std::size_t>(e)];
+      if (s >= 0) xc[s] += in[e];
+    }
+  }
+}
+
+template void im2col_nd<float>(const float*, std::int64_t, const WindowGeometry&, const std::vector<std::int64_t>&,
+                               float*);
+template void im2col_nd<double>(const double*, std::int64_t, const WindowGeometry&,
+                                const std::vector<std::int64_t>&, double*);
+template void col2im_add_nd<float>(const float*, std::int64_t, const WindowGeometry&,
+                                   const std::vector<std::int64_t>&, float*);
+template void col2im_add_nd<double>(const double*, std::int64_t, const WindowGeometry&,
+                                    const std::vector<std::int64_t>&, double*);
+
+const Tensor& floating_input(const NodeSpec& node, const Value& value, const char* what) {
+  if (!value.defined()) node.invalid(std::string("the input ") + what + " is missing");
+  if (!is_floating(value.type)) {
+    node.unsupported(std::string("the input ") + what + " of type " + std::string(element_type_name(value.type)));
+  }
+  return value.tensor;
+}
+
+}  // namespace tessera::onnx
