@@ -14,8 +14,8 @@ Shape per_dim(const NodeSpec& node, const std::string& key, std::size_t rank, st
               std::int64_t minimum) {
   Shape v = node.get_ints(key, Shape(rank, fallback));
   if (v.size() != rank) {
-    node.invalid("attribute '" + key + "' has " + std::to_string(v.size()) + " entries for " +
-                 std::to_string(rank) + " spatial dims");
+    node.invalid("attribute '" + key + "' has " + std::to_string(v.size()) + " entries for " + std::to_string(rank) +
+                 " spatial dims");
   }
   for (std::int64_t e : v) {
     if (e < minimum) node.invalid("attribute '" + key + "' has an entry below " + std::to_string(minimum));
@@ -129,10 +129,10 @@ void col2im_add_nd(const T* cols, std::int64_t channels, const WindowGeometry& g
 
 template void im2col_nd<float>(const float*, std::int64_t, const WindowGeometry&, const std::vector<std::int64_t>&,
                                float*);
-template void im2col_nd<double>(const double*, std::int64_t, const WindowGeometry&,
-                                const std::vector<std::int64_t>&, double*);
-template void col2im_add_nd<float>(const float*, std::int64_t, const WindowGeometry&,
-                                   const std::vector<std::int64_t>&, float*);
+template void im2col_nd<double>(const double*, std::int64_t, const WindowGeometry&, const std::vector<std::int64_t>&,
+                                double*);
+template void col2im_add_nd<float>(const float*, std::int64_t, const WindowGeometry&, const std::vector<std::int64_t>&,
+                                   float*);
 template void col2im_add_nd<double>(const double*, std::int64_t, const WindowGeometry&,
                                     const std::vector<std::int64_t>&, double*);
 

@@ -28,8 +28,8 @@ Tensor matrix(const T* data, std::int64_t rows, std::int64_t cols) {
 
 void check_input_count(const NodeSpec& node, const std::vector<Value>& inputs, std::size_t lo, std::size_t hi) {
   if (inputs.size() < lo || inputs.size() > hi) {
-    node.invalid("expected " + std::to_string(lo) + (lo == hi ? "" : " to " + std::to_string(hi)) +
-                 " inputs, got " + std::to_string(inputs.size()));
+    node.invalid("expected " + std::to_string(lo) + (lo == hi ? "" : " to " + std::to_string(hi)) + " inputs, got " +
+                 std::to_string(inputs.size()));
   }
 }
 
@@ -55,7 +55,8 @@ class GemmOp final : public Op {
     a_ = floating_input(node_, inputs[0], "A");
     b_ = floating_input(node_, inputs[1], "B");
     check_same_dtype(node_, a_, b_);
-    if (a_.dim() != 2 || b_.dim() != 2) node_.invalid("A and B must be matrices, got " + inputs[0].str() + ", " + inputs[1].str());
+    if (a_.dim() != 2 || b_.dim() != 2)
+      node_.invalid("A and B must be matrices, got " + inputs[0].str() + ", " + inputs[1].str());
     const std::int64_t m = a_.size(trans_a_ ? 1 : 0), k = a_.size(trans_a_ ? 0 : 1);
     const std::int64_t kb = b_.size(trans_b_ ? 1 : 0), n = b_.size(trans_b_ ? 0 : 1);
     if (k != kb) node_.invalid("inner dimensions differ: " + inputs[0].str() + " and " + inputs[1].str());
@@ -97,10 +98,14 @@ class GemmOp final : public Op {
     grads[1] = Tensor::zeros(b_.shape(), b_.dtype());
     // d op(A) = alpha dY op(B)^T and d op(B) = alpha op(A)^T dY, written straight into
     // the stored (possibly transposed) layouts.
-    if (trans_a_) ops::gemm(b_, trans_b_, dy, true, grads[0], alpha_);
-    else ops::gemm(dy, false, b_, !trans_b_, grads[0], alpha_);
-    if (trans_b_) ops::gemm(dy, true, a_, trans_a_, grads[1], alpha_);
-    else ops::gemm(a_, !trans_a_, dy, false, grads[1], alpha_);
+    if (trans_a_)
+      ops::gemm(b_, trans_b_, dy, true, grads[0], alpha_);
+    else
+      ops::gemm(dy, false, b_, !trans_b_, grads[0], alpha_);
+    if (trans_b_)
+      ops::gemm(dy, true, a_, trans_a_, grads[1], alpha_);
+    else
+      ops::gemm(a_, !trans_a_, dy, false, grads[1], alpha_);
     if (c_shape_) {
       grads[2] = reduce_to_shape(dy, *c_shape_);
       ops::scale(grads[2], beta_);
@@ -246,8 +251,8 @@ void conv_narrow_from_wide(const ConvPlan& p, const T* x, const T* w, T* y) {
     const T* cols = columns(p, x, n, scratch);
     for (std::int64_t gi = 0; gi < p.groups; ++gi) {
       Tensor yv = matrix(y + (n * p.narrow_channels + gi * narrow) * positions, narrow, positions);
-      ops::gemm(matrix(w + gi * narrow * rows, narrow, rows), false, matrix(cols + gi * rows * positions, rows, positions),
-                false, yv);
+      ops::gemm(matrix(w + gi * narrow * rows, narrow, rows), false,
+                matrix(cols + gi * rows * positions, rows, positions), false, yv);
     }
   }
 }
@@ -313,7 +318,10 @@ Tensor checked_bias(const NodeSpec& node, const std::vector<Value>& inputs, cons
 // plan the node's input is.
 class ConvFamilyOp : public Op {
  public:
-  explicit ConvFamilyOp(const NodeSpec& node) : Op(node) { groups_ = node.get_int("group", 1); if (groups_ < 1) node.invalid("group < 1"); }
+  explicit ConvFamilyOp(const NodeSpec& node) : Op(node) {
+    groups_ = node.get_int("group", 1);
+    if (groups_ < 1) node.invalid("group < 1");
+  }
 
   std::vector<Value> forward(const std::vector<Value>& inputs) override {
     check_input_count(node_, inputs, 2, 3);
@@ -330,8 +338,10 @@ class ConvFamilyOp : public Op {
     Tensor y = Tensor::zeros(y_shape, x_.dtype());
     visit_floating(x_.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      if (transposed()) conv_wide_from_narrow(plan_, x_.data<T>(), w_.data<T>(), y.data<T>());
-      else conv_narrow_from_wide(plan_, x_.data<T>(), w_.data<T>(), y.data<T>());
+      if (transposed())
+        conv_wide_from_narrow(plan_, x_.data<T>(), w_.data<T>(), y.data<T>());
+      else
+        conv_narrow_from_wide(plan_, x_.data<T>(), w_.data<T>(), y.data<T>());
     });
     if (b.defined()) {
       ops::add_bias(y, b, 1);
@@ -442,7 +452,8 @@ class ConvTransposeOp final : public ConvFamilyOp {
     if (pads.size() != 2 * rank) node_.invalid("attribute 'pads' needs two entries per spatial dim");
     Shape output_shape = node_.get_ints("output_shape");
     if (output_shape.size() == rank + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
-    if (!output_shape.empty() && output_shape.size() != rank) node_.invalid("attribute 'output_shape' has the wrong rank");
+    if (!output_shape.empty() && output_shape.size() != rank)
+      node_.invalid("attribute 'output_shape' has the wrong rank");
     const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
     g.in.resize(rank);
     g.pad_begin.resize(rank);

@@ -24,8 +24,8 @@ namespace {
 
 void check_input_count(const NodeSpec& node, const std::vector<Value>& inputs, std::size_t lo, std::size_t hi) {
   if (inputs.size() < lo || inputs.size() > hi) {
-    node.invalid("expected " + std::to_string(lo) + (lo == hi ? "" : " to " + std::to_string(hi)) +
-                 " inputs, got " + std::to_string(inputs.size()));
+    node.invalid("expected " + std::to_string(lo) + (lo == hi ? "" : " to " + std::to_string(hi)) + " inputs, got " +
+                 std::to_string(inputs.size()));
   }
 }
 
@@ -56,8 +56,13 @@ class PoolOp final : public Op {
     if (x_.dim() < 3) node_.invalid("X must be [N, C, spatial...], got " + inputs[0].str());
     const Shape field(x_.shape().begin() + 2, x_.shape().end());
     if (global_) {
-      g_ = WindowGeometry{field, field, Shape(field.size(), 1), Shape(field.size(), 1), Shape(field.size(), 0),
-                          Shape(field.size(), 0), Shape(field.size(), 1)};
+      g_ = WindowGeometry{field,
+                          field,
+                          Shape(field.size(), 1),
+                          Shape(field.size(), 1),
+                          Shape(field.size(), 0),
+                          Shape(field.size(), 0),
+                          Shape(field.size(), 1)};
     } else {
       if (kernel_.size() != field.size()) node_.invalid("kernel_shape has the wrong rank for " + inputs[0].str());
       g_ = window_geometry(node_, field, kernel_, ceil_mode_);
@@ -69,8 +74,10 @@ class PoolOp final : public Op {
     Tensor y = Tensor::empty(y_shape, x_.dtype());
     visit_floating(x_.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      if (kind_ == PoolKind::max) max_forward<T>(y.data<T>());
-      else average_forward<T>(y.data<T>());
+      if (kind_ == PoolKind::max)
+        max_forward<T>(y.data<T>());
+      else
+        average_forward<T>(y.data<T>());
     });
     std::vector<Value> out{Value::floating(y)};
     // Indices: the flat (row-major) offset of each maximum in X.
@@ -265,7 +272,8 @@ class PadOp final : public Op {
     Shape axes;
     if (inputs.size() > 3 && inputs[3].defined()) {
       for (std::int64_t a : inputs[3].to_ints(node_.where() + ": axes")) {
-        if (a < -static_cast<std::int64_t>(rank) || a >= static_cast<std::int64_t>(rank)) node_.invalid("axis out of range");
+        if (a < -static_cast<std::int64_t>(rank) || a >= static_cast<std::int64_t>(rank))
+          node_.invalid("axis out of range");
         axes.push_back(a < 0 ? a + static_cast<std::int64_t>(rank) : a);
       }
     } else {
@@ -361,15 +369,15 @@ class PadOp final : public Op {
 
 struct AxisTaps {
   std::int64_t in = 0, out = 0;
-  std::int64_t taps = 1;              // per output index
-  std::vector<std::int64_t> index;    // [out, taps]
-  std::vector<double> weight;         // [out, taps]
+  std::int64_t taps = 1;            // per output index
+  std::vector<std::int64_t> index;  // [out, taps]
+  std::vector<double> weight;       // [out, taps]
 };
 
 struct ResizeRule {
-  std::string mode = "nearest";                        // nearest, linear
-  std::string transform = "half_pixel";                // coordinate_transformation_mode
-  std::string nearest = "round_prefer_floor";          // nearest_mode
+  std::string mode = "nearest";                // nearest, linear
+  std::string transform = "half_pixel";        // coordinate_transformation_mode
+  std::string nearest = "round_prefer_floor";  // nearest_mode
 };
 
 // The input coordinate output index x maps to, ONNX's coordinate_transformation_mode.
@@ -422,8 +430,10 @@ bool is_identity(const AxisTaps& a) {
     double own = 0.0;
     for (std::int64_t t = 0; t < a.taps; ++t) {
       const std::size_t e = static_cast<std::size_t>(o * a.taps + t);
-      if (a.index[e] == o) own += a.weight[e];
-      else if (a.weight[e] != 0.0) return false;
+      if (a.index[e] == o)
+        own += a.weight[e];
+      else if (a.weight[e] != 0.0)
+        return false;
     }
     if (own != 1.0) return false;
   }
@@ -560,8 +570,10 @@ class ResizeOp final : public Op {
     Tensor result = adjoint ? Tensor::zeros(result_shape, t.dtype()) : Tensor::empty(result_shape, t.dtype());
     visit_floating(t.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      if (adjoint) resample_axis_adjoint(t.data<T>(), taps, outer, inner, result.data<T>());
-      else resample_axis(t.data<T>(), taps, outer, inner, result.data<T>());
+      if (adjoint)
+        resample_axis_adjoint(t.data<T>(), taps, outer, inner, result.data<T>());
+      else
+        resample_axis(t.data<T>(), taps, outer, inner, result.data<T>());
     });
     if (!adjoint) shape = result_shape;
     return result;
@@ -581,7 +593,8 @@ class ResizeOp final : public Op {
     } else {
       // roi (input 1) only matters to tf_crop_and_resize, which the constructor refused.
       check_input_count(node_, inputs, 1, 4);
-      if (inputs.size() > 2 && inputs[2].defined() && inputs[2].numel() > 0) scales = floating_values(inputs[2], "scales");
+      if (inputs.size() > 2 && inputs[2].defined() && inputs[2].numel() > 0)
+        scales = floating_values(inputs[2], "scales");
       if (inputs.size() > 3 && inputs[3].defined() && inputs[3].numel() > 0) {
         if (!scales.empty()) node_.invalid("both scales and sizes are given");
         sizes = inputs[3].to_ints(node_.where() + ": sizes");
@@ -599,12 +612,17 @@ class ResizeOp final : public Op {
     for (std::size_t a = 0; a < axes.size(); ++a) {
       std::int64_t axis = axes[a] < 0 ? axes[a] + static_cast<std::int64_t>(rank) : axes[a];
       if (axis < 0 || axis >= static_cast<std::int64_t>(rank)) node_.invalid("axis out of range");
-      if (a >= (sizes.empty() ? scales.size() : sizes.size())) node_.invalid("scales or sizes needs one entry per axis in 'axes'");
-      if (sizes.empty()) all_scales[static_cast<std::size_t>(axis)] = scales[a];
-      else all_sizes[static_cast<std::size_t>(axis)] = sizes[a];
+      if (a >= (sizes.empty() ? scales.size() : sizes.size()))
+        node_.invalid("scales or sizes needs one entry per axis in 'axes'");
+      if (sizes.empty())
+        all_scales[static_cast<std::size_t>(axis)] = scales[a];
+      else
+        all_sizes[static_cast<std::size_t>(axis)] = sizes[a];
     }
-    if (sizes.empty()) scales = all_scales;
-    else sizes = all_sizes;
+    if (sizes.empty())
+      scales = all_scales;
+    else
+      sizes = all_sizes;
   }
 
   std::vector<double> floating_values(const Value& v, const char* what) const {
@@ -635,7 +653,8 @@ void register_pool_resize_ops(OpRegistry& registry) {
   registry.add("MaxPool", factory([](const NodeSpec& n) { return std::make_unique<PoolOp>(n, PoolKind::max, false); }));
   registry.add("AveragePool",
                factory([](const NodeSpec& n) { return std::make_unique<PoolOp>(n, PoolKind::average, false); }));
-  registry.add("GlobalMaxPool", factory([](const NodeSpec& n) { return std::make_unique<PoolOp>(n, PoolKind::max, true); }));
+  registry.add("GlobalMaxPool",
+               factory([](const NodeSpec& n) { return std::make_unique<PoolOp>(n, PoolKind::max, true); }));
   registry.add("GlobalAveragePool",
                factory([](const NodeSpec& n) { return std::make_unique<PoolOp>(n, PoolKind::average, true); }));
   registry.add("Pad", factory([](const NodeSpec& n) { return std::make_unique<PadOp>(n); }));
