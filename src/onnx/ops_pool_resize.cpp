@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "onnx/im2col_nd.hpp"
 #include "onnx/op.hpp"
@@ -39,6 +40,22 @@ Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.shape(), t.dtype());
 
 enum class PoolKind { max, average };
 
+template <class T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  return false;
+}
+
+// One window over the whole field: the global poolings.
+WindowGeometry whole_field(const Shape& field) {
+  WindowGeometry g;
+  g.in = field;
+  g.kernel = field;
+  g.stride = g.dilation = g.out = Shape(field.size(), 1);
+  g.pad_begin = g.pad_end = Shape(field.size(), 0);
+  return g;
+}
+
 class PoolOp final : public Op {
  public:
   PoolOp(const NodeSpec& node, PoolKind kind, bool global) : Op(node), kind_(kind), global_(global) {
@@ -52,17 +69,16 @@ class PoolOp final : public Op {
 
   std::vector<Value> forward(const std::vector<Value>& inputs) override {
     check_input_count(node_, inputs, 1, 1);
-    x_ = floating_input(node_, inputs[0], "X");
+    if (inputs[0].defined() && !is_floating(inputs[0].type) && kind_ == PoolKind::max) {
+      x_ = inputs[0].tensor;  // integer MaxPool (uint8 images): forward only, in i64 storage
+    } else {
+      x_ = floating_input(node_, inputs[0], "X");
+    }
+    type_ = inputs[0].type;
     if (x_.dim() < 3) node_.invalid("X must be [N, C, spatial...], got " + inputs[0].str());
     const Shape field(x_.shape().begin() + 2, x_.shape().end());
     if (global_) {
-      g_ = WindowGeometry{field,
-                          field,
-                          Shape(field.size(), 1),
-                          Shape(field.size(), 1),
-                          Shape(field.size(), 0),
-                          Shape(field.size(), 0),
-                          Shape(field.size(), 1)};
+      g_ = whole_field(field);
     } else {
       if (kernel_.size() != field.size()) node_.invalid("kernel_shape has the wrong rank for " + inputs[0].str());
       g_ = window_geometry(node_, field, kernel_, ceil_mode_);
@@ -72,14 +88,21 @@ class PoolOp final : public Op {
     Shape y_shape{x_.size(0), x_.size(1)};
     y_shape.insert(y_shape.end(), g_.out.begin(), g_.out.end());
     Tensor y = Tensor::empty(y_shape, x_.dtype());
-    visit_floating(x_.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      if (kind_ == PoolKind::max)
-        max_forward<T>(y.data<T>());
-      else
-        average_forward<T>(y.data<T>());
-    });
-    std::vector<Value> out{Value::floating(y)};
+    if (!is_floating(type_)) {
+      max_forward<std::int64_t>(y.data<std::int64_t>());
+    } else {
+      visit_floating(x_.dtype(), [&](auto zero) {
+        using T = decltype(zero);
+        if (kind_ == PoolKind::max)
+          max_forward<T>(y.data<T>());
+        else
+          average_forward<T>(y.data<T>());
+      });
+    }
+    Value first;
+    first.tensor = y;
+    first.type = type_;
+    std::vector<Value> out{first};
     // Indices: the flat (row-major) offset of each maximum in X.
     if (kind_ == PoolKind::max && output_requested(node_, 1)) {
       std::vector<std::int64_t> indices(argmax_.size());
@@ -94,6 +117,7 @@ class PoolOp final : public Op {
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    if (!is_floating(type_)) return {Tensor{}};  // integer X has no gradient
     Tensor dx = zeros_like(x_);
     if (grad_outputs.empty() || !grad_outputs[0].defined()) return {dx};
     const Tensor dy = grad_outputs[0].contiguous();
@@ -134,15 +158,16 @@ class PoolOp final : public Op {
     for (std::int64_t c = 0; c < planes_; ++c) {
       const T* xc = x + c * field_size;
       for (std::int64_t p = 0; p < positions; ++p) {
-        T best = -std::numeric_limits<T>::infinity();
+        T best = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                      : std::numeric_limits<T>::lowest();
         std::int64_t at = -1;
         for (std::int64_t k = 0; k < taps; ++k) {
           const std::int64_t s = sources_[static_cast<std::size_t>(k * positions + p)];
           // The first maximum wins ties, and a NaN propagates (as in PyTorch).
-          if (s >= 0 && (at < 0 || xc[s] > best || std::isnan(xc[s]))) {
+          if (s >= 0 && (at < 0 || xc[s] > best || is_nan(xc[s]))) {
             best = xc[s];
             at = s;
-            if (std::isnan(best)) break;
+            if (is_nan(best)) break;
           }
         }
         y[c * positions + p] = best;
@@ -196,6 +221,7 @@ class PoolOp final : public Op {
   }
 
   PoolKind kind_;
+  ElementType type_ = ElementType::f32;
   bool global_ = false, ceil_mode_ = false, count_include_pad_ = false;
   Shape kernel_;
   WindowGeometry g_;

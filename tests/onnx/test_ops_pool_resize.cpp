@@ -67,6 +67,18 @@ TEST(OnnxOpsPoolResize, MaxPoolHandValues) {
   expect_values(y[0], {1, 1, 3}, {-1, -1, -1});
 }
 
+TEST(OnnxOpsPoolResize, MaxPoolOfIntegers) {
+  // uint8 images pool in their own type (forward only).
+  const auto y = run(pool("MaxPool", {2}, {2}), {Value::integers({3, 250, 7, 1}, {1, 1, 4}, ElementType::u8)});
+  EXPECT_EQ(y[0].type, ElementType::u8);
+  EXPECT_EQ(y[0].to_ints("pooled"), (std::vector<std::int64_t>{250, 7}));
+  expect_unsupported(
+      [] {
+        run(pool("AveragePool", {2}), {Value::integers({1, 2}, {1, 1, 2}, ElementType::u8)});
+      },
+      "the input X of type uint8");
+}
+
 TEST(OnnxOpsPoolResize, MaxPoolIndices) {
   NodeSpec node = pool("MaxPool", {2, 2}, {2, 2});
   node.outputs.push_back("indices");
