@@ -60,7 +60,7 @@ class PoolOp final : public Op {
  public:
   PoolOp(const NodeSpec& node, PoolKind kind, bool global) : Op(node), kind_(kind), global_(global) {
     if (global) return;
-    if (node.get_int("storage_order", 0) != 0) node.unsupported("storage_order 1 (column-major Indices)");
+    column_major_ = node.get_int("storage_order", 0) != 0;
     kernel_ = node.require_ints("kernel_shape");
     ceil_mode_ = node.get_int("ceil_mode", 0) != 0;
     count_include_pad_ = node.get_int("count_include_pad", 0) != 0;
@@ -103,13 +103,15 @@ class PoolOp final : public Op {
     first.tensor = y;
     first.type = type_;
     std::vector<Value> out{first};
-    // Indices: the flat (row-major) offset of each maximum in X.
+    // Indices: the flat offset of each maximum in X, its plane's offset plus its place in
+    // the plane, row-major or (storage_order 1) column-major.
     if (kind_ == PoolKind::max && output_requested(node_, 1)) {
       std::vector<std::int64_t> indices(argmax_.size());
       const std::int64_t positions = g_.positions(), field_size = g_.field_size();
       for (std::size_t e = 0; e < argmax_.size(); ++e) {
         const std::int64_t plane = static_cast<std::int64_t>(e) / positions;
-        indices[e] = argmax_[e] < 0 ? -1 : plane * field_size + argmax_[e];
+        indices[e] =
+            argmax_[e] < 0 ? -1 : plane * field_size + (column_major_ ? transposed_offset(argmax_[e]) : argmax_[e]);
       }
       out.push_back(Value::integers(indices, y_shape));
     }
@@ -148,6 +150,21 @@ class PoolOp final : public Op {
   }
 
  private:
+  // A row-major offset in the field as the column-major one of the same element.
+  std::int64_t transposed_offset(std::int64_t offset) const {
+    std::int64_t result = 0, stride = 1;
+    Shape coord(g_.rank());
+    for (std::size_t d = g_.rank(); d-- > 0;) {
+      coord[d] = offset % g_.in[d];
+      offset /= g_.in[d];
+    }
+    for (std::size_t d = 0; d < g_.rank(); ++d) {
+      result += coord[d] * stride;
+      stride *= g_.in[d];
+    }
+    return result;
+  }
+
   // The maximum of each window over the elements inside X (padding never wins), and
   // where it is; a window wholly in the padding yields -inf and no gradient.
   template <class T>
@@ -222,7 +239,7 @@ class PoolOp final : public Op {
 
   PoolKind kind_;
   ElementType type_ = ElementType::f32;
-  bool global_ = false, ceil_mode_ = false, count_include_pad_ = false;
+  bool global_ = false, column_major_ = false, ceil_mode_ = false, count_include_pad_ = false;
   Shape kernel_;
   WindowGeometry g_;
   std::vector<std::int64_t> sources_, argmax_;

@@ -88,9 +88,11 @@ TEST(OnnxOpsPoolResize, MaxPoolIndices) {
   ASSERT_EQ(y.size(), 2u);
   EXPECT_EQ(y[1].type, ElementType::i64);
   EXPECT_EQ(y[1].to_ints("indices"), (std::vector<std::int64_t>{1, 6, 8, 15, 16, 18, 24, 31}));
+  // storage_order 1: the place in the plane counts down the columns first.
   NodeSpec column_major = node;
   set_int(column_major, "storage_order", 1);
-  expect_unsupported([&] { builtin_ops().create(column_major); }, "storage_order 1 (column-major Indices)");
+  const Value plane = f64_value({1, 9, 2, 3, 4, 5, 8, 6, 7, 0, 1, 2, 3, 4, 5, 6}, {1, 1, 4, 4});
+  EXPECT_EQ(run(column_major, {plane})[1].to_ints("indices"), (std::vector<std::int64_t>{4, 9, 2, 15}));
 }
 
 TEST(OnnxOpsPoolResize, AveragePoolHandValues) {
