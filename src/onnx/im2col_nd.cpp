@@ -34,6 +34,9 @@ bool WindowGeometry::is_pointwise() const {
 
 WindowGeometry window_geometry(const NodeSpec& node, const Shape& in, const Shape& kernel, bool ceil_mode) {
   const std::size_t rank = in.size();
+  for (std::int64_t k : kernel) {
+    if (k < 1) node.invalid("the kernel " + shape_str(kernel) + " has an empty dim");
+  }
   WindowGeometry g;
   g.in = in;
   g.kernel = kernel;

@@ -292,13 +292,14 @@ void conv_weight_grad(const ConvPlan& p, const T* x, const T* y, T* dw) {
   }
 }
 
-// The shared shape checks of X [N, C, spatial...] and W [narrow, wide / group, kernel...]
-// and the kernel they give; `x_channels_per_group` is W's dim 1 for Conv, W's dim 0 /
-// group for ConvTranspose.
+// The shape checks Conv and ConvTranspose share (X [N, C, spatial...] and W of X's rank,
+// kernel_shape agreeing with W) and the kernel W gives; the channel checks differ and are
+// each op's make_plan.
 Shape checked_kernel(const NodeSpec& node, const Tensor& x, const Tensor& w) {
   if (x.dim() < 3) node.invalid("X must be [N, C, spatial...], got " + x.str());
   if (w.dim() != x.dim()) node.invalid("W " + w.str() + " and X " + x.str() + " differ in rank");
   const Shape kernel(w.shape().begin() + 2, w.shape().end());
+  if (shape_numel(w.shape()) == 0) node.invalid("W " + w.str() + " is empty");
   if (node.has("kernel_shape") && node.get_ints("kernel_shape") != kernel) {
     node.invalid("attribute 'kernel_shape' disagrees with W " + w.str());
   }
