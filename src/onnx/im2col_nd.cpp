@@ -1,6 +1,7 @@
 #include "onnx/im2col_nd.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "tessera/error.hpp"
@@ -102,42 +103,53 @@ std::vector<std::int64_t> window_sources(const WindowGeometry& g) {
 
 template <class T>
 void im2col_nd(const T* x, std::int64_t channels, const WindowGeometry& g, const std::vector<std::int64_t>& sources,
-               T* cols) {
-  const std::int64_t field = g.field_size();
-  const std::int64_t per_channel = static_cast<std::int64_t>(sources.size());
+               std::int64_t begin, std::int64_t count, T* cols) {
+  const std::int64_t field = g.field_size(), taps = g.taps(), positions = g.positions();
   for (std::int64_t c = 0; c < channels; ++c) {
     const T* xc = x + c * field;
-    T* out = cols + c * per_channel;
-    for (std::int64_t e = 0; e < per_channel; ++e) {
-      const std::int64_t s = sources[static_cast<std::size_t>(e)];
-      out[e] = s >= 0 ? xc[s] : T(0);
+    for (std::int64_t k = 0; k < taps; ++k) {
+      const std::int64_t* from = sources.data() + k * positions + begin;
+      T* out = cols + (c * taps + k) * count;
+      for (std::int64_t q = 0; q < count; ++q) out[q] = from[q] >= 0 ? xc[from[q]] : T(0);
     }
   }
 }
 
 template <class T>
 void col2im_add_nd(const T* cols, std::int64_t channels, const WindowGeometry& g,
-                   const std::vector<std::int64_t>& sources, T* x) {
-  const std::int64_t field = g.field_size();
-  const std::int64_t per_channel = static_cast<std::int64_t>(sources.size());
+                   const std::vector<std::int64_t>& sources, std::int64_t begin, std::int64_t count, T* x) {
+  const std::int64_t field = g.field_size(), taps = g.taps(), positions = g.positions();
   for (std::int64_t c = 0; c < channels; ++c) {
     T* xc = x + c * field;
-    const T* in = cols + c * per_channel;
-    for (std::int64_t e = 0; e < per_channel; ++e) {
-      const std::int64_t s = sources[static_cast<std::size_t>(e)];
-      if (s >= 0) xc[s] += in[e];
+    for (std::int64_t k = 0; k < taps; ++k) {
+      const std::int64_t* from = sources.data() + k * positions + begin;
+      const T* in = cols + (c * taps + k) * count;
+      for (std::int64_t q = 0; q < count; ++q) {
+        if (from[q] >= 0) xc[from[q]] += in[q];
+      }
     }
   }
 }
 
 template void im2col_nd<float>(const float*, std::int64_t, const WindowGeometry&, const std::vector<std::int64_t>&,
-                               float*);
+                               std::int64_t, std::int64_t, float*);
 template void im2col_nd<double>(const double*, std::int64_t, const WindowGeometry&, const std::vector<std::int64_t>&,
-                                double*);
+                                std::int64_t, std::int64_t, double*);
 template void col2im_add_nd<float>(const float*, std::int64_t, const WindowGeometry&, const std::vector<std::int64_t>&,
-                                   float*);
+                                   std::int64_t, std::int64_t, float*);
 template void col2im_add_nd<double>(const double*, std::int64_t, const WindowGeometry&,
-                                    const std::vector<std::int64_t>&, double*);
+                                    const std::vector<std::int64_t>&, std::int64_t, std::int64_t, double*);
+
+namespace {
+std::atomic<std::int64_t> chunk_elements{std::int64_t{1} << 22};
+}  // namespace
+
+std::int64_t im2col_chunk_elements() noexcept { return chunk_elements.load(std::memory_order_relaxed); }
+
+void set_im2col_chunk_elements(std::int64_t elements) {
+  if (elements < 1) throw InvalidArgument("onnx::set_im2col_chunk_elements: expected at least 1 element");
+  chunk_elements.store(elements, std::memory_order_relaxed);
+}
 
 const Tensor& floating_input(const NodeSpec& node, const Value& value, const char* what) {
   if (!value.defined()) node.invalid(std::string("the input ") + what + " is missing");

@@ -41,14 +41,21 @@ WindowGeometry window_geometry(const NodeSpec& node, const Shape& in, const Shap
 // -1 in the padding; row-major [taps, positions].
 std::vector<std::int64_t> window_sources(const WindowGeometry& g);
 
-// cols[c, k, p] = x[c, sources[k, p]] (0 in the padding) for `channels` fields of x.
+// cols[c, k, q] = x[c, sources[k, begin + q]] (0 in the padding) for `channels` fields
+// of x and the `count` positions from `begin`: one chunk of the column matrix.
 template <class T>
 void im2col_nd(const T* x, std::int64_t channels, const WindowGeometry& g, const std::vector<std::int64_t>& sources,
-               T* cols);
-// The adjoint: x[c, sources[k, p]] += cols[c, k, p].
+               std::int64_t begin, std::int64_t count, T* cols);
+// The adjoint: x[c, sources[k, begin + q]] += cols[c, k, q].
 template <class T>
 void col2im_add_nd(const T* cols, std::int64_t channels, const WindowGeometry& g,
-                   const std::vector<std::int64_t>& sources, T* x);
+                   const std::vector<std::int64_t>& sources, std::int64_t begin, std::int64_t count, T* x);
+
+// The most elements a chunk of the column matrix holds (4 Mi by default: 16 MiB in
+// f32); the convolutions split a sample's positions to stay within it. Settable for
+// tests that exercise the chunking on small fields.
+std::int64_t im2col_chunk_elements() noexcept;
+void set_im2col_chunk_elements(std::int64_t elements);
 
 // Calls f(T{}) with T = float or double after the tensor dtype (f32, f64), so that every
 // kernel runs in its input's own precision from one template.

@@ -231,65 +231,107 @@ struct ConvPlan {
   std::int64_t rows_per_group() const { return wide_per_group() * g.taps(); }  // of the column matrix
 };
 
-// The column matrix [wide_channels * taps, positions] of sample n (x itself when the
-// window is pointwise), in `scratch`.
+// The positions of one sample go through the GEMMs in chunks: the column matrix of a
+// whole large field (wide_channels * taps * positions) would take gigabytes, so a chunk
+// holds as many positions as im2col_chunk_elements() allows (all of them for small fields
+// and pointwise windows, whose columns are x itself).
+std::int64_t chunk_positions(const ConvPlan& p) {
+  const std::int64_t positions = p.g.positions();
+  if (p.g.is_pointwise()) return positions;
+  const std::int64_t per_position = std::max<std::int64_t>(1, p.wide_channels * p.g.taps());
+  return std::clamp<std::int64_t>(im2col_chunk_elements() / per_position, 1, std::max<std::int64_t>(positions, 1));
+}
+
+// A chunk [begin, begin + size) of positions of sample n, with its column matrix
+// [wide_channels * taps, size] and its narrow-side block [narrow_channels, size] (a view
+// into the narrow field when the chunk is the whole sample, else a copy).
 template <class T>
-const T* columns(const ConvPlan& p, const T* x, std::int64_t n, std::vector<T>& scratch) {
-  const T* xn = x + n * p.wide_channels * p.g.field_size();
-  if (p.g.is_pointwise()) return xn;
-  scratch.resize(static_cast<std::size_t>(p.wide_channels * p.g.taps() * p.g.positions()));
-  im2col_nd(xn, p.wide_channels, p.g, p.sources, scratch.data());
-  return scratch.data();
+struct Chunk {
+  std::int64_t n = 0, begin = 0, size = 0;
+  const T* cols = nullptr;
+  T* narrow = nullptr;
+};
+
+// Calls f(chunk) for every chunk of every sample: `wide` gives the columns (unless
+// `with_columns` is false), `narrow` the narrow block (read into the block when
+// `read_narrow`, written back from it after f when `write_narrow`).
+template <class T, class F>
+void for_each_chunk(const ConvPlan& p, const T* wide, T* narrow, bool with_columns, bool read_narrow, bool write_narrow,
+                    F&& f) {
+  const std::int64_t positions = p.g.positions(), step = chunk_positions(p);
+  std::vector<T> cols, block;
+  for (std::int64_t n = 0; n < p.batch; ++n) {
+    const T* wide_n = wide ? wide + n * p.wide_channels * p.g.field_size() : nullptr;
+    T* narrow_n = narrow + n * p.narrow_channels * positions;
+    for (std::int64_t begin = 0; begin < positions; begin += step) {
+      Chunk<T> c{n, begin, std::min(step, positions - begin), nullptr, narrow_n};
+      const bool whole = c.size == positions;
+      if (with_columns && p.g.is_pointwise()) {
+        c.cols = wide_n;
+      } else if (with_columns) {
+        cols.resize(static_cast<std::size_t>(p.wide_channels * p.g.taps() * c.size));
+        im2col_nd(wide_n, p.wide_channels, p.g, p.sources, begin, c.size, cols.data());
+        c.cols = cols.data();
+      }
+      if (!whole) {
+        block.resize(static_cast<std::size_t>(p.narrow_channels * c.size));
+        c.narrow = block.data();
+        for (std::int64_t ch = 0; read_narrow && ch < p.narrow_channels; ++ch) {
+          std::copy_n(narrow_n + ch * positions + begin, c.size, block.data() + ch * c.size);
+        }
+      }
+      f(c);
+      for (std::int64_t ch = 0; !whole && write_narrow && ch < p.narrow_channels; ++ch) {
+        std::copy_n(block.data() + ch * c.size, c.size, narrow_n + ch * positions + begin);
+      }
+    }
+  }
 }
 
 // y = conv(x, w) (y is overwritten).
 template <class T>
 void conv_narrow_from_wide(const ConvPlan& p, const T* x, const T* w, T* y) {
-  std::vector<T> scratch;
-  const std::int64_t positions = p.g.positions(), rows = p.rows_per_group(), narrow = p.narrow_per_group();
-  for (std::int64_t n = 0; n < p.batch; ++n) {
-    const T* cols = columns(p, x, n, scratch);
+  const std::int64_t rows = p.rows_per_group(), narrow = p.narrow_per_group();
+  for_each_chunk(p, x, y, true, false, true, [&](const Chunk<T>& c) {
     for (std::int64_t gi = 0; gi < p.groups; ++gi) {
-      Tensor yv = matrix(y + (n * p.narrow_channels + gi * narrow) * positions, narrow, positions);
-      ops::gemm(matrix(w + gi * narrow * rows, narrow, rows), false,
-                matrix(cols + gi * rows * positions, rows, positions), false, yv);
+      Tensor yv = matrix(c.narrow + gi * narrow * c.size, narrow, c.size);
+      ops::gemm(matrix(w + gi * narrow * rows, narrow, rows), false, matrix(c.cols + gi * rows * c.size, rows, c.size),
+                false, yv);
     }
-  }
+  });
 }
 
 // x += conv^T(y, w): the adjoint of conv_narrow_from_wide in x.
 template <class T>
 void conv_wide_from_narrow(const ConvPlan& p, const T* y, const T* w, T* x) {
-  const std::int64_t positions = p.g.positions(), rows = p.rows_per_group(), narrow = p.narrow_per_group();
+  const std::int64_t rows = p.rows_per_group(), narrow = p.narrow_per_group();
   const bool pointwise = p.g.is_pointwise();
-  std::vector<T> cols(pointwise ? 0 : static_cast<std::size_t>(p.groups * rows * positions));
-  for (std::int64_t n = 0; n < p.batch; ++n) {
-    T* xn = x + n * p.wide_channels * p.g.field_size();
-    // Pointwise: the columns are x itself, so the GEMM accumulates straight into it.
+  std::vector<T> cols;
+  for_each_chunk(p, static_cast<const T*>(nullptr), const_cast<T*>(y), false, true, false, [&](const Chunk<T>& c) {
+    T* xn = x + c.n * p.wide_channels * p.g.field_size();
+    // Pointwise: the columns are x itself (one chunk), so the GEMM accumulates into it.
+    cols.resize(pointwise ? 0 : static_cast<std::size_t>(p.groups * rows * c.size));
     T* target = pointwise ? xn : cols.data();
     for (std::int64_t gi = 0; gi < p.groups; ++gi) {
-      Tensor cv = matrix(target + gi * rows * positions, rows, positions);
+      Tensor cv = matrix(target + gi * rows * c.size, rows, c.size);
       ops::gemm(matrix(w + gi * narrow * rows, narrow, rows), true,
-                matrix(y + (n * p.narrow_channels + gi * narrow) * positions, narrow, positions), false, cv, 1.0,
-                pointwise ? 1.0 : 0.0);
+                matrix(c.narrow + gi * narrow * c.size, narrow, c.size), false, cv, 1.0, pointwise ? 1.0 : 0.0);
     }
-    if (!pointwise) col2im_add_nd(cols.data(), p.wide_channels, p.g, p.sources, xn);
-  }
+    if (!pointwise) col2im_add_nd(cols.data(), p.wide_channels, p.g, p.sources, c.begin, c.size, xn);
+  });
 }
 
 // dw += the gradient of sum(conv(x, w) * y) in w.
 template <class T>
 void conv_weight_grad(const ConvPlan& p, const T* x, const T* y, T* dw) {
-  std::vector<T> scratch;
-  const std::int64_t positions = p.g.positions(), rows = p.rows_per_group(), narrow = p.narrow_per_group();
-  for (std::int64_t n = 0; n < p.batch; ++n) {
-    const T* cols = columns(p, x, n, scratch);
+  const std::int64_t rows = p.rows_per_group(), narrow = p.narrow_per_group();
+  for_each_chunk(p, x, const_cast<T*>(y), true, true, false, [&](const Chunk<T>& c) {
     for (std::int64_t gi = 0; gi < p.groups; ++gi) {
       Tensor dwv = matrix(dw + gi * narrow * rows, narrow, rows);
-      ops::gemm(matrix(y + (n * p.narrow_channels + gi * narrow) * positions, narrow, positions), false,
-                matrix(cols + gi * rows * positions, rows, positions), true, dwv, 1.0, 1.0);
+      ops::gemm(matrix(c.narrow + gi * narrow * c.size, narrow, c.size), false,
+                matrix(c.cols + gi * rows * c.size, rows, c.size), true, dwv, 1.0, 1.0);
     }
-  }
+  });
 }
 
 // The shape checks Conv and ConvTranspose share (X [N, C, spatial...] and W of X's rank,

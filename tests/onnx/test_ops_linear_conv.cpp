@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "onnx/broadcast.hpp"
+#include "onnx/im2col_nd.hpp"
 #include "op_test_support.hpp"
 #include "tessera/error.hpp"
 
@@ -360,6 +361,13 @@ TEST(OnnxOpsLinearConv, ConvAgainstDirectLoops) {
        {1, 2, 4, 2, 2}},
   };
   for (const ConvTest& t : tests) run_conv_test("Conv", t);
+  // Again with the positions split into chunks of 5 and 7 columns' worth (the fields here
+  // are small; large ones split the same way).
+  for (const std::int64_t elements : {5, 7 * 18}) {
+    set_im2col_chunk_elements(elements);
+    for (const ConvTest& t : tests) run_conv_test("Conv", t);
+  }
+  set_im2col_chunk_elements(std::int64_t{1} << 22);
 }
 
 TEST(OnnxOpsLinearConv, ConvTransposeHandValues) {
@@ -412,6 +420,9 @@ TEST(OnnxOpsLinearConv, ConvTransposeAgainstDirectLoops) {
        {1, 1, 4, 4, 3}},
   };
   for (const ConvTest& t : tests) run_conv_test("ConvTranspose", t);
+  set_im2col_chunk_elements(11);
+  for (const ConvTest& t : tests) run_conv_test("ConvTranspose", t);
+  set_im2col_chunk_elements(std::int64_t{1} << 22);
 }
 
 // ---- Against PyTorch 1.13 (F.conv2d, F.conv_transpose2d in float64), on inputs
