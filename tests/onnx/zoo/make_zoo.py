@@ -21,7 +21,8 @@ transposed, reshaped), and the initializers that hold no parameter (BatchNorm's 
 statistics, constants the exporter folded).
 
 The models:
-  unet       2 levels: Conv + GroupNorm + ReLU, MaxPool, nearest Upsample, skip Concat (opset 13)
+  unet       2 levels: Conv + GroupNorm + ReLU, MaxPool, nearest and bilinear Upsample, skip
+             Concat (opset 13)
   resnet     strided conv stem, residual blocks with BatchNorm (eval), GlobalAveragePool +
              Linear head (opset 13)
   column_mlp a per-column parameterization on [batch, features]: Linear, SiLU, LayerNorm,
@@ -54,6 +55,7 @@ Debian's torch 1.13 exports "circular" wrongly (its Slice drops the last column)
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 import onnx
@@ -70,18 +72,26 @@ def conv_norm_relu(c_in, c_out, groups):
 
 
 class UNet(nn.Module):
+    """Two levels down and up; the deeper upsampling is nearest, the shallower bilinear, so
+    both Resize modes the exporter emits are in the zoo."""
+
     def __init__(self, c_in=2, c_out=1, width=4):
         super().__init__()
-        self.enc = conv_norm_relu(c_in, width, 2)
-        self.mid = conv_norm_relu(width, 2 * width, 2)
-        self.dec = conv_norm_relu(3 * width, width, 2)
+        self.enc1 = conv_norm_relu(c_in, width, 2)
+        self.enc2 = conv_norm_relu(width, 2 * width, 2)
+        self.bottom = conv_norm_relu(2 * width, 2 * width, 2)
+        self.dec2 = conv_norm_relu(4 * width, width, 2)
+        self.dec1 = conv_norm_relu(2 * width, width, 2)
         self.head = nn.Conv2d(width, c_out, 1)
 
     def forward(self, x):
-        skip = self.enc(x)
-        deep = self.mid(F.max_pool2d(skip, 2))
-        up = F.interpolate(deep, scale_factor=2, mode="nearest")
-        return self.head(self.dec(torch.cat([up, skip], dim=1)))
+        skip1 = self.enc1(x)
+        skip2 = self.enc2(F.max_pool2d(skip1, 2))
+        deep = self.bottom(F.max_pool2d(skip2, 2))
+        up2 = F.interpolate(deep, scale_factor=2, mode="nearest")
+        up1 = F.interpolate(self.dec2(torch.cat([up2, skip2], dim=1)), scale_factor=2, mode="bilinear",
+                            align_corners=False)
+        return self.head(self.dec1(torch.cat([up1, skip1], dim=1)))
 
 
 class ResidualBlock(nn.Module):
@@ -266,7 +276,9 @@ def build(name, out_dir, seed):
     model.zero_grad()
     (y * torch.from_numpy(w)).sum().backward()
 
-    graph = onnx.load(path).graph
+    model_proto = onnx.load(path)
+    onnx.checker.check_model(model_proto, full_check=True)
+    graph = model_proto.graph
     parameters = dict(model.named_parameters())
     found, arrays = match_initializers(graph, parameters)
     grads = {iname: in_layout(parameters[pname].grad, layout, arrays[iname].shape)
@@ -293,6 +305,10 @@ def main(argv):
     out_dir = argv[1]
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(1)
+    # The exporter's expected warnings: a Slice with steps != 1 (F.pad's reversed pads) is
+    # not constant-folded, and PRESERVE with folding is only risky for a model in training
+    # mode (these are all in eval mode).
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
     manifest = {name: build(name, out_dir, seed) for seed, name in enumerate(MODELS, start=42)}
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
