@@ -1,7 +1,883 @@
+// The shape ops: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Expand, Tile, Slice,
+// Gather, GatherElements, Concat, Split, Shape, Size, Constant, ConstantOfShape, Range.
+//
+// They run on every element type: a graph's shape arithmetic (Shape -> Gather ->
+// Unsqueeze -> Concat -> Reshape) is int64, so each op moves elements of whatever storage
+// the value has (f32, f64 or i64) and keeps the file's element type. Gradients flow to
+// floating inputs only.
+//
+// Three mechanisms carry the family:
+//  - a view (Reshape, Flatten, Squeeze, Unsqueeze): the same elements under a new shape,
+//    sharing storage (values are never written after their op made them);
+//  - an index map (Transpose, Expand, Tile, Slice, Gather, GatherElements): every output
+//    element copies one input element, so backward scatter-adds along the same map, which
+//    also sums the gradients of elements read twice (Expand, Tile, repeated indices);
+//  - blocks along an axis (Concat, Split), each the other's backward.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <set>
+#include <type_traits>
+
+#include "onnx/broadcast.hpp"
 #include "onnx/op.hpp"
+#include "tessera/error.hpp"
 
 namespace tessera::onnx {
 
-void register_shape_ops(OpRegistry& registry) { (void)registry; }
+namespace {
+
+using Indices = std::vector<std::int64_t>;
+
+// ---- Elements of any storage ----------------------------------------------------------
+
+// Calls `f` with a null pointer of the element type `dtype` stores, so one template body
+// moves f32, f64 and i64 (integer and bool values) alike.
+template <class F>
+void visit_storage(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: f(static_cast<float*>(nullptr)); return;
+    case DType::f64: f(static_cast<double*>(nullptr)); return;
+    case DType::i64: f(static_cast<std::int64_t*>(nullptr)); return;
+    case DType::bf16: break;
+  }
+  throw InternalError("onnx shape ops: a value stored as " + std::string(dtype_name(dtype)));
+}
+
+template <class P>
+using element_of = std::remove_pointer_t<P>;
+
+Value typed(Tensor tensor, ElementType type) {
+  Value v;
+  v.tensor = std::move(tensor);
+  v.type = type;
+  return v;
+}
+
+// out[i] = in[source[i]], `out` of `shape`.
+Tensor gather_flat(const Tensor& in, const Indices& source, const Shape& shape) {
+  Tensor out = Tensor::empty(shape, in.dtype());
+  visit_storage(in.dtype(), [&](auto tag) {
+    using T = element_of<decltype(tag)>;
+    const T* src = in.data<T>();
+    T* dst = out.data<T>();
+    for (std::size_t i = 0; i < source.size(); ++i) dst[i] = src[source[i]];
+  });
+  return out;
+}
+
+// gather_flat's adjoint: result[source[i]] += grad[i], `result` of `shape`.
+Tensor scatter_add_flat(const Tensor& grad, const Indices& source, const Shape& shape) {
+  Tensor result = Tensor::zeros(shape, grad.dtype());
+  const Tensor g = grad.contiguous();
+  visit_storage(g.dtype(), [&](auto tag) {
+    using T = element_of<decltype(tag)>;
+    const T* src = g.data<T>();
+    T* dst = result.data<T>();
+    for (std::size_t i = 0; i < source.size(); ++i) dst[source[i]] += src[i];
+  });
+  return result;
+}
+
+// For each element of `out` (row-major), base + sum_k coord[k] * strides[k]: the input
+// offsets of a strided walk (Transpose permutes strides, Slice scales and offsets them).
+Indices strided_source(const Shape& out, const Indices& strides, std::int64_t base) {
+  const std::int64_t n = shape_numel(out);
+  Indices source(static_cast<std::size_t>(n));
+  Indices coord(out.size(), 0);
+  std::int64_t offset = base;
+  for (std::int64_t i = 0; i < n; ++i) {
+    source[static_cast<std::size_t>(i)] = offset;
+    for (std::size_t d = out.size(); d-- > 0;) {  // odometer step, offset kept in step
+      if (++coord[d] < out[d]) {
+        offset += strides[d];
+        break;
+      }
+      offset -= strides[d] * (out[d] - 1);
+      coord[d] = 0;
+    }
+  }
+  return source;
+}
+
+// ---- Arguments ------------------------------------------------------------------------
+
+const Value& input(const NodeSpec& node, const std::vector<Value>& inputs, std::size_t index) {
+  if (index >= inputs.size() || !inputs[index].defined()) {
+    node.invalid("input " + std::to_string(index) + " is missing");
+  }
+  return inputs[index];
+}
+
+bool has_input(const std::vector<Value>& inputs, std::size_t index) {
+  return index < inputs.size() && inputs[index].defined();
+}
+
+// The elements of an integer input (shapes, axes, indices), named by what they are.
+Indices int_input(const NodeSpec& node, const std::vector<Value>& inputs, std::size_t index, const char* what) {
+  return input(node, inputs, index).to_ints(node.where() + ": " + what);
+}
+
+// `axis` in [-rank, rank) made non-negative (`rank` + 1 values for the ops that insert).
+std::int64_t normalize_axis(const NodeSpec& node, std::int64_t axis, std::int64_t rank, const char* what) {
+  if (axis < -rank || axis >= rank) {
+    node.invalid(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
+                 std::to_string(rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+Indices normalize_axes(const NodeSpec& node, const Indices& axes, std::int64_t rank, const char* what) {
+  Indices out;
+  for (std::int64_t a : axes) {
+    const std::int64_t k = normalize_axis(node, a, rank, what);
+    if (std::find(out.begin(), out.end(), k) != out.end()) node.invalid(std::string(what) + " repeat " + shape_str(axes));
+    out.push_back(k);
+  }
+  return out;
+}
+
+std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
+  return shape_numel(Shape(shape.begin() + static_cast<std::ptrdiff_t>(begin),
+                           shape.begin() + static_cast<std::ptrdiff_t>(end)));
+}
+
+// An argument that ONNX moved from an attribute to an input at `input_from` (Squeeze's and
+// Unsqueeze's axes, Split's split: opset 13): checked when the op is made, so a file that
+// mixes the two forms is refused by name instead of having one of them ignored.
+void check_moved_argument(const NodeSpec& node, const std::string& name, std::size_t input_index, int input_from) {
+  const bool as_input = node.inputs.size() > input_index && !node.inputs[input_index].empty();
+  if (node.opset >= input_from && node.has(name)) {
+    node.unsupported("the attribute '" + name + "' (an input from opset " + std::to_string(input_from) + ")");
+  }
+  if (node.opset < input_from && as_input) {
+    node.unsupported("'" + name + "' as an input (an attribute before opset " + std::to_string(input_from) + ")");
+  }
+}
+
+// Its value, whichever form the opset uses; nullopt when absent.
+std::optional<Indices> moved_argument(const NodeSpec& node, const std::vector<Value>& inputs, const std::string& name,
+                                      std::size_t input_index, int input_from) {
+  if (node.opset >= input_from) {
+    if (!has_input(inputs, input_index)) return std::nullopt;
+    return int_input(node, inputs, input_index, name.c_str());
+  }
+  if (!node.has(name)) return std::nullopt;
+  return node.get_ints(name);
+}
+
+// ---- The family's base ----------------------------------------------------------------
+
+// Remembers its inputs' shapes and element types in forward, so backward can shape the
+// gradients and give none to integer inputs; the first input is the only one a gradient
+// flows to (the others are shapes, axes, indices).
+class ShapeFamilyOp : public Op {
+ public:
+  using Op::Op;
+  bool differentiable_input(std::size_t index) const override { return index == 0; }
+
+ protected:
+  void remember(const std::vector<Value>& inputs) {
+    shapes_.clear();
+    types_.clear();
+    for (const Value& v : inputs) {
+      shapes_.push_back(v.defined() ? v.shape() : Shape{});
+      types_.push_back(v.type);
+    }
+  }
+  bool floating_input(std::size_t index) const {
+    return index < types_.size() && is_floating(types_[index]) && differentiable_input(index);
+  }
+  // grad_outputs[index], or zeros shaped like `shape` when undefined (an unused output).
+  Tensor grad_or_zeros(const std::vector<Tensor>& grad_outputs, std::size_t index, const Shape& shape) const {
+    if (index < grad_outputs.size() && grad_outputs[index].defined()) return grad_outputs[index].contiguous();
+    return Tensor::zeros(shape, storage_dtype(types_.at(0)));
+  }
+  // One gradient per input, `first` for input 0 when it is floating, undefined elsewhere.
+  std::vector<Tensor> first_only(Tensor first) const {
+    std::vector<Tensor> grads(types_.size());
+    if (floating_input(0)) grads[0] = std::move(first);
+    return grads;
+  }
+
+  std::vector<Shape> shapes_;
+  std::vector<ElementType> types_;
+};
+
+// An op whose outputs do not depend differentiably on its inputs (Shape, Size, Constant,
+// ConstantOfShape, Range): backward gives every input an undefined gradient.
+class NoGradientOp : public ShapeFamilyOp {
+ public:
+  using ShapeFamilyOp::ShapeFamilyOp;
+  bool differentiable_input(std::size_t) const override { return false; }
+  std::vector<Tensor> backward(const std::vector<Tensor>&) override { return std::vector<Tensor>(types_.size()); }
+};
+
+// ---- Views: Reshape, Flatten, Squeeze, Unsqueeze ----------------------------------------
+
+class ViewOp : public ShapeFamilyOp {
+ public:
+  using ShapeFamilyOp::ShapeFamilyOp;
+  std::vector<Value> forward(const std::vector<Value>& inputs) final {
+    const Value& x = input(node_, inputs, 0);
+    remember(inputs);
+    return {typed(x.tensor.reshape(out_shape(x.shape(), inputs)), x.type)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) final {
+    // A copy, not a view: the caller may accumulate into the gradient it is given.
+    const Shape& in = shapes_.at(0);
+    return first_only(grad_or_zeros(grad_outputs, 0, in).reshape(in).clone());
+  }
+
+ protected:
+  virtual Shape out_shape(const Shape& in, const std::vector<Value>& inputs) const = 0;
+};
+
+class Reshape final : public ViewOp {
+ public:
+  explicit Reshape(const NodeSpec& node) : ViewOp(node), allow_zero_(node.get_int("allowzero", 0) != 0) {
+    if (node.opset < 5) node.unsupported("Reshape before opset 5 (the shape as an attribute)");
+  }
+
+ private:
+  Shape out_shape(const Shape& in, const std::vector<Value>& inputs) const override {
+    const Indices spec = int_input(node_, inputs, 1, "the shape");
+    Shape out(spec.size());
+    std::optional<std::size_t> inferred;
+    std::int64_t known = 1;
+    for (std::size_t k = 0; k < spec.size(); ++k) {
+      if (spec[k] == -1) {
+        if (inferred) node_.invalid("the shape " + shape_str(spec) + " has more than one -1");
+        inferred = k;
+        continue;
+      }
+      if (spec[k] < -1) node_.invalid("the shape " + shape_str(spec) + " has a negative dimension");
+      // 0 copies the input's dimension unless allowzero asks for an empty dimension.
+      if (spec[k] == 0 && !allow_zero_) {
+        if (k >= in.size()) node_.invalid("the shape " + shape_str(spec) + " copies dimension " + std::to_string(k) + " of an input of rank " + std::to_string(in.size()));
+        out[k] = in[k];
+      } else {
+        out[k] = spec[k];
+      }
+      if (__builtin_mul_overflow(known, out[k], &known)) node_.invalid("the shape " + shape_str(spec) + " overflows");
+    }
+    const std::int64_t n = shape_numel(in);
+    if (inferred) {
+      if (known == 0 || n % known != 0) {
+        node_.invalid("cannot infer the -1 of " + shape_str(spec) + " for an input of shape " + shape_str(in));
+      }
+      out[*inferred] = n / known;
+    } else if (known != n) {
+      node_.invalid("cannot reshape " + shape_str(in) + " to " + shape_str(spec));
+    }
+    return out;
+  }
+
+  bool allow_zero_;
+};
+
+class Flatten final : public ViewOp {
+ public:
+  explicit Flatten(const NodeSpec& node) : ViewOp(node), axis_(node.get_int("axis", 1)) {}
+
+ private:
+  Shape out_shape(const Shape& in, const std::vector<Value>&) const override {
+    const auto rank = static_cast<std::int64_t>(in.size());
+    // axis may equal the rank (everything in the first dimension): [-rank, rank].
+    if (axis_ < -rank || axis_ > rank) {
+      node_.invalid("axis " + std::to_string(axis_) + " is out of range for rank " + std::to_string(rank));
+    }
+    const auto axis = static_cast<std::size_t>(axis_ < 0 ? axis_ + rank : axis_);
+    return {product(in, 0, axis), product(in, axis, in.size())};
+  }
+
+  std::int64_t axis_;
+};
+
+class Squeeze final : public ViewOp {
+ public:
+  explicit Squeeze(const NodeSpec& node) : ViewOp(node) { check_moved_argument(node, "axes", 1, 13); }
+
+ private:
+  Shape out_shape(const Shape& in, const std::vector<Value>& inputs) const override {
+    const std::optional<Indices> axes = moved_argument(node_, inputs, "axes", 1, 13);
+    std::vector<bool> drop(in.size(), false);
+    if (!axes) {  // no axes: every dimension of 1
+      for (std::size_t k = 0; k < in.size(); ++k) drop[k] = in[k] == 1;
+    }
+    for (std::int64_t k : normalize_axes(node_, axes.value_or(Indices{}), static_cast<std::int64_t>(in.size()), "axes")) {
+      if (in[static_cast<std::size_t>(k)] != 1) {
+        node_.invalid("axis " + std::to_string(k) + " of " + shape_str(in) + " is not 1");
+      }
+      drop[static_cast<std::size_t>(k)] = true;
+    }
+    Shape out;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      if (!drop[k]) out.push_back(in[k]);
+    }
+    return out;
+  }
+};
+
+class Unsqueeze final : public ViewOp {
+ public:
+  explicit Unsqueeze(const NodeSpec& node) : ViewOp(node) { check_moved_argument(node, "axes", 1, 13); }
+
+ private:
+  Shape out_shape(const Shape& in, const std::vector<Value>& inputs) const override {
+    const std::optional<Indices> axes = moved_argument(node_, inputs, "axes", 1, 13);
+    if (!axes) node_.invalid("the axes are missing");
+    // The axes index the output, whose rank counts the new dimensions.
+    const auto rank = static_cast<std::int64_t>(in.size() + axes->size());
+    std::vector<bool> inserted(static_cast<std::size_t>(rank), false);
+    for (std::int64_t k : normalize_axes(node_, *axes, rank, "axes")) inserted[static_cast<std::size_t>(k)] = true;
+    Shape out;
+    std::size_t next = 0;
+    for (bool one : inserted) out.push_back(one ? 1 : in[next++]);
+    return out;
+  }
+};
+
+// ---- Index maps: Transpose, Expand, Tile, Slice, Gather, GatherElements ------------------
+
+class IndexMapOp : public ShapeFamilyOp {
+ public:
+  using ShapeFamilyOp::ShapeFamilyOp;
+  std::vector<Value> forward(const std::vector<Value>& inputs) final {
+    const Value& x = input(node_, inputs, 0);
+    remember(inputs);
+    source_.clear();
+    const Shape out = map(x.shape(), inputs, source_);
+    return {typed(gather_flat(x.tensor, source_, out), x.type)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) final {
+    if (!floating_input(0)) return first_only(Tensor());
+    const Tensor g = grad_or_zeros(grad_outputs, 0, Shape{static_cast<std::int64_t>(source_.size())});
+    return first_only(scatter_add_flat(g, source_, shapes_.at(0)));
+  }
+
+ protected:
+  // The output's shape, and in `source` the input offset each output element reads.
+  virtual Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const = 0;
+
+ private:
+  Indices source_;
+};
+
+class Transpose final : public IndexMapOp {
+ public:
+  explicit Transpose(const NodeSpec& node) : IndexMapOp(node), perm_(node.get_ints("perm")) {}
+
+ private:
+  Shape map(const Shape& in, const std::vector<Value>&, Indices& source) const override {
+    const auto rank = static_cast<std::int64_t>(in.size());
+    Indices perm = perm_;
+    if (perm.empty()) {  // the default reverses the dimensions
+      for (std::int64_t k = rank; k-- > 0;) perm.push_back(k);
+    }
+    if (static_cast<std::int64_t>(perm.size()) != rank) {
+      node_.invalid("perm " + shape_str(perm_) + " does not match an input of rank " + std::to_string(rank));
+    }
+    perm = normalize_axes(node_, perm, rank, "perm");
+    const Shape in_strides = contiguous_strides(in);
+    Shape out(in.size());
+    Indices strides(in.size());
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      out[k] = in[static_cast<std::size_t>(perm[k])];
+      strides[k] = in_strides[static_cast<std::size_t>(perm[k])];
+    }
+    source = strided_source(out, strides, 0);
+    return out;
+  }
+
+  Indices perm_;
+};
+
+class Expand final : public IndexMapOp {
+ public:
+  using IndexMapOp::IndexMapOp;
+
+ private:
+  Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const override {
+    // ONNX's Expand broadcasts both ways: a 1 in the shape keeps the input's dimension.
+    const Shape out = broadcast_shapes(in, int_input(node_, inputs, 1, "the shape"), node_.where());
+    source = broadcast_source_index(in, out);
+    return out;
+  }
+};
+
+class Tile final : public IndexMapOp {
+ public:
+  explicit Tile(const NodeSpec& node) : IndexMapOp(node) {
+    if (node.opset < 6) node.unsupported("Tile before opset 6 (tiles and axis inputs)");
+  }
+
+ private:
+  Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const override {
+    const Indices repeats = int_input(node_, inputs, 1, "the repeats");
+    if (repeats.size() != in.size()) {
+      node_.invalid("repeats " + shape_str(repeats) + " do not match an input of rank " + std::to_string(in.size()));
+    }
+    // Tiling is broadcasting [1, d0, 1, d1, ...] to [r0, d0, r1, d1, ...], whose row-major
+    // order is the output's [r0 * d0, r1 * d1, ...].
+    Shape spread;
+    Shape tiled;
+    Shape out;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      if (repeats[k] < 0) node_.invalid("repeats " + shape_str(repeats) + " has a negative count");
+      spread.insert(spread.end(), {1, in[k]});
+      tiled.insert(tiled.end(), {repeats[k], in[k]});
+      out.push_back(repeats[k] * in[k]);
+    }
+    shape_numel(tiled);  // refuses a count that overflows before anything is allocated
+    source = broadcast_source_index(spread, tiled);
+    return out;
+  }
+};
+
+class Slice final : public IndexMapOp {
+ public:
+  explicit Slice(const NodeSpec& node) : IndexMapOp(node) {
+    // Before opset 10 starts, ends and axes are attributes (and there are no steps).
+    if (node.opset < 10) {
+      node.require_ints("starts");
+      node.require_ints("ends");
+    }
+  }
+
+ private:
+  Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const override {
+    const auto rank = static_cast<std::int64_t>(in.size());
+    const bool attributes = node_.opset < 10;
+    const Indices starts = attributes ? node_.get_ints("starts") : int_input(node_, inputs, 1, "starts");
+    const Indices ends = attributes ? node_.get_ints("ends") : int_input(node_, inputs, 2, "ends");
+    Indices axes;
+    if (attributes ? node_.has("axes") : has_input(inputs, 3)) {
+      axes = attributes ? node_.get_ints("axes") : int_input(node_, inputs, 3, "axes");
+    } else {
+      for (std::size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
+    }
+    const Indices steps = !attributes && has_input(inputs, 4) ? int_input(node_, inputs, 4, "steps")
+                                                              : Indices(starts.size(), 1);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+      node_.invalid("starts, ends, axes and steps differ in length");
+    }
+    axes = normalize_axes(node_, axes, rank, "axes");
+
+    const Shape in_strides = contiguous_strides(in);
+    Shape out = in;
+    Indices strides = in_strides;
+    std::int64_t base = 0;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const auto k = static_cast<std::size_t>(axes[i]);
+      std::int64_t first = 0;
+      out[k] = slice_count(in[k], starts[i], ends[i], steps[i], first);
+      base += first * in_strides[k];
+      // A dimension of one element never steps (and a huge step times the stride could overflow).
+      strides[k] = out[k] > 1 ? in_strides[k] * steps[i] : 0;
+    }
+    source = strided_source(out, strides, base);
+    return out;
+  }
+
+  // How many elements start:end:step takes from a dimension of `dim`, and in `first` the
+  // index of the first; ends beyond the dimension (INT64_MAX, INT64_MIN) are clamped.
+  std::int64_t slice_count(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step,
+                           std::int64_t& first) const {
+    if (step == 0) node_.invalid("a step is 0");
+    if (dim == 0) return 0;
+    if (start < 0) start += dim;  // no overflow: start < 0 and dim > 0
+    if (end < 0) end += dim;
+    if (step > 0) {
+      start = std::clamp<std::int64_t>(start, 0, dim);
+      end = std::clamp<std::int64_t>(end, 0, dim);
+      first = start;
+      return end > start ? 1 + (end - start - 1) / step : 0;
+    }
+    // A negative step walks down from start (at most the last index) to end (at least -1,
+    // before the first index).
+    start = std::clamp<std::int64_t>(start, 0, dim - 1);
+    end = std::clamp<std::int64_t>(end, -1, dim - 1);
+    first = start;
+    return start > end ? 1 - (start - end - 1) / step : 0;  // -(p / step) avoids negating INT64_MIN
+  }
+};
+
+// Indices into a dimension of `dim`, negatives counted from the end.
+std::int64_t checked_index(const NodeSpec& node, std::int64_t index, std::int64_t dim) {
+  if (index < -dim || index >= dim) {
+    node.invalid("index " + std::to_string(index) + " is out of range for a dimension of " + std::to_string(dim));
+  }
+  return index < 0 ? index + dim : index;
+}
+
+class Gather final : public IndexMapOp {
+ public:
+  explicit Gather(const NodeSpec& node) : IndexMapOp(node), axis_(node.get_int("axis", 0)) {}
+
+ private:
+  Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const override {
+    const Value& indices = input(node_, inputs, 1);
+    const Indices index = indices.to_ints(node_.where() + ": the indices");
+    const auto axis = static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(in.size()), "axis"));
+    // out = in[:axis] + indices' shape + in[axis + 1:], read block by block.
+    Shape out(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(axis));
+    out.insert(out.end(), indices.shape().begin(), indices.shape().end());
+    out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(axis) + 1, in.end());
+    const std::int64_t outer = product(in, 0, axis);
+    const std::int64_t dim = in[axis];
+    const std::int64_t inner = product(in, axis + 1, in.size());
+    source.reserve(static_cast<std::size_t>(shape_numel(out)));
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (std::int64_t j : index) {
+        const std::int64_t start = (o * dim + checked_index(node_, j, dim)) * inner;
+        for (std::int64_t i = 0; i < inner; ++i) source.push_back(start + i);
+      }
+    }
+    return out;
+  }
+
+  std::int64_t axis_;
+};
+
+class GatherElements final : public IndexMapOp {
+ public:
+  explicit GatherElements(const NodeSpec& node) : IndexMapOp(node), axis_(node.get_int("axis", 0)) {}
+
+ private:
+  Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const override {
+    const Value& indices = input(node_, inputs, 1);
+    const Indices index = indices.to_ints(node_.where() + ": the indices");
+    const Shape& out = indices.shape();
+    const auto axis = static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(in.size()), "axis"));
+    if (out.size() != in.size()) node_.invalid("indices " + shape_str(out) + " and data " + shape_str(in) + " differ in rank");
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      if (k != axis && out[k] > in[k]) node_.invalid("indices " + shape_str(out) + " exceed data " + shape_str(in));
+    }
+    // Each output element reads its own coordinates in the data, but along `axis` the index.
+    const Shape in_strides = contiguous_strides(in);
+    Indices strides = in_strides;
+    strides[axis] = 0;
+    source = strided_source(out, strides, 0);
+    for (std::size_t e = 0; e < source.size(); ++e) source[e] += checked_index(node_, index[e], in[axis]) * in_strides[axis];
+    return out;
+  }
+
+  std::int64_t axis_;
+};
+
+// ---- Blocks along an axis: Concat, Split -------------------------------------------------
+
+// `parts` (same rank and element type, equal outside `axis`) joined along `axis`.
+Tensor concat_along(const std::vector<Tensor>& parts, std::size_t axis) {
+  Shape out = parts.at(0).shape();
+  out[axis] = 0;
+  for (const Tensor& p : parts) out[axis] += p.shape()[axis];
+  Tensor result = Tensor::empty(out, parts[0].dtype());
+  std::int64_t offset = 0;
+  for (const Tensor& p : parts) {
+    const std::int64_t length = p.shape()[axis];
+    result.narrow(static_cast<int>(axis), offset, length).copy_from(p);
+    offset += length;
+  }
+  return result;
+}
+
+// `whole` cut along `axis` into pieces of `lengths` (contiguous copies).
+std::vector<Tensor> split_along(const Tensor& whole, std::size_t axis, const Indices& lengths) {
+  std::vector<Tensor> pieces;
+  std::int64_t offset = 0;
+  for (std::int64_t length : lengths) {
+    pieces.push_back(whole.narrow(static_cast<int>(axis), offset, length).clone());
+    offset += length;
+  }
+  return pieces;
+}
+
+class Concat final : public ShapeFamilyOp {
+ public:
+  explicit Concat(const NodeSpec& node) : ShapeFamilyOp(node), axis_(node.require_int("axis")) {}
+  bool differentiable_input(std::size_t) const override { return true; }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    if (inputs.empty()) node_.invalid("there are no inputs");
+    const Value& x = input(node_, inputs, 0);
+    const auto rank = static_cast<std::int64_t>(x.shape().size());
+    axis_index_ = static_cast<std::size_t>(normalize_axis(node_, axis_, rank, "axis"));
+    std::vector<Tensor> parts;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const Value& v = input(node_, inputs, i);
+      Shape a = v.shape();
+      Shape b = x.shape();
+      if (a.size() == b.size()) a[axis_index_] = b[axis_index_] = 0;
+      if (v.type != x.type || a != b) {
+        node_.invalid("input " + std::to_string(i) + " " + v.str() + " does not join " + x.str() + " along axis " + std::to_string(axis_index_));
+      }
+      parts.push_back(v.tensor);
+    }
+    remember(inputs);
+    return {typed(concat_along(parts, axis_index_), x.type)};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    if (!floating_input(0)) return std::vector<Tensor>(types_.size());
+    Shape out = shapes_.at(0);
+    Indices lengths;
+    out[axis_index_] = 0;
+    for (const Shape& s : shapes_) {
+      lengths.push_back(s[axis_index_]);
+      out[axis_index_] += s[axis_index_];
+    }
+    return split_along(grad_or_zeros(grad_outputs, 0, out), axis_index_, lengths);
+  }
+
+ private:
+  std::int64_t axis_;
+  std::size_t axis_index_ = 0;
+};
+
+class Split final : public ShapeFamilyOp {
+ public:
+  explicit Split(const NodeSpec& node) : ShapeFamilyOp(node), axis_(node.get_int("axis", 0)) {
+    check_moved_argument(node, "split", 1, 13);
+    if (node.has("num_outputs")) {
+      if (node.opset < 18) node.unsupported("the attribute 'num_outputs' before opset 18");
+      if (node.get_int("num_outputs", 0) != static_cast<std::int64_t>(node.outputs.size())) {
+        node.invalid("num_outputs is " + std::to_string(node.get_int("num_outputs", 0)) + " for " +
+                     std::to_string(node.outputs.size()) + " outputs");
+      }
+    }
+  }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Value& x = input(node_, inputs, 0);
+    remember(inputs);
+    axis_index_ = static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(x.shape().size()), "axis"));
+    lengths_ = lengths(x.shape()[axis_index_], inputs);
+    std::vector<Value> outputs;
+    for (Tensor& piece : split_along(x.tensor, axis_index_, lengths_)) outputs.push_back(typed(std::move(piece), x.type));
+    return outputs;
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    if (!floating_input(0)) return first_only(Tensor());
+    std::vector<Tensor> parts;
+    for (std::size_t k = 0; k < lengths_.size(); ++k) {
+      Shape piece = shapes_.at(0);
+      piece[axis_index_] = lengths_[k];
+      parts.push_back(grad_or_zeros(grad_outputs, k, piece));
+    }
+    return first_only(concat_along(parts, axis_index_));
+  }
+
+ private:
+  // The pieces' lengths: given (split), or num_outputs chunks of ceil(dim / n) with a
+  // smaller last one (opset 18), or equal pieces, one per output.
+  Indices lengths(std::int64_t dim, const std::vector<Value>& inputs) const {
+    const auto n = static_cast<std::int64_t>(node_.outputs.size());
+    Indices result;
+    if (std::optional<Indices> given = moved_argument(node_, inputs, "split", 1, 13)) {
+      result = *given;
+    } else if (node_.has("num_outputs")) {
+      const std::int64_t chunk = (dim + n - 1) / n;
+      if (chunk * (n - 1) > dim) node_.invalid("cannot cut " + std::to_string(dim) + " into " + std::to_string(n) + " chunks");
+      result.assign(static_cast<std::size_t>(n - 1), chunk);
+      result.push_back(dim - chunk * (n - 1));
+    } else {
+      if (n == 0 || dim % n != 0) node_.invalid("cannot split " + std::to_string(dim) + " into " + std::to_string(n) + " equal pieces");
+      result.assign(static_cast<std::size_t>(n), dim / n);
+    }
+    std::int64_t total = 0;
+    for (std::int64_t length : result) {
+      if (length < 0) node_.invalid("split " + shape_str(result) + " has a negative length");
+      total += length;
+    }
+    if (static_cast<std::int64_t>(result.size()) != n || total != dim) {
+      node_.invalid("split " + shape_str(result) + " does not cut a dimension of " + std::to_string(dim) + " into " + std::to_string(n) + " outputs");
+    }
+    return result;
+  }
+
+  std::int64_t axis_;
+  std::size_t axis_index_ = 0;
+  Indices lengths_;
+};
+
+// ---- Shapes and constants -----------------------------------------------------------------
+
+class ShapeOf final : public NoGradientOp {
+ public:
+  explicit ShapeOf(const NodeSpec& node)
+      : NoGradientOp(node), start_(node.get_int("start", 0)), end_(node.get_int("end", std::numeric_limits<std::int64_t>::max())) {}
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Shape& in = input(node_, inputs, 0).shape();
+    remember(inputs);
+    // start and end (opset 15) clamp like Slice's.
+    const auto rank = static_cast<std::int64_t>(in.size());
+    auto clamp = [rank](std::int64_t k) { return std::clamp<std::int64_t>(k < 0 ? k + rank : k, 0, rank); };
+    const std::int64_t begin = clamp(start_);
+    const std::int64_t end = std::max(begin, clamp(end_));
+    const Indices dims(in.begin() + begin, in.begin() + end);
+    return {Value::integers(dims, Shape{end - begin})};
+  }
+
+ private:
+  std::int64_t start_;
+  std::int64_t end_;
+};
+
+class Size final : public NoGradientOp {
+ public:
+  using NoGradientOp::NoGradientOp;
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Value& x = input(node_, inputs, 0);
+    remember(inputs);
+    return {Value::integers({x.numel()}, Shape{})};
+  }
+};
+
+class Constant final : public NoGradientOp {
+ public:
+  explicit Constant(const NodeSpec& node) : NoGradientOp(node), value_(value_of(node)) {}
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    remember(inputs);
+    return {value_};
+  }
+
+ private:
+  // The one value attribute the node carries, as a tensor.
+  static Value value_of(const NodeSpec& node) {
+    for (const char* refused : {"sparse_value", "value_string", "value_strings"}) {
+      if (node.has(refused)) node.unsupported(std::string("the attribute '") + refused + "'");
+    }
+    int given = 0;
+    for (const char* key : {"value", "value_float", "value_floats", "value_int", "value_ints"}) given += node.has(key) ? 1 : 0;
+    if (given != 1) node.invalid("a Constant needs exactly one value attribute, it has " + std::to_string(given));
+    if (const Value* v = node.get_tensor("value")) return *v;
+    // ONNX's value_float(s) are float32 and value_int(s) int64.
+    if (node.has("value_float")) {
+      return Value::floating(Tensor::from_vector(std::vector<float>{static_cast<float>(node.get_float("value_float", 0))}, Shape{}));
+    }
+    if (node.has("value_floats")) {
+      const std::vector<double> f = node.get_floats("value_floats");
+      return Value::floating(Tensor::from_vector(std::vector<float>(f.begin(), f.end()), Shape{static_cast<std::int64_t>(f.size())}));
+    }
+    if (node.has("value_int")) return Value::integers({node.get_int("value_int", 0)}, Shape{});
+    const Indices ints = node.get_ints("value_ints");
+    return Value::integers(ints, Shape{static_cast<std::int64_t>(ints.size())});
+  }
+
+  Value value_;
+};
+
+// A Value of `shape` whose every element is `one`'s single element, of its type.
+Value filled(const Shape& shape, const Value& one) {
+  Tensor t = Tensor::empty(shape, one.tensor.dtype());
+  visit_storage(t.dtype(), [&](auto tag) {
+    using T = element_of<decltype(tag)>;
+    std::fill_n(t.data<T>(), t.numel(), one.tensor.data<T>()[0]);
+  });
+  return typed(std::move(t), one.type);
+}
+
+class ConstantOfShape final : public NoGradientOp {
+ public:
+  explicit ConstantOfShape(const NodeSpec& node) : NoGradientOp(node) {
+    if (const Value* v = node.get_tensor("value")) {
+      if (v->numel() != 1) node.invalid("the value must hold one element, it is " + v->str());
+      value_ = typed(v->tensor.contiguous(), v->type);
+    } else {  // the default: float32 zero
+      value_ = Value::floating(Tensor::zeros(Shape{}, DType::f32));
+    }
+  }
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Indices shape = int_input(node_, inputs, 0, "the shape");
+    remember(inputs);
+    for (std::int64_t d : shape) {
+      if (d < 0) node_.invalid("the shape " + shape_str(shape) + " has a negative dimension");
+    }
+    return {filled(shape, value_)};
+  }
+
+ private:
+  Value value_;
+};
+
+class Range final : public NoGradientOp {
+ public:
+  using NoGradientOp::NoGradientOp;
+
+  std::vector<Value> forward(const std::vector<Value>& inputs) override {
+    const Value& start = input(node_, inputs, 0);
+    for (std::size_t i = 0; i < 3; ++i) {
+      const Value& v = input(node_, inputs, i);
+      if (v.numel() != 1 || v.type != start.type) node_.invalid("start, limit and delta must be scalars of one type, input " + std::to_string(i) + " is " + v.str());
+    }
+    remember(inputs);
+    Value out;
+    visit_storage(start.tensor.dtype(), [&](auto tag) {
+      using T = element_of<decltype(tag)>;
+      const T first = start.tensor.data<T>()[0];
+      const T limit = inputs[1].tensor.data<T>()[0];
+      const T delta = inputs[2].tensor.data<T>()[0];
+      const std::int64_t n = count(first, limit, delta);
+      Tensor t = Tensor::empty(Shape{n}, start.tensor.dtype());
+      // start + i * delta, as ONNX defines it (not a running sum, which drifts in float).
+      for (std::int64_t i = 0; i < n; ++i) t.data<T>()[i] = static_cast<T>(first + static_cast<T>(i) * delta);
+      out = typed(std::move(t), start.type);
+    });
+    return {out};
+  }
+
+ private:
+  // max(ceil((limit - start) / delta), 0), refusing a zero, NaN or overflowing step.
+  template <class T>
+  std::int64_t count(T start, T limit, T delta) const {
+    if (delta == T(0)) node_.invalid("delta is 0");
+    if constexpr (std::is_floating_point_v<T>) {
+      // In T, as ONNX computes it, so an f32 range has the count ONNX Runtime gives it.
+      const T n = std::ceil((limit - start) / delta);
+      if (!(n < T(1e15))) node_.invalid("the range from " + std::to_string(start) + " to " + std::to_string(limit) + " is too long");
+      return n > T(0) ? static_cast<std::int64_t>(n) : 0;
+    } else {
+      std::int64_t span = 0;
+      if (__builtin_sub_overflow(limit, start, &span)) node_.invalid("the range from " + std::to_string(start) + " to " + std::to_string(limit) + " overflows");
+      if ((span > 0) != (delta > 0) || span == 0) return 0;
+      // Same signs: ceil(span / delta) without overflow.
+      return span / delta + (span % delta != 0 ? 1 : 0);
+    }
+  }
+};
+
+template <class T>
+void add(OpRegistry& registry, const std::string& op_type) {
+  registry.add(op_type, [](const NodeSpec& node) { return std::make_unique<T>(node); });
+}
+
+}  // namespace
+
+void register_shape_ops(OpRegistry& registry) {
+  add<Reshape>(registry, "Reshape");
+  add<Flatten>(registry, "Flatten");
+  add<Squeeze>(registry, "Squeeze");
+  add<Unsqueeze>(registry, "Unsqueeze");
+  add<Transpose>(registry, "Transpose");
+  add<Expand>(registry, "Expand");
+  add<Tile>(registry, "Tile");
+  add<Slice>(registry, "Slice");
+  add<Gather>(registry, "Gather");
+  add<GatherElements>(registry, "GatherElements");
+  add<Concat>(registry, "Concat");
+  add<Split>(registry, "Split");
+  add<ShapeOf>(registry, "Shape");
+  add<Size>(registry, "Size");
+  add<Constant>(registry, "Constant");
+  add<ConstantOfShape>(registry, "ConstantOfShape");
+  add<Range>(registry, "Range");
+}
 
 }  // namespace tessera::onnx
