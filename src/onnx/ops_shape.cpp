@@ -123,8 +123,7 @@ Indices int_input(const NodeSpec& node, const std::vector<Value>& inputs, std::s
 // `axis` in [-rank, rank) made non-negative (`rank` + 1 values for the ops that insert).
 std::int64_t normalize_axis(const NodeSpec& node, std::int64_t axis, std::int64_t rank, const char* what) {
   if (axis < -rank || axis >= rank) {
-    node.invalid(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
-                 std::to_string(rank));
+    node.invalid(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
   }
   return axis < 0 ? axis + rank : axis;
 }
@@ -133,15 +132,17 @@ Indices normalize_axes(const NodeSpec& node, const Indices& axes, std::int64_t r
   Indices out;
   for (std::int64_t a : axes) {
     const std::int64_t k = normalize_axis(node, a, rank, what);
-    if (std::find(out.begin(), out.end(), k) != out.end()) node.invalid(std::string(what) + " repeat " + shape_str(axes));
+    if (std::find(out.begin(), out.end(), k) != out.end()) {
+      node.invalid(std::string(what) + " repeat " + shape_str(axes));
+    }
     out.push_back(k);
   }
   return out;
 }
 
 std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
-  return shape_numel(Shape(shape.begin() + static_cast<std::ptrdiff_t>(begin),
-                           shape.begin() + static_cast<std::ptrdiff_t>(end)));
+  return shape_numel(
+      Shape(shape.begin() + static_cast<std::ptrdiff_t>(begin), shape.begin() + static_cast<std::ptrdiff_t>(end)));
 }
 
 // An argument that ONNX moved from an attribute to an input at `input_from` (Squeeze's and
@@ -256,7 +257,10 @@ class Reshape final : public ViewOp {
       if (spec[k] < -1) node_.invalid("the shape " + shape_str(spec) + " has a negative dimension");
       // 0 copies the input's dimension unless allowzero asks for an empty dimension.
       if (spec[k] == 0 && !allow_zero_) {
-        if (k >= in.size()) node_.invalid("the shape " + shape_str(spec) + " copies dimension " + std::to_string(k) + " of an input of rank " + std::to_string(in.size()));
+        if (k >= in.size()) {
+          node_.invalid("the shape " + shape_str(spec) + " copies dimension " + std::to_string(k) +
+                        " of an input of rank " + std::to_string(in.size()));
+        }
         out[k] = in[k];
       } else {
         out[k] = spec[k];
@@ -307,7 +311,8 @@ class Squeeze final : public ViewOp {
     if (!axes) {  // no axes: every dimension of 1
       for (std::size_t k = 0; k < in.size(); ++k) drop[k] = in[k] == 1;
     }
-    for (std::int64_t k : normalize_axes(node_, axes.value_or(Indices{}), static_cast<std::int64_t>(in.size()), "axes")) {
+    for (std::int64_t k :
+         normalize_axes(node_, axes.value_or(Indices{}), static_cast<std::int64_t>(in.size()), "axes")) {
       if (in[static_cast<std::size_t>(k)] != 1) {
         node_.invalid("axis " + std::to_string(k) + " of " + shape_str(in) + " is not 1");
       }
@@ -459,8 +464,8 @@ class Slice final : public IndexMapOp {
     } else {
       for (std::size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
     }
-    const Indices steps = !attributes && has_input(inputs, 4) ? int_input(node_, inputs, 4, "steps")
-                                                              : Indices(starts.size(), 1);
+    const Indices steps =
+        !attributes && has_input(inputs, 4) ? int_input(node_, inputs, 4, "steps") : Indices(starts.size(), 1);
     if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
       node_.invalid("starts, ends, axes and steps differ in length");
     }
@@ -521,7 +526,8 @@ class Gather final : public IndexMapOp {
   Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const override {
     const Value& indices = input(node_, inputs, 1);
     const Indices index = indices.to_ints(node_.where() + ": the indices");
-    const auto axis = static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(in.size()), "axis"));
+    const auto axis =
+        static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(in.size()), "axis"));
     // out = in[:axis] + indices' shape + in[axis + 1:], read block by block.
     Shape out(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(axis));
     out.insert(out.end(), indices.shape().begin(), indices.shape().end());
@@ -551,8 +557,11 @@ class GatherElements final : public IndexMapOp {
     const Value& indices = input(node_, inputs, 1);
     const Indices index = indices.to_ints(node_.where() + ": the indices");
     const Shape& out = indices.shape();
-    const auto axis = static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(in.size()), "axis"));
-    if (out.size() != in.size()) node_.invalid("indices " + shape_str(out) + " and data " + shape_str(in) + " differ in rank");
+    const auto axis =
+        static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(in.size()), "axis"));
+    if (out.size() != in.size()) {
+      node_.invalid("indices " + shape_str(out) + " and data " + shape_str(in) + " differ in rank");
+    }
     for (std::size_t k = 0; k < in.size(); ++k) {
       if (k != axis && out[k] > in[k]) node_.invalid("indices " + shape_str(out) + " exceed data " + shape_str(in));
     }
@@ -561,7 +570,9 @@ class GatherElements final : public IndexMapOp {
     Indices strides = in_strides;
     strides[axis] = 0;
     source = strided_source(out, strides, 0);
-    for (std::size_t e = 0; e < source.size(); ++e) source[e] += checked_index(node_, index[e], in[axis]) * in_strides[axis];
+    for (std::size_t e = 0; e < source.size(); ++e) {
+      source[e] += checked_index(node_, index[e], in[axis]) * in_strides[axis];
+    }
     return out;
   }
 
@@ -613,7 +624,8 @@ class Concat final : public ShapeFamilyOp {
       Shape b = x.shape();
       if (a.size() == b.size()) a[axis_index_] = b[axis_index_] = 0;
       if (v.type != x.type || a != b) {
-        node_.invalid("input " + std::to_string(i) + " " + v.str() + " does not join " + x.str() + " along axis " + std::to_string(axis_index_));
+        node_.invalid("input " + std::to_string(i) + " " + v.str() + " does not join " + x.str() + " along axis " +
+                      std::to_string(axis_index_));
       }
       parts.push_back(v.tensor);
     }
@@ -654,10 +666,13 @@ class Split final : public ShapeFamilyOp {
   std::vector<Value> forward(const std::vector<Value>& inputs) override {
     const Value& x = input(node_, inputs, 0);
     remember(inputs);
-    axis_index_ = static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(x.shape().size()), "axis"));
+    axis_index_ =
+        static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(x.shape().size()), "axis"));
     lengths_ = lengths(x.shape()[axis_index_], inputs);
     std::vector<Value> outputs;
-    for (Tensor& piece : split_along(x.tensor, axis_index_, lengths_)) outputs.push_back(typed(std::move(piece), x.type));
+    for (Tensor& piece : split_along(x.tensor, axis_index_, lengths_)) {
+      outputs.push_back(typed(std::move(piece), x.type));
+    }
     return outputs;
   }
 
@@ -682,11 +697,15 @@ class Split final : public ShapeFamilyOp {
       result = *given;
     } else if (node_.has("num_outputs")) {
       const std::int64_t chunk = (dim + n - 1) / n;
-      if (chunk * (n - 1) > dim) node_.invalid("cannot cut " + std::to_string(dim) + " into " + std::to_string(n) + " chunks");
+      if (chunk * (n - 1) > dim) {
+        node_.invalid("cannot cut " + std::to_string(dim) + " into " + std::to_string(n) + " chunks");
+      }
       result.assign(static_cast<std::size_t>(n - 1), chunk);
       result.push_back(dim - chunk * (n - 1));
     } else {
-      if (n == 0 || dim % n != 0) node_.invalid("cannot split " + std::to_string(dim) + " into " + std::to_string(n) + " equal pieces");
+      if (n == 0 || dim % n != 0) {
+        node_.invalid("cannot split " + std::to_string(dim) + " into " + std::to_string(n) + " equal pieces");
+      }
       result.assign(static_cast<std::size_t>(n), dim / n);
     }
     std::int64_t total = 0;
@@ -695,7 +714,8 @@ class Split final : public ShapeFamilyOp {
       total += length;
     }
     if (static_cast<std::int64_t>(result.size()) != n || total != dim) {
-      node_.invalid("split " + shape_str(result) + " does not cut a dimension of " + std::to_string(dim) + " into " + std::to_string(n) + " outputs");
+      node_.invalid("split " + shape_str(result) + " does not cut a dimension of " + std::to_string(dim) + " into " +
+                    std::to_string(n) + " outputs");
     }
     return result;
   }
@@ -710,7 +730,9 @@ class Split final : public ShapeFamilyOp {
 class ShapeOf final : public NoGradientOp {
  public:
   explicit ShapeOf(const NodeSpec& node)
-      : NoGradientOp(node), start_(node.get_int("start", 0)), end_(node.get_int("end", std::numeric_limits<std::int64_t>::max())) {}
+      : NoGradientOp(node),
+        start_(node.get_int("start", 0)),
+        end_(node.get_int("end", std::numeric_limits<std::int64_t>::max())) {}
 
   std::vector<Value> forward(const std::vector<Value>& inputs) override {
     const Shape& in = input(node_, inputs, 0).shape();
@@ -754,16 +776,20 @@ class Constant final : public NoGradientOp {
       if (node.has(refused)) node.unsupported(std::string("the attribute '") + refused + "'");
     }
     int given = 0;
-    for (const char* key : {"value", "value_float", "value_floats", "value_int", "value_ints"}) given += node.has(key) ? 1 : 0;
+    for (const char* key : {"value", "value_float", "value_floats", "value_int", "value_ints"}) {
+      given += node.has(key) ? 1 : 0;
+    }
     if (given != 1) node.invalid("a Constant needs exactly one value attribute, it has " + std::to_string(given));
     if (const Value* v = node.get_tensor("value")) return *v;
     // ONNX's value_float(s) are float32 and value_int(s) int64.
     if (node.has("value_float")) {
-      return Value::floating(Tensor::from_vector(std::vector<float>{static_cast<float>(node.get_float("value_float", 0))}, Shape{}));
+      return Value::floating(
+          Tensor::from_vector(std::vector<float>{static_cast<float>(node.get_float("value_float", 0))}, Shape{}));
     }
     if (node.has("value_floats")) {
       const std::vector<double> f = node.get_floats("value_floats");
-      return Value::floating(Tensor::from_vector(std::vector<float>(f.begin(), f.end()), Shape{static_cast<std::int64_t>(f.size())}));
+      return Value::floating(
+          Tensor::from_vector(std::vector<float>(f.begin(), f.end()), Shape{static_cast<std::int64_t>(f.size())}));
     }
     if (node.has("value_int")) return Value::integers({node.get_int("value_int", 0)}, Shape{});
     const Indices ints = node.get_ints("value_ints");
@@ -815,7 +841,10 @@ class Range final : public NoGradientOp {
     const Value& start = input(node_, inputs, 0);
     for (std::size_t i = 0; i < 3; ++i) {
       const Value& v = input(node_, inputs, i);
-      if (v.numel() != 1 || v.type != start.type) node_.invalid("start, limit and delta must be scalars of one type, input " + std::to_string(i) + " is " + v.str());
+      if (v.numel() != 1 || v.type != start.type) {
+        node_.invalid("start, limit and delta must be scalars of one type, input " + std::to_string(i) + " is " +
+                      v.str());
+      }
     }
     remember(inputs);
     Value out;
@@ -841,11 +870,15 @@ class Range final : public NoGradientOp {
     if constexpr (std::is_floating_point_v<T>) {
       // In T, as ONNX computes it, so an f32 range has the count ONNX Runtime gives it.
       const T n = std::ceil((limit - start) / delta);
-      if (!(n < T(1e15))) node_.invalid("the range from " + std::to_string(start) + " to " + std::to_string(limit) + " is too long");
+      if (!(n < T(1e15))) {
+        node_.invalid("the range from " + std::to_string(start) + " to " + std::to_string(limit) + " is too long");
+      }
       return n > T(0) ? static_cast<std::int64_t>(n) : 0;
     } else {
       std::int64_t span = 0;
-      if (__builtin_sub_overflow(limit, start, &span)) node_.invalid("the range from " + std::to_string(start) + " to " + std::to_string(limit) + " overflows");
+      if (__builtin_sub_overflow(limit, start, &span)) {
+        node_.invalid("the range from " + std::to_string(start) + " to " + std::to_string(limit) + " overflows");
+      }
       if ((span > 0) != (delta > 0) || span == 0) return 0;
       // Same signs: ceil(span / delta) without overflow.
       return span / delta + (span % delta != 0 ? 1 : 0);

@@ -84,24 +84,40 @@ TEST(OnnxOps_shape, ReshapeAllowZeroKeepsAnEmptyDimension) {
   expect_value(run1(node, {iota({0, 3}, ElementType::f32), ints({3, 0})}), ElementType::f32, {3, 0}, {});
   // Without allowzero the same 0 copies the input's dimension.
   const NodeSpec plain = make_node("Reshape", 2, 1, 14);
-  expect_value(run1(plain, {iota({2, 3}, ElementType::i64), ints({0, 3})}), ElementType::i64, {2, 3}, {0, 1, 2, 3, 4, 5});
+  expect_value(run1(plain, {iota({2, 3}, ElementType::i64), ints({0, 3})}), ElementType::i64, {2, 3},
+               {0, 1, 2, 3, 4, 5});
 }
 
 TEST(OnnxOps_shape, ReshapeRefusals) {
   expect_error<UnsupportedError>([] { builtin_ops().create(make_node("Reshape", 1, 1, 4)); },
                                  {"Reshape", "opset 4", "before opset 5"});
   const NodeSpec node = make_node("Reshape", 2);
-  expect_error<InvalidArgument>([&] { run(node, {iota({2, 3}, ElementType::f32), ints({-1, -1})}); }, {"more than one -1"});
-  expect_error<InvalidArgument>([&] { run(node, {iota({2, 3}, ElementType::f32), ints({4, 2})}); }, {"cannot reshape [2, 3] to [4, 2]"});
+  expect_error<InvalidArgument>(
+      [&] {
+        run(node, {iota({2, 3}, ElementType::f32), ints({-1, -1})});
+      },
+      {"more than one -1"});
+  expect_error<InvalidArgument>(
+      [&] {
+        run(node, {iota({2, 3}, ElementType::f32), ints({4, 2})});
+      },
+      {"cannot reshape [2, 3] to [4, 2]"});
   expect_error<InvalidArgument>([&] { run(node, {iota({2, 3}, ElementType::f32), ints({-1, 4})}); }, {"cannot infer"});
-  expect_error<InvalidArgument>([&] { run(node, {iota({2, 3}, ElementType::f32), f32({6}, {1})}); }, {"the shape", "expected an integer tensor"});
+  expect_error<InvalidArgument>(
+      [&] {
+        run(node, {iota({2, 3}, ElementType::f32), f32({6}, {1})});
+      },
+      {"the shape", "expected an integer tensor"});
 }
 
-TEST(OnnxOps_shape, ReshapeGradient) { check_gradients(make_node("Reshape", 2), {random_value({2, 3, 2}, 1), ints({3, -1})}); }
+TEST(OnnxOps_shape, ReshapeGradient) {
+  check_gradients(make_node("Reshape", 2), {random_value({2, 3, 2}, 1), ints({3, -1})});
+}
 
 TEST(OnnxOps_shape, FlattenAtEveryAxis) {
   const Value x = iota({2, 3, 4}, ElementType::f64);
-  const std::pair<std::int64_t, Shape> cases[] = {{0, {1, 24}}, {1, {2, 12}}, {2, {6, 4}}, {3, {24, 1}}, {-1, {6, 4}}, {-3, {1, 24}}};
+  const std::pair<std::int64_t, Shape> cases[] = {{0, {1, 24}}, {1, {2, 12}}, {2, {6, 4}},
+                                                  {3, {24, 1}}, {-1, {6, 4}}, {-3, {1, 24}}};
   for (const auto& c : cases) {
     NodeSpec node = make_node("Flatten", 1);
     set_int(node, "axis", c.first);
@@ -121,7 +137,11 @@ TEST(OnnxOps_shape, SqueezeAxesAsInputFromOpset13AndAttributeBefore) {
   expect_value(run1(old, {x}), ElementType::i64, {3, 1, 2}, elements(x));
   // No axes: every dimension of 1.
   expect_value(run1(make_node("Squeeze", 1, 1, 13), {x}), ElementType::i64, {3, 2}, elements(x));
-  expect_error<InvalidArgument>([&] { run(make_node("Squeeze", 2, 1, 13), {x, ints({1})}); }, {"axis 1 of [1, 3, 1, 2] is not 1"});
+  expect_error<InvalidArgument>(
+      [&] {
+        run(make_node("Squeeze", 2, 1, 13), {x, ints({1})});
+      },
+      {"axis 1 of [1, 3, 1, 2] is not 1"});
   check_gradients(make_node("Squeeze", 2, 1, 13), {random_value({1, 3, 1}, 3), ints({0, 2})});
 }
 
@@ -156,7 +176,8 @@ TEST(OnnxOps_shape, TransposePermutesAndDefaultsToReversing) {
     // out[j][k][i] = in[i][j][k] with in = iota([2, 3, 2]): element i * 6 + j * 2 + k.
     expect_value(run1(node, {iota({2, 3, 2}, type)}), type, {3, 2, 2}, {0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11});
   }
-  expect_value(run1(make_node("Transpose", 1), {iota({2, 3}, ElementType::i64)}), ElementType::i64, {3, 2}, {0, 3, 1, 4, 2, 5});
+  expect_value(run1(make_node("Transpose", 1), {iota({2, 3}, ElementType::i64)}), ElementType::i64, {3, 2},
+               {0, 3, 1, 4, 2, 5});
   NodeSpec bad = make_node("Transpose", 1);
   set_ints(bad, "perm", {0, 0});
   expect_error<InvalidArgument>([&] { run(bad, {iota({2, 3}, ElementType::f32)}); }, {"Transpose", "perm", "repeat"});
@@ -171,8 +192,11 @@ TEST(OnnxOps_shape, ExpandBroadcastsBothWays) {
     expect_value(run1(make_node("Expand", 2), {iota({3, 1}, type), ints({2, 1, 2})}), type, {2, 3, 2},
                  {0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2});
   }
-  expect_error<InvalidArgument>([] { run(make_node("Expand", 2), {iota({3}, ElementType::f32), ints({2})}); },
-                                {"Expand", "do not broadcast"});
+  expect_error<InvalidArgument>(
+      [] {
+        run(make_node("Expand", 2), {iota({3}, ElementType::f32), ints({2})});
+      },
+      {"Expand", "do not broadcast"});
   check_gradients(make_node("Expand", 2), {random_value({3, 1}, 6), ints({2, 3, 4})});
 }
 
@@ -182,21 +206,27 @@ TEST(OnnxOps_shape, TileRepeatsEachDimension) {
                  {0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3});
   }
   expect_error<UnsupportedError>([] { builtin_ops().create(make_node("Tile", 3, 1, 1)); }, {"Tile", "before opset 6"});
-  expect_error<InvalidArgument>([] { run(make_node("Tile", 2), {iota({2}, ElementType::f32), ints({1, 2})}); }, {"repeats"});
+  expect_error<InvalidArgument>(
+      [] {
+        run(make_node("Tile", 2), {iota({2}, ElementType::f32), ints({1, 2})});
+      },
+      {"repeats"});
   check_gradients(make_node("Tile", 2), {random_value({2, 3}, 7), ints({2, 2})});
 }
 
 TEST(OnnxOps_shape, SliceStartsEndsAxesSteps) {
   for (ElementType type : kTypes) {
     // x[1:, ::2] of a [3, 4].
-    expect_value(run1(make_node("Slice", 5), {iota({3, 4}, type), ints({1, 0}), ints({kMax, 4}), ints({0, 1}), ints({1, 2})}),
-                 type, {2, 2}, {4, 6, 8, 10});
+    expect_value(
+        run1(make_node("Slice", 5), {iota({3, 4}, type), ints({1, 0}), ints({kMax, 4}), ints({0, 1}), ints({1, 2})}),
+        type, {2, 2}, {4, 6, 8, 10});
   }
   const Value x = iota({2, 5}, ElementType::f32);
   // Axes omitted: the first len(starts) dimensions; ends past the end clamp.
   expect_value(run1(make_node("Slice", 3), {x, ints({1}), ints({100})}), ElementType::f32, {1, 5}, {5, 6, 7, 8, 9});
   // The periodic wrap's x[..., -1:] and x[..., :1] (exported with INT64_MAX ends).
-  expect_value(run1(make_node("Slice", 5), {x, ints({-1}), ints({kMax}), ints({-1}), ints({1})}), ElementType::f32, {2, 1}, {4, 9});
+  expect_value(run1(make_node("Slice", 5), {x, ints({-1}), ints({kMax}), ints({-1}), ints({1})}), ElementType::f32,
+               {2, 1}, {4, 9});
   // Empty when start passes end.
   expect_value(run1(make_node("Slice", 4), {x, ints({3}), ints({2}), ints({1})}), ElementType::f32, {2, 0}, {});
 }
@@ -204,16 +234,23 @@ TEST(OnnxOps_shape, SliceStartsEndsAxesSteps) {
 TEST(OnnxOps_shape, SliceNegativeStepsClampHugeEnds) {
   const Value x = iota({6}, ElementType::i64);
   // The exporter reverses F.pad's pads with start -1, end -INT64_MAX, step -1: all of it.
-  expect_value(run1(make_node("Slice", 5), {x, ints({-1}), ints({-kMax}), ints({0}), ints({-1})}), ElementType::i64, {6},
-               {5, 4, 3, 2, 1, 0});
-  expect_value(run1(make_node("Slice", 5), {x, ints({kMax}), ints({kMin}), ints({0}), ints({-2})}), ElementType::i64, {3},
-               {5, 3, 1});
-  expect_value(run1(make_node("Slice", 5), {x, ints({4}), ints({1}), ints({0}), ints({-2})}), ElementType::i64, {2}, {4, 2});
+  expect_value(run1(make_node("Slice", 5), {x, ints({-1}), ints({-kMax}), ints({0}), ints({-1})}), ElementType::i64,
+               {6}, {5, 4, 3, 2, 1, 0});
+  expect_value(run1(make_node("Slice", 5), {x, ints({kMax}), ints({kMin}), ints({0}), ints({-2})}), ElementType::i64,
+               {3}, {5, 3, 1});
+  expect_value(run1(make_node("Slice", 5), {x, ints({4}), ints({1}), ints({0}), ints({-2})}), ElementType::i64, {2},
+               {4, 2});
   // A step of INT64_MIN takes the first element only.
-  expect_value(run1(make_node("Slice", 5), {x, ints({-1}), ints({kMin}), ints({0}), ints({kMin})}), ElementType::i64, {1}, {5});
-  expect_value(run1(make_node("Slice", 5), {iota({0}, ElementType::i64), ints({-1}), ints({kMin}), ints({0}), ints({-1})}),
-               ElementType::i64, {0}, {});
-  expect_error<InvalidArgument>([&] { run(make_node("Slice", 5), {x, ints({0}), ints({3}), ints({0}), ints({0})}); }, {"Slice", "step is 0"});
+  expect_value(run1(make_node("Slice", 5), {x, ints({-1}), ints({kMin}), ints({0}), ints({kMin})}), ElementType::i64,
+               {1}, {5});
+  expect_value(
+      run1(make_node("Slice", 5), {iota({0}, ElementType::i64), ints({-1}), ints({kMin}), ints({0}), ints({-1})}),
+      ElementType::i64, {0}, {});
+  expect_error<InvalidArgument>(
+      [&] {
+        run(make_node("Slice", 5), {x, ints({0}), ints({3}), ints({0}), ints({0})});
+      },
+      {"Slice", "step is 0"});
 }
 
 TEST(OnnxOps_shape, SliceAttributesBeforeOpset10) {
@@ -222,23 +259,29 @@ TEST(OnnxOps_shape, SliceAttributesBeforeOpset10) {
   set_ints(node, "ends", {-1});
   set_ints(node, "axes", {1});
   expect_value(run1(node, {iota({2, 4}, ElementType::f64)}), ElementType::f64, {2, 2}, {1, 2, 5, 6});
-  expect_error<InvalidArgument>([] { builtin_ops().create(make_node("Slice", 1, 1, 9)); }, {"Slice", "'starts' is missing"});
+  expect_error<InvalidArgument>([] { builtin_ops().create(make_node("Slice", 1, 1, 9)); },
+                                {"Slice", "'starts' is missing"});
 }
 
 TEST(OnnxOps_shape, SliceGradient) {
-  check_gradients(make_node("Slice", 5), {random_value({3, 5}, 8), ints({-1, 1}), ints({kMin, kMax}), ints({0, 1}), ints({-2, 2})});
+  check_gradients(make_node("Slice", 5),
+                  {random_value({3, 5}, 8), ints({-1, 1}), ints({kMin, kMax}), ints({0, 1}), ints({-2, 2})});
 }
 
 TEST(OnnxOps_shape, GatherAnyAxisNegativeIndices) {
   for (ElementType type : kTypes) {
     NodeSpec node = make_node("Gather", 2);
     set_int(node, "axis", 1);
-    expect_value(run1(node, {iota({2, 3}, type), ints({-1, 0, 2, 0}, {2, 2})}), type, {2, 2, 2}, {2, 0, 2, 0, 5, 3, 5, 3});
+    expect_value(run1(node, {iota({2, 3}, type), ints({-1, 0, 2, 0}, {2, 2})}), type, {2, 2, 2},
+                 {2, 0, 2, 0, 5, 3, 5, 3});
   }
   // The shape subgraphs' Gather of one dimension: a scalar index gives a scalar.
   expect_value(run1(make_node("Gather", 2), {ints({1, 16, 24}), ints({-1}, {})}), ElementType::i64, {}, {24});
-  expect_error<InvalidArgument>([] { run(make_node("Gather", 2), {iota({3}, ElementType::f32), ints({3})}); },
-                                {"Gather", "index 3 is out of range"});
+  expect_error<InvalidArgument>(
+      [] {
+        run(make_node("Gather", 2), {iota({3}, ElementType::f32), ints({3})});
+      },
+      {"Gather", "index 3 is out of range"});
 }
 
 TEST(OnnxOps_shape, GatherGradientAddsRepeatedIndices) {
@@ -258,7 +301,8 @@ TEST(OnnxOps_shape, GatherElements) {
   NodeSpec node = make_node("GatherElements", 2);
   set_int(node, "axis", 1);
   // out[i][j] = x[i][index[i][j]].
-  expect_value(run1(node, {iota({2, 3}, ElementType::f32), ints({2, -3, 1, 1}, {2, 2})}), ElementType::f32, {2, 2}, {2, 0, 4, 4});
+  expect_value(run1(node, {iota({2, 3}, ElementType::f32), ints({2, -3, 1, 1}, {2, 2})}), ElementType::f32, {2, 2},
+               {2, 0, 4, 4});
   check_gradients(node, {random_value({2, 3}, 10), ints({0, 0, 2, 1}, {2, 2})});
 }
 
@@ -303,8 +347,11 @@ TEST(OnnxOps_shape, SplitBySizesInputAttributeOrEqualParts) {
   expect_value(equal[2], ElementType::f32, {2}, {4, 5});
   expect_error<InvalidArgument>([] { run(make_node("Split", 1, 4, 13), {iota({6}, ElementType::f32)}); },
                                 {"Split", "cannot split 6 into 4 equal pieces"});
-  expect_error<InvalidArgument>([] { run(make_node("Split", 2, 2, 13), {iota({6}, ElementType::f32), ints({2, 3})}); },
-                                {"Split", "split [2, 3] does not cut"});
+  expect_error<InvalidArgument>(
+      [] {
+        run(make_node("Split", 2, 2, 13), {iota({6}, ElementType::f32), ints({2, 3})});
+      },
+      {"Split", "split [2, 3] does not cut"});
 }
 
 TEST(OnnxOps_shape, SplitNumOutputsFromOpset18) {
@@ -373,7 +420,8 @@ TEST(OnnxOps_shape, ConstantRefusals) {
     set_string(node, key, "x");
     expect_error<UnsupportedError>([&] { builtin_ops().create(node); }, {"Constant", key, "not supported"});
   }
-  expect_error<InvalidArgument>([] { builtin_ops().create(make_node("Constant", 0)); }, {"Constant", "exactly one value attribute"});
+  expect_error<InvalidArgument>([] { builtin_ops().create(make_node("Constant", 0)); },
+                                {"Constant", "exactly one value attribute"});
   NodeSpec two = make_node("Constant", 0);
   set_int(two, "value_int", 1);
   set_float(two, "value_float", 1);
@@ -395,16 +443,24 @@ TEST(OnnxOps_shape, ConstantOfShape) {
 }
 
 TEST(OnnxOps_shape, RangeOfEachType) {
-  expect_value(run1(make_node("Range", 3), {ints({10}, {}), ints({1}, {}), ints({-3}, {})}), ElementType::i64, {3}, {10, 7, 4});
+  expect_value(run1(make_node("Range", 3), {ints({10}, {}), ints({1}, {}), ints({-3}, {})}), ElementType::i64, {3},
+               {10, 7, 4});
   expect_value(run1(make_node("Range", 3), {ints({0}, {}), ints({0}, {}), ints({1}, {})}), ElementType::i64, {0}, {});
   const Value r = run1(make_node("Range", 3), {f32({1}, {}), f32({2}, {}), f32({0.25f}, {})});
   EXPECT_EQ(r.type, ElementType::f32);
   EXPECT_EQ(r.tensor.to_vector<float>(), (std::vector<float>{1, 1.25f, 1.5f, 1.75f}));
-  expect_value(run1(make_node("Range", 3), {f64_value({0}, {}), f64_value({-3}, {}), f64_value({-1.5}, {})}), ElementType::f64, {2},
-               {0, -1});
-  expect_error<InvalidArgument>([] { run(make_node("Range", 3), {ints({0}, {}), ints({5}, {}), ints({0}, {})}); }, {"Range", "delta is 0"});
-  expect_error<InvalidArgument>([] { run(make_node("Range", 3), {ints({0}, {}), f32({5}, {}), ints({1}, {})}); },
-                                {"Range", "scalars of one type"});
+  expect_value(run1(make_node("Range", 3), {f64_value({0}, {}), f64_value({-3}, {}), f64_value({-1.5}, {})}),
+               ElementType::f64, {2}, {0, -1});
+  expect_error<InvalidArgument>(
+      [] {
+        run(make_node("Range", 3), {ints({0}, {}), ints({5}, {}), ints({0}, {})});
+      },
+      {"Range", "delta is 0"});
+  expect_error<InvalidArgument>(
+      [] {
+        run(make_node("Range", 3), {ints({0}, {}), f32({5}, {}), ints({1}, {})});
+      },
+      {"Range", "scalars of one type"});
 }
 
 // The exporter's shape arithmetic as it runs: Shape -> Gather -> Unsqueeze -> Concat ->
@@ -422,8 +478,9 @@ TEST(OnnxOps_shape, ShapeSubgraphReshapesTheData) {
 }
 
 TEST(OnnxOps_shape, EveryOpIsRegistered) {
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Tile", "Slice", "Gather",
-                         "GatherElements", "Concat", "Split", "Shape", "Size", "Constant", "ConstantOfShape", "Range"}) {
+  for (const char* op :
+       {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Tile", "Slice", "Gather",
+        "GatherElements", "Concat", "Split", "Shape", "Size", "Constant", "ConstantOfShape", "Range"}) {
     EXPECT_TRUE(builtin_ops().contains(op)) << op;
   }
 }
