@@ -353,22 +353,28 @@ class IndexMapOp : public ShapeFamilyOp {
   std::vector<Value> forward(const std::vector<Value>& inputs) final {
     const Value& x = input(node_, inputs, 0);
     remember(inputs);
-    source_.clear();
-    const Shape out = map(x.shape(), inputs, source_);
-    return {typed(gather_flat(x.tensor, source_, out), x.type)};
+    // Backward rebuilds the map from the small arguments (shapes, axes, indices) rather
+    // than keeping 8 bytes per output element alive between forward and backward.
+    arguments_ = inputs;
+    arguments_[0] = Value();
+    Indices source;
+    const Shape out = map(x.shape(), inputs, source);
+    return {typed(gather_flat(x.tensor, source, out), x.type)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) final {
     if (!floating_input(0)) return first_only(Tensor());
-    const Tensor g = grad_or_zeros(grad_outputs, 0, Shape{static_cast<std::int64_t>(source_.size())});
-    return first_only(scatter_add_flat(g, source_, shapes_.at(0)));
+    Indices source;
+    const Shape out = map(shapes_.at(0), arguments_, source);
+    return first_only(scatter_add_flat(grad_or_zeros(grad_outputs, 0, out), source, shapes_.at(0)));
   }
 
  protected:
-  // The output's shape, and in `source` the input offset each output element reads.
+  // The output's shape, and in `source` the input offset each output element reads; reads
+  // no element of inputs[0] (only its shape, `in`).
   virtual Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const = 0;
 
  private:
-  Indices source_;
+  std::vector<Value> arguments_;  // the inputs but the data
 };
 
 class Transpose final : public IndexMapOp {
