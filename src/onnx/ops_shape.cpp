@@ -224,7 +224,7 @@ class ViewOp : public ShapeFamilyOp {
   std::vector<Value> forward(const std::vector<Value>& inputs) final {
     const Value& x = input(node_, inputs, 0);
     remember(inputs);
-    return {typed(x.tensor.reshape(out_shape(x.shape(), inputs)), x.type)};
+    return {typed(x.tensor.contiguous().reshape(out_shape(x.shape(), inputs)), x.type)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) final {
     // A copy, not a view: the caller may accumulate into the gradient it is given.
@@ -307,6 +307,8 @@ class Squeeze final : public ViewOp {
  private:
   Shape out_shape(const Shape& in, const std::vector<Value>& inputs) const override {
     const std::optional<Indices> axes = moved_argument(node_, inputs, "axes", 1, 13);
+    // Given but empty, ONNX Runtime squeezes every 1 and ONNX's reference nothing.
+    if (axes && axes->empty()) node_.unsupported("an empty 'axes' (its meaning is disputed)");
     std::vector<bool> drop(in.size(), false);
     if (!axes) {  // no axes: every dimension of 1
       for (std::size_t k = 0; k < in.size(); ++k) drop[k] = in[k] == 1;
@@ -413,7 +415,11 @@ class Expand final : public IndexMapOp {
  private:
   Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const override {
     // ONNX's Expand broadcasts both ways: a 1 in the shape keeps the input's dimension.
-    const Shape out = broadcast_shapes(in, int_input(node_, inputs, 1, "the shape"), node_.where());
+    const Indices shape = int_input(node_, inputs, 1, "the shape");
+    for (std::int64_t d : shape) {
+      if (d < 0) node_.invalid("the shape " + shape_str(shape) + " has a negative dimension");
+    }
+    const Shape out = broadcast_shapes(in, shape, node_.where());
     source = broadcast_source_index(in, out);
     return out;
   }

@@ -142,6 +142,11 @@ TEST(OnnxOps_shape, SqueezeAxesAsInputFromOpset13AndAttributeBefore) {
         run(make_node("Squeeze", 2, 1, 13), {x, ints({1})});
       },
       {"axis 1 of [1, 3, 1, 2] is not 1"});
+  expect_error<UnsupportedError>(
+      [&] {
+        run(make_node("Squeeze", 2, 1, 13), {x, ints({})});
+      },
+      {"Squeeze", "empty 'axes'"});
   check_gradients(make_node("Squeeze", 2, 1, 13), {random_value({1, 3, 1}, 3), ints({0, 2})});
 }
 
@@ -197,6 +202,11 @@ TEST(OnnxOps_shape, ExpandBroadcastsBothWays) {
         run(make_node("Expand", 2), {iota({3}, ElementType::f32), ints({2})});
       },
       {"Expand", "do not broadcast"});
+  expect_error<InvalidArgument>(
+      [] {
+        run(make_node("Expand", 2), {iota({1}, ElementType::f32), ints({-1})});
+      },
+      {"Expand", "negative dimension"});
   check_gradients(make_node("Expand", 2), {random_value({3, 1}, 6), ints({2, 3, 4})});
 }
 
