@@ -128,6 +128,11 @@ std::int64_t normalize_axis(const NodeSpec& node, std::int64_t axis, std::int64_
   return axis < 0 ? axis + rank : axis;
 }
 
+// The attribute `axis` of a value of shape `in`, as an index.
+std::size_t axis_of(const NodeSpec& node, std::int64_t axis, const Shape& in) {
+  return static_cast<std::size_t>(normalize_axis(node, axis, static_cast<std::int64_t>(in.size()), "axis"));
+}
+
 Indices normalize_axes(const NodeSpec& node, const Indices& axes, std::int64_t rank, const char* what) {
   Indices out;
   for (std::int64_t a : axes) {
@@ -538,8 +543,7 @@ class Gather final : public IndexMapOp {
   Shape map(const Shape& in, const std::vector<Value>& inputs, Indices& source) const override {
     const Value& indices = input(node_, inputs, 1);
     const Indices index = indices.to_ints(node_.where() + ": the indices");
-    const auto axis =
-        static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(in.size()), "axis"));
+    const std::size_t axis = axis_of(node_, axis_, in);
     // out = in[:axis] + indices' shape + in[axis + 1:], read block by block.
     Shape out(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(axis));
     out.insert(out.end(), indices.shape().begin(), indices.shape().end());
@@ -569,8 +573,7 @@ class GatherElements final : public IndexMapOp {
     const Value& indices = input(node_, inputs, 1);
     const Indices index = indices.to_ints(node_.where() + ": the indices");
     const Shape& out = indices.shape();
-    const auto axis =
-        static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(in.size()), "axis"));
+    const std::size_t axis = axis_of(node_, axis_, in);
     if (out.size() != in.size()) {
       node_.invalid("indices " + shape_str(out) + " and data " + shape_str(in) + " differ in rank");
     }
@@ -627,8 +630,7 @@ class Concat final : public ShapeFamilyOp {
   std::vector<Value> forward(const std::vector<Value>& inputs) override {
     if (inputs.empty()) node_.invalid("there are no inputs");
     const Value& x = input(node_, inputs, 0);
-    const auto rank = static_cast<std::int64_t>(x.shape().size());
-    axis_index_ = static_cast<std::size_t>(normalize_axis(node_, axis_, rank, "axis"));
+    axis_index_ = axis_of(node_, axis_, x.shape());
     std::vector<Tensor> parts;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const Value& v = input(node_, inputs, i);
@@ -678,8 +680,7 @@ class Split final : public ShapeFamilyOp {
   std::vector<Value> forward(const std::vector<Value>& inputs) override {
     const Value& x = input(node_, inputs, 0);
     remember(inputs);
-    axis_index_ =
-        static_cast<std::size_t>(normalize_axis(node_, axis_, static_cast<std::int64_t>(x.shape().size()), "axis"));
+    axis_index_ = axis_of(node_, axis_, x.shape());
     lengths_ = lengths(x.shape()[axis_index_], inputs);
     std::vector<Value> outputs;
     for (Tensor& piece : split_along(x.tensor, axis_index_, lengths_)) {
