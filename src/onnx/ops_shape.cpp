@@ -18,7 +18,6 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <set>
 #include <type_traits>
 
 #include "onnx/broadcast.hpp"
@@ -670,7 +669,8 @@ class Split final : public ShapeFamilyOp {
     check_moved_argument(node, "split", 1, 13);
     if (node.has("num_outputs")) {
       if (node.opset < 18) node.unsupported("the attribute 'num_outputs' before opset 18");
-      if (node.get_int("num_outputs", 0) != static_cast<std::int64_t>(node.outputs.size())) {
+      if (node.get_int("num_outputs", 0) < 1 ||
+          node.get_int("num_outputs", 0) != static_cast<std::int64_t>(node.outputs.size())) {
         node.invalid("num_outputs is " + std::to_string(node.get_int("num_outputs", 0)) + " for " +
                      std::to_string(node.outputs.size()) + " outputs");
       }

@@ -373,6 +373,9 @@ TEST(OnnxOps_shape, SplitNumOutputsFromOpset18) {
   NodeSpec early = make_node("Split", 1, 3, 13);
   set_int(early, "num_outputs", 3);
   expect_error<UnsupportedError>([&] { builtin_ops().create(early); }, {"Split", "'num_outputs' before opset 18"});
+  NodeSpec mismatch = make_node("Split", 1, 2, 18);
+  set_int(mismatch, "num_outputs", 3);
+  expect_error<InvalidArgument>([&] { builtin_ops().create(mismatch); }, {"Split", "num_outputs is 3 for 2 outputs"});
   NodeSpec attribute_at_13 = make_node("Split", 1, 2, 13);
   set_ints(attribute_at_13, "split", {1, 1});
   expect_error<UnsupportedError>([&] { builtin_ops().create(attribute_at_13); }, {"Split", "the attribute 'split'"});
