@@ -127,6 +127,17 @@ std::int64_t normalize_axis(const NodeSpec& node, std::int64_t axis, std::int64_
   return axis < 0 ? axis + rank : axis;
 }
 
+// The element count of `shape`; InvalidArgument naming the node and `what` when it
+// overflows int64 (a hostile file's shapes must not wrap around).
+std::int64_t count_of(const NodeSpec& node, const Shape& shape, const std::string& what) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n))
+      node.invalid(what + " " + shape_str(shape) + " has more elements than int64 counts");
+  }
+  return n;
+}
+
 // The attribute `axis` of a value of shape `in`, as an index.
 std::size_t axis_of(const NodeSpec& node, std::int64_t axis, const Shape& in) {
   return static_cast<std::size_t>(normalize_axis(node, axis, static_cast<std::int64_t>(in.size()), "axis"));
@@ -249,9 +260,8 @@ class Reshape final : public ViewOp {
  private:
   Shape out_shape(const Shape& in, const std::vector<Value>& inputs) const override {
     const Indices spec = int_input(node_, inputs, 1, "the shape");
-    Shape out(spec.size());
+    Shape out(spec.size(), 1);  // the -1 counts as 1 until inferred
     std::optional<std::size_t> inferred;
-    std::int64_t known = 1;
     for (std::size_t k = 0; k < spec.size(); ++k) {
       if (spec[k] == -1) {
         if (inferred) node_.invalid("the shape " + shape_str(spec) + " has more than one -1");
@@ -269,8 +279,8 @@ class Reshape final : public ViewOp {
       } else {
         out[k] = spec[k];
       }
-      if (__builtin_mul_overflow(known, out[k], &known)) node_.invalid("the shape " + shape_str(spec) + " overflows");
     }
+    const std::int64_t known = count_of(node_, out, "the shape");
     const std::int64_t n = shape_numel(in);
     if (inferred) {
       if (known == 0 || n % known != 0) {
@@ -445,14 +455,14 @@ class Tile final : public IndexMapOp {
     // order is the output's [r0 * d0, r1 * d1, ...].
     Shape spread;
     Shape tiled;
-    Shape out;
     for (std::size_t k = 0; k < in.size(); ++k) {
       if (repeats[k] < 0) node_.invalid("repeats " + shape_str(repeats) + " has a negative count");
       spread.insert(spread.end(), {1, in[k]});
       tiled.insert(tiled.end(), {repeats[k], in[k]});
-      out.push_back(repeats[k] * in[k]);
     }
-    shape_numel(tiled);  // refuses a count that overflows before anything is allocated
+    count_of(node_, tiled, "tiling by the repeats");  // refused when it overflows, so no product below does
+    Shape out;
+    for (std::size_t k = 0; k < in.size(); ++k) out.push_back(repeats[k] * in[k]);
     source = broadcast_source_index(spread, tiled);
     return out;
   }

@@ -99,6 +99,11 @@ TEST(OnnxOps_shape, ReshapeRefusals) {
       {"more than one -1"});
   expect_error<InvalidArgument>(
       [&] {
+        run(node, {iota({2, 3}, ElementType::f32), ints({kMax, 4, -1})});
+      },
+      {"Reshape", "more elements than int64 counts"});
+  expect_error<InvalidArgument>(
+      [&] {
         run(node, {iota({2, 3}, ElementType::f32), ints({4, 2})});
       },
       {"cannot reshape [2, 3] to [4, 2]"});
@@ -221,6 +226,11 @@ TEST(OnnxOps_shape, TileRepeatsEachDimension) {
         run(make_node("Tile", 2), {iota({2}, ElementType::f32), ints({1, 2})});
       },
       {"repeats"});
+  expect_error<InvalidArgument>(
+      [] {
+        run(make_node("Tile", 2), {iota({2}, ElementType::f32), ints({kMax})});
+      },
+      {"Tile", "more elements than int64 counts"});
   check_gradients(make_node("Tile", 2), {random_value({2, 3}, 7), ints({2, 2})});
 }
 
