@@ -1,0 +1,86 @@
+#pragma once
+// Bring your own model: an ONNX file (exported by torch.onnx.export, say) as a tessera
+// module that runs forward, differentiates and trains, and whose trained weights go
+// back into the file for PyTorch and ONNX Runtime users (docs/onnx.md).
+//
+//   auto model = tessera::onnx::load_onnx("unet.onnx");            // static shapes
+//   tessera::Tensor y = model->forward(x);                          // one input, one output
+//   model->backward(dy);                                            // adds into Parameter::grad
+//   for (auto& [name, p] : model->named_parameters()) ...           // the initializers' names
+//   tessera::onnx::save_onnx(*model, "unet.onnx", "unet-tuned.onnx");
+//
+// The file's floating initializers that feed a differentiable input of an op are the
+// module's parameters, named as in the file; the other initializers are constants. The
+// graph runs eagerly on the host backend, f32 or f64 as the file says. Errors name the
+// file and the node, value, tensor or input at fault. Without ONNX support in the build
+// (libonnx-dev), load_onnx and save_onnx throw UnsupportedError saying so.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/nn/module.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera::onnx {
+
+struct Graph;
+class GraphExecutor;
+class OpRegistry;
+
+struct LoadOptions {
+  // The static shape of each input whose shape in the file has a symbolic dim (a batch
+  // dim, say), by input name: tessera runs static shapes.
+  std::map<std::string, Shape> input_shapes;
+  // The same by position (the i-th graph input that is not an initializer), for inputs
+  // not named above.
+  std::vector<Shape> input_shapes_in_order;
+};
+
+class OnnxModel : public nn::Module {
+ public:
+  // The graph's ops from `registry` (builtin_ops() for the first form); an op outside it
+  // is refused here, naming the node, the op and the opset.
+  explicit OnnxModel(const Graph& graph);
+  OnnxModel(const Graph& graph, const OpRegistry& registry);
+  ~OnnxModel() override;
+
+  // One input, one output (InvalidArgument naming the counts otherwise).
+  Tensor forward(const Tensor& input) override;
+  // The gradient of the input; parameter gradients are added into Parameter::grad.
+  Tensor backward(const Tensor& grad_output) override;
+  std::string type_name() const override { return "OnnxModel"; }
+
+  // Any number of inputs and outputs, in the graph's order. Floating inputs take a
+  // tensor of the declared dtype, integer and boolean inputs an i64 tensor (booleans
+  // 0/1); integer outputs come back as i64 tensors.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // From the outputs' gradients (undefined: zero), after run: adds into the parameters'
+  // gradients and returns the inputs' (zeros for a floating input no gradient reaches,
+  // undefined for an integer input).
+  std::vector<Tensor> backward_all(const std::vector<Tensor>& grad_outputs);
+
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  std::vector<Shape> input_shapes() const;
+  // The file the model came from ("" for a graph built in code).
+  const std::string& source() const;
+  // Opsets, inputs and outputs, how many nodes of each op, the parameters and their
+  // shapes, the constants: what `tessera-onnx info` prints.
+  std::string info() const;
+
+ private:
+  std::unique_ptr<GraphExecutor> executor_;
+};
+
+// Reads an ONNX model file and builds it with every op tessera runs.
+std::unique_ptr<OnnxModel> load_onnx(const std::string& path, const LoadOptions& options = {});
+
+// Writes `out_path`: the model in `in_path` (the file `model` was loaded from, or one
+// with the same initializers) with the model's current parameter values as its
+// initializers. `out_path` may equal `in_path`; it is written to a temporary file and
+// renamed.
+void save_onnx(OnnxModel& model, const std::string& in_path, const std::string& out_path);
+
+}  // namespace tessera::onnx

@@ -1,0 +1,68 @@
+#pragma once
+// Runs a Graph eagerly: forward node by node in topological order, backward in reverse,
+// gradients of floating values summed where a value feeds several nodes.
+//
+// Floating initializers that feed a differentiable input of some op become Parameters
+// (named by the initializer, so messages and checkpoints speak the file's names); every
+// other initializer is a constant. Shape arithmetic (Shape -> Gather -> Concat ->
+// Reshape) simply runs on its i64 values. Values are dropped after their last reader
+// ran: each op caches what its backward needs.
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onnx/graph.hpp"
+#include "onnx/op.hpp"
+#include "tessera/parameter.hpp"
+
+namespace tessera::onnx {
+
+class GraphExecutor {
+ public:
+  // Creates every node's Op (an op outside `registry` is refused here, naming the node).
+  GraphExecutor(Graph graph, const OpRegistry& registry);
+
+  // The graph's outputs from its inputs (in the order of graph().inputs), each checked
+  // against the input's declared element type and shape.
+  std::vector<Value> forward(const std::vector<Value>& inputs);
+  // From the gradients of the outputs (undefined: zero) after one forward: adds the
+  // parameters' gradients into Parameter::grad and returns the gradients of the graph's
+  // inputs (zeros for a floating input no gradient reaches, undefined for an integer one).
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs);
+
+  const Graph& graph() const { return graph_; }
+  // The parameters in the order the graph first reads them, with their initializers' names.
+  std::deque<std::pair<std::string, Parameter>>& parameters() { return parameters_; }
+  const std::deque<std::pair<std::string, Parameter>>& parameters() const { return parameters_; }
+
+ private:
+  struct GradSlot {
+    Tensor grad;
+    bool owned = false;  // false while it is a tensor an op or the caller handed over
+  };
+
+  void find_parameters();
+  void plan_backward();
+  void plan_frees();
+  Value input_value(const Value& given, const GraphValue& declared) const;
+  const Value& lookup(const std::map<std::string, Value>& values, const std::string& name) const;
+  void accumulate(std::map<std::string, GradSlot>& grads, const std::string& name, const Tensor& grad,
+                  const std::string& from) const;
+
+  Graph graph_;  // its initializers: the constants (parameters moved out)
+  std::vector<std::unique_ptr<Op>> ops_;
+  std::deque<std::pair<std::string, Parameter>> parameters_;
+  std::map<std::string, Parameter*> parameter_by_name_;
+  std::set<std::string> requires_grad_;        // floating values a gradient can reach
+  std::vector<bool> node_backward_;            // whether node n passes gradients back
+  std::vector<std::vector<std::string>> frees_after_;  // values dropped after node n ran
+  std::map<std::string, Shape> forward_shapes_;        // every value's shape in the last forward
+  bool forward_done_ = false;
+};
+
+}  // namespace tessera::onnx
