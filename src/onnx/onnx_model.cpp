@@ -82,10 +82,14 @@ const std::string& OnnxModel::source() const { return executor_->graph().source;
 
 namespace {
 
+// "x: float[?, 3]": a symbolic or unknown dim as "?".
 std::string declared_str(const GraphValue& v) {
-  std::string shape = "?";
-  if (v.shape_known) shape = shape_str(v.shape);
-  return v.name + ": " + std::string(element_type_name(v.type)) + shape;
+  std::string shape = "[";
+  for (std::size_t d = 0; d < v.shape.size(); ++d) {
+    shape += (d ? ", " : "") + (v.shape[d] < 0 ? std::string("?") : std::to_string(v.shape[d]));
+  }
+  if (!v.shape_known && v.shape.empty()) shape += "?";
+  return v.name + ": " + std::string(element_type_name(v.type)) + shape + "]";
 }
 
 }  // namespace
@@ -119,6 +123,7 @@ std::unique_ptr<OnnxModel> load_onnx(const std::string& path, const LoadOptions&
   ReadOptions read;
   read.input_shapes = options.input_shapes;
   read.input_shapes_in_order = options.input_shapes_in_order;
+  read.defer_symbolic_inputs = options.defer_symbolic_inputs;
   return std::make_unique<OnnxModel>(read_onnx_file(path, read));
 }
 

@@ -36,6 +36,9 @@ struct LoadOptions {
   // The same by position (the i-th graph input that is not an initializer), for inputs
   // not named above.
   std::vector<Shape> input_shapes_in_order;
+  // Keep the other symbolic dims unresolved (-1) instead of refusing them: for looking at
+  // a model (info); running it then refuses every input of a symbolic shape.
+  bool defer_symbolic_inputs = false;
 };
 
 class OnnxModel : public nn::Module {
