@@ -330,8 +330,7 @@ std::map<std::string, int> read_opsets(const ::onnx::ModelProto& model, const st
     }
     opsets[domain] = static_cast<int>(entry.version());
   }
-  if (opsets.count("") == 0) throw InvalidArgument(where + " imports no opset of ONNX's default domain");
-  return opsets;
+  return opsets;  // a default-domain opset is required of files with default-domain nodes (to_node)
 }
 
 NodeSpec to_node(const ::onnx::NodeProto& proto, std::size_t index, const std::map<std::string, int>& opsets,
@@ -339,12 +338,16 @@ NodeSpec to_node(const ::onnx::NodeProto& proto, std::size_t index, const std::m
   NodeSpec node;
   node.op_type = proto.op_type();
   node.name = proto.name().empty() ? proto.op_type() + "_" + std::to_string(index) : proto.name();
-  node.opset = opsets.at("");
+  auto opset = opsets.find("");
+  node.opset = opset == opsets.end() ? 0 : opset->second;
   const std::string at = where + ": " + node.where();
   if (node.op_type.empty()) throw InvalidArgument(where + ": node " + std::to_string(index) + " has no op_type");
   if (!proto.domain().empty() && proto.domain() != "ai.onnx") {
     throw UnsupportedError(at + " is in the domain '" + proto.domain() +
                            "'; tessera runs only ONNX's default domain");
+  }
+  if (opset == opsets.end()) {
+    throw InvalidArgument(at + ": the model imports no opset of ONNX's default domain, which the node is in");
   }
   node.inputs.assign(proto.input().begin(), proto.input().end());
   node.outputs.assign(proto.output().begin(), proto.output().end());

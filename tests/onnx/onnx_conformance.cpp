@@ -156,7 +156,7 @@ std::string op_of(const fs::path& test) {
     if (ops.size() == 1) return *ops.begin();
     return "(composite)";
   } catch (const std::exception&) {
-    return "(unreadable)";
+    return "(refused by the reader)";
   }
 }
 
