@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """tessera-onnx against numpy, on models made here with onnx.helper.
 
-    check_tessera_onnx.py TESSERA_ONNX WORK_DIR
+    check_tessera_onnx.py TESSERA_ONNX WORK_DIR WRITE_TEST_NPZ
 
 Always: `run` of a graph whose output is its input (f32 and f64: the .npy reader and
 writer), `info`, and the refusals (Fortran order, another dtype, a dtype the model does
-not take, the not-yet parallel flags). Then `run` and `grad` of y = tanh(x W + b) * s
+not take, the not-yet parallel flags), and the .npz writer on a known set of arrays
+(write_test_npz: numpy reads them back, zipfile checks every CRC). Then `run` and `grad` of y = tanh(x W + b) * s
 against numpy (MatMul, Add, Tanh, Mul from tessera's ops): skipped (exit 77) while those
 ops are not in the build, after everything else passed.
 """
@@ -18,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-TOOL, WORK = sys.argv[1], sys.argv[2]
+TOOL, WORK, WRITE_TEST_NPZ = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(WORK, exist_ok=True)
 failures = []
 
@@ -85,6 +86,21 @@ with open(path("truncated.npy"), "wb") as f:
 expect_refusal(["run", model32, path("truncated.npy"), path("o.npy")], ["truncated.npy", "bytes of data"],
                "a truncated .npy")
 expect_refusal(["frobnicate"], ["usage"], "an unknown command")
+
+# --- The .npz writer: keys, dtypes, shapes, values, CRCs --------------------------------
+r = subprocess.run([WRITE_TEST_NPZ, path("known.npz")], capture_output=True, text=True, timeout=60)
+check(r.returncode == 0, f"write_test_npz: {r.stderr.strip()}")
+if r.returncode == 0:
+    with zipfile.ZipFile(path("known.npz")) as z:
+        check(z.testzip() is None, "known.npz: a CRC does not match")
+        check(all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist()), "known.npz: not stored")
+    known = np.load(path("known.npz"))
+    check(sorted(known.files) == ["/block.0/conv.weight", "bias", "scale"], f"known.npz keys {known.files}")
+    w = known["/block.0/conv.weight"]
+    check(w.dtype == np.float32 and w.shape == (2, 3), f"known.npz weight {w.dtype} {w.shape}")
+    check(np.array_equal(w, (0.5 * np.arange(6) - 1.0).astype(np.float32).reshape(2, 3)), "known.npz weight values")
+    check(np.array_equal(known["bias"], np.array([1.25, -2.5, 3.75, 1e-300])), "known.npz bias values")
+    check(known["scale"].shape == () and known["scale"] == 0.125, "known.npz scalar")
 
 if failures:
     sys.exit(1)
