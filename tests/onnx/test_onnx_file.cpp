@@ -305,6 +305,10 @@ TEST(OnnxFileSave, TrainedParametersGoBackIntoTheFileAndReadAgain) {
   // The same graph otherwise: it still runs, with the new bias.
   OnnxModel reloaded(again, test_ops());
   EXPECT_EQ(doubles_of(reloaded.named_parameters()[1].second->value), doubles_of(b.value));
+  // Over the file it reads: the new values replace the old ones in place.
+  b.value.copy_from(tensor_of({8, 7, 6, 5, 4, 3, 2, 1}, {2, 4}, DType::f32));
+  save_onnx(loaded, out, out);
+  EXPECT_EQ(doubles_of(read_onnx_file(out).initializers.at("b").tensor), (std::vector<double>{8, 7, 6, 5, 4, 3, 2, 1}));
 }
 
 TEST(OnnxFileSave, ValuesThatDoNotFitTheFileAreRefused) {
