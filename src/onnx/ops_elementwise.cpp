@@ -554,7 +554,8 @@ class VariadicOp final : public Op {
         if (k == 0 || fold_ == Fold::sum || fold_ == Fold::mean) {
           y[i] = k == 0 ? v : y[i] + v;
         } else {
-          y[i] = fold_ == Fold::max ? std::max(y[i], v) : std::min(y[i], v);
+          // A NaN wins, as numpy's and PyTorch's maximum (std::max alone keeps the first).
+          y[i] = v != v ? v : fold_ == Fold::max ? std::max(y[i], v) : std::min(y[i], v);
         }
       }
     }
@@ -677,8 +678,8 @@ class ClipOp final : public Op {
       hi_ = static_cast<double>(hi);
       const T* x = x_.tensor.data<T>();
       T* o = y.tensor.data<T>();
-      // min > max gives max everywhere, as ONNX specifies.
-      for (std::int64_t i = 0; i < x_.numel(); ++i) o[i] = std::min(hi, std::max(lo, x[i]));
+      // min > max gives max everywhere, as ONNX specifies; a NaN stays NaN (numpy's clip).
+      for (std::int64_t i = 0; i < x_.numel(); ++i) o[i] = x[i] != x[i] ? x[i] : std::min(hi, std::max(lo, x[i]));
     });
     return {y};
   }

@@ -79,8 +79,9 @@ T pre(Reduction r, T x, T shift) {
 template <class T>
 T combine(Reduction r, T acc, T v) {
   switch (r) {
-    case Reduction::max: return std::max(acc, v);
-    case Reduction::min: return std::min(acc, v);
+    // A NaN wins, as numpy's and PyTorch's amax (std::max alone keeps the first).
+    case Reduction::max: return v != v ? v : std::max(acc, v);
+    case Reduction::min: return v != v ? v : std::min(acc, v);
     case Reduction::prod: return acc * v;
     default: return acc + v;
   }

@@ -316,6 +316,11 @@ TEST(OnnxOps_elementwise, VariadicForward) {
     expect_values(run(make_node("Min", 3), {a, b, c})[0], type_of(dtype), {2, 2}, {1, 2, 2, 0}, 0.0);
     expect_values(run(make_node("Max", 1), {a})[0], type_of(dtype), {2, 2}, {1, 5, 3, 0}, 0.0);
   }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const char* op : {"Max", "Min"}) {
+    const auto got = run(make_node(op, 2), {f64_value({1, nan}, {2}), f64_value({nan, 2}, {2})})[0].tensor.to_vector<double>();
+    EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[1])) << op << ": a NaN propagates";
+  }
   expect_ints(run(make_node("Max", 2), {Value::integers({1, 9}, {2}), Value::integers({5}, {})})[0], ElementType::i64,
               {2}, {5, 9});
 }
@@ -356,6 +361,8 @@ TEST(OnnxOps_elementwise, ClipBoundsFromInputsAndAttributes) {
     const auto max_only = run(make_node("Clip", 3, 1, 13), {x, Value(), typed_value({0}, {}, dtype)});
     expect_values(max_only[0], type_of(dtype), {5}, {-3, -1, 0, 0, 0}, 0.0);
   }
+  const auto nan = run(make_node("Clip", 3, 1, 13), {f64_value({std::nan("")}, {1}), f64_value({0}, {}), f64_value({1}, {})});
+  EXPECT_TRUE(std::isnan(nan[0].tensor.to_vector<double>()[0]));
   NodeSpec old = make_node("Clip", 1, 1, 6);
   set_float(old, "min", -1.0);
   expect_values(run(old, {f64_value({-3, 4}, {2})})[0], ElementType::f64, {2}, {-1, 4}, 0.0);

@@ -80,6 +80,9 @@ TEST(OnnxOps_reduce_norm, ReductionsByHand) {
                   {1, 1}, {std::log(21.0)}, tolerance_of(dtype) * 10);
     // Over axis 0, and over everything by default.
     expect_values(run(reduce_node("ReduceSum", {0}, 0), {v})[0], {3}, {5, 3, -3}, 0.0);
+    const auto with_nan = run(reduce_node("ReduceMax", {1}, 0), {typed_value({1, std::nan(""), 3, 4, 5, 6}, {2, 3}, dtype)});
+    EXPECT_TRUE(std::isnan(doubles(with_nan[0])[0])) << "a NaN propagates";
+    EXPECT_EQ(doubles(with_nan[0])[1], 6);
     expect_values(run(reduce_node("ReduceMax", {}, 1), {v})[0], {1, 1}, {5}, 0.0);
     expect_values(run(reduce_node("ReduceMean", {0, 1}, 0), {v})[0], {}, {5.0 / 6}, tolerance_of(dtype));
   }
