@@ -78,27 +78,39 @@ std::vector<std::int64_t> window_sources(const WindowGeometry& g) {
   const std::int64_t taps = g.taps(), positions = g.positions();
   std::vector<std::int64_t> sources(static_cast<std::size_t>(taps * positions));
   const Shape field_strides = contiguous_strides(g.in);
-  Shape tap(rank);
+  // One tap's row is the outer product over the dims of each dim's offsets (or -1), built
+  // a dim at a time without a division per entry: large fields have millions of entries.
+  std::vector<std::int64_t> row, next;
+  Shape tap(rank, 0);
   for (std::int64_t k = 0; k < taps; ++k) {
-    std::int64_t rest = k;
-    for (std::size_t d = rank; d-- > 0;) {
-      tap[d] = rest % g.kernel[d];
-      rest /= g.kernel[d];
-    }
-    for (std::int64_t p = 0; p < positions; ++p) {
-      std::int64_t at = p, offset = 0;
-      bool inside = true;
-      for (std::size_t d = rank; d-- > 0;) {
-        const std::int64_t o = at % g.out[d];
-        at /= g.out[d];
-        const std::int64_t i = o * g.stride[d] - g.pad_begin[d] + tap[d] * g.dilation[d];
-        inside = inside && i >= 0 && i < g.in[d];
-        offset += i * field_strides[d];
+    row.assign(1, 0);
+    for (std::size_t d = 0; d < rank; ++d) {
+      next.resize(row.size() * static_cast<std::size_t>(g.out[d]));
+      std::size_t e = 0;
+      for (const std::int64_t base : row) {
+        for (std::int64_t o = 0; o < g.out[d]; ++o, ++e) {
+          const std::int64_t i = o * g.stride[d] - g.pad_begin[d] + tap[d] * g.dilation[d];
+          next[e] = base < 0 || i < 0 || i >= g.in[d] ? -1 : base + i * field_strides[d];
+        }
       }
-      sources[static_cast<std::size_t>(k * positions + p)] = inside ? offset : -1;
+      row.swap(next);
+    }
+    std::copy(row.begin(), row.end(), sources.begin() + k * positions);
+    for (std::size_t d = rank; d-- > 0;) {  // the next tap, row-major
+      if (++tap[d] < g.kernel[d]) break;
+      tap[d] = 0;
     }
   }
   return sources;
+}
+
+const std::vector<std::int64_t>& WindowTable::of(const WindowGeometry& g) {
+  if (!built_ || !(g == geometry_)) {
+    sources_ = window_sources(g);
+    geometry_ = g;
+    built_ = true;
+  }
+  return sources_;
 }
 
 template <class T>

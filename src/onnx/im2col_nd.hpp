@@ -26,6 +26,7 @@ struct WindowGeometry {
   std::int64_t field_size() const { return shape_numel(in); }
   std::int64_t taps() const { return shape_numel(kernel); }
   std::int64_t positions() const { return shape_numel(out); }
+  bool operator==(const WindowGeometry&) const = default;
   // Every window is one element at its own position (1x1 kernel, stride 1, no padding):
   // im2col is the identity.
   bool is_pointwise() const;
@@ -40,6 +41,18 @@ WindowGeometry window_geometry(const NodeSpec& node, const Shape& in, const Shap
 // For tap k and position p, the offset in one channel's field that the window reads, or
 // -1 in the padding; row-major [taps, positions].
 std::vector<std::int64_t> window_sources(const WindowGeometry& g);
+
+// The window_sources of the geometry an op last ran with, rebuilt only when it changes:
+// a training loop runs every op at one shape, and a large field's table is megabytes.
+class WindowTable {
+ public:
+  const std::vector<std::int64_t>& of(const WindowGeometry& g);
+
+ private:
+  WindowGeometry geometry_;
+  std::vector<std::int64_t> sources_;
+  bool built_ = false;
+};
 
 // cols[c, k, q] = x[c, sources[k, begin + q]] (0 in the padding) for `channels` fields
 // of x and the `count` positions from `begin`: one chunk of the column matrix.

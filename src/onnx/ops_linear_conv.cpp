@@ -223,7 +223,7 @@ class MatMulOp final : public Op {
 
 struct ConvPlan {
   WindowGeometry g;
-  std::vector<std::int64_t> sources;
+  const std::vector<std::int64_t>* table = nullptr;  // window_sources(g)
   std::int64_t batch = 0, wide_channels = 0, narrow_channels = 0, groups = 1;
 
   std::int64_t wide_per_group() const { return wide_channels / groups; }
@@ -270,7 +270,7 @@ void for_each_chunk(const ConvPlan& p, const T* wide, T* narrow, bool with_colum
         c.cols = wide_n;
       } else if (with_columns) {
         cols.resize(static_cast<std::size_t>(p.wide_channels * p.g.taps() * c.size));
-        im2col_nd(wide_n, p.wide_channels, p.g, p.sources, begin, c.size, cols.data());
+        im2col_nd(wide_n, p.wide_channels, p.g, *p.table, begin, c.size, cols.data());
         c.cols = cols.data();
       }
       if (!whole) {
@@ -317,7 +317,7 @@ void conv_wide_from_narrow(const ConvPlan& p, const T* y, const T* w, T* x) {
       ops::gemm(matrix(w + gi * narrow * rows, narrow, rows), true,
                 matrix(c.narrow + gi * narrow * c.size, narrow, c.size), false, cv, 1.0, pointwise ? 1.0 : 0.0);
     }
-    if (!pointwise) col2im_add_nd(cols.data(), p.wide_channels, p.g, p.sources, c.begin, c.size, xn);
+    if (!pointwise) col2im_add_nd(cols.data(), p.wide_channels, p.g, *p.table, c.begin, c.size, xn);
   });
 }
 
@@ -372,6 +372,7 @@ class ConvFamilyOp : public Op {
     w_ = floating_input(node_, inputs[1], "W");
     check_same_dtype(node_, x_, w_);
     plan_ = make_plan(checked_kernel(node_, x_, w_));
+    plan_.table = &table_.of(plan_.g);
     const Shape& out_field = transposed() ? plan_.g.in : plan_.g.out;
     const std::int64_t out_channels = transposed() ? plan_.wide_channels : plan_.narrow_channels;
     has_bias_ = false;
@@ -425,6 +426,7 @@ class ConvFamilyOp : public Op {
 
  private:
   ConvPlan plan_;
+  WindowTable table_;
   bool has_bias_ = false;
 };
 
@@ -445,7 +447,6 @@ class ConvOp final : public ConvFamilyOp {
       node_.invalid("X " + x_.str() + " and W " + w_.str() + " do not agree with group " + std::to_string(groups_));
     }
     p.g = window_geometry(node_, Shape(x_.shape().begin() + 2, x_.shape().end()), kernel, false);
-    p.sources = window_sources(p.g);
     return p;
   }
 };
@@ -467,7 +468,6 @@ class ConvTransposeOp final : public ConvFamilyOp {
       node_.invalid("X " + x_.str() + " and W " + w_.str() + " do not agree with group " + std::to_string(groups_));
     }
     p.g = transposed_geometry(Shape(x_.shape().begin() + 2, x_.shape().end()), kernel);
-    p.sources = window_sources(p.g);
     return p;
   }
 

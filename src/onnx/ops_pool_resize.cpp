@@ -83,7 +83,7 @@ class PoolOp final : public Op {
       if (kernel_.size() != field.size()) node_.invalid("kernel_shape has the wrong rank for " + inputs[0].str());
       g_ = window_geometry(node_, field, kernel_, ceil_mode_);
     }
-    sources_ = window_sources(g_);
+    sources_ = &table_.of(g_);
     planes_ = x_.size(0) * x_.size(1);
     Shape y_shape{x_.size(0), x_.size(1)};
     y_shape.insert(y_shape.end(), g_.out.begin(), g_.out.end());
@@ -141,7 +141,7 @@ class PoolOp final : public Op {
         }
         for (std::int64_t k = 0; k < g_.taps(); ++k)
           for (std::int64_t p = 0; p < positions; ++p) {
-            const std::int64_t s = sources_[static_cast<std::size_t>(k * positions + p)];
+            const std::int64_t s = (*sources_)[static_cast<std::size_t>(k * positions + p)];
             if (s >= 0) dc[s] += gc[p] / static_cast<T>(divisor_[static_cast<std::size_t>(p)]);
           }
       }
@@ -179,7 +179,7 @@ class PoolOp final : public Op {
                                                       : std::numeric_limits<T>::lowest();
         std::int64_t at = -1;
         for (std::int64_t k = 0; k < taps; ++k) {
-          const std::int64_t s = sources_[static_cast<std::size_t>(k * positions + p)];
+          const std::int64_t s = (*sources_)[static_cast<std::size_t>(k * positions + p)];
           // The first maximum wins ties, and a NaN propagates (as in PyTorch).
           if (s >= 0 && (at < 0 || xc[s] > best || is_nan(xc[s]))) {
             best = xc[s];
@@ -204,7 +204,7 @@ class PoolOp final : public Op {
       std::fill(yc, yc + positions, T(0));
       for (std::int64_t k = 0; k < taps; ++k)
         for (std::int64_t p = 0; p < positions; ++p) {
-          const std::int64_t s = sources_[static_cast<std::size_t>(k * positions + p)];
+          const std::int64_t s = (*sources_)[static_cast<std::size_t>(k * positions + p)];
           if (s >= 0) yc[p] += xc[s];
         }
       for (std::int64_t p = 0; p < positions; ++p) yc[p] /= static_cast<T>(divisor_[static_cast<std::size_t>(p)]);
@@ -242,7 +242,9 @@ class PoolOp final : public Op {
   bool global_ = false, column_major_ = false, ceil_mode_ = false, count_include_pad_ = false;
   Shape kernel_;
   WindowGeometry g_;
-  std::vector<std::int64_t> sources_, argmax_;
+  WindowTable table_;
+  const std::vector<std::int64_t>* sources_ = nullptr;  // table_'s, of g_
+  std::vector<std::int64_t> argmax_;
   std::vector<double> divisor_;
   std::int64_t planes_ = 0;
   Tensor x_;

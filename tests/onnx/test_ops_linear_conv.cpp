@@ -528,6 +528,19 @@ TEST(OnnxOpsLinearConv, BackwardInF32) {
   }
 }
 
+TEST(OnnxOpsLinearConv, OneOpAtSeveralShapes) {
+  // An op keeps its window table between forwards; a new input shape must rebuild it.
+  NodeSpec node = make_node("Conv", 2);
+  set_ints(node, "pads", {1, 1, 1, 1});
+  auto op = builtin_ops().create(node);
+  const Value w = random_value({2, 1, 3, 3}, 2);
+  for (const Shape& x_shape : {Shape{1, 1, 4, 5}, Shape{1, 1, 4, 5}, Shape{2, 1, 6, 3}}) {
+    const Value x = random_value(x_shape, 1);
+    const auto y = op->forward({x, w});
+    expect_values(y[0], {x_shape[0], 2, x_shape[2], x_shape[3]}, run(node, {x, w})[0].tensor.to_vector<double>());
+  }
+}
+
 TEST(OnnxOpsLinearConv, ConvRefusals) {
   NodeSpec node = make_node("Conv", 2);
   set_string(node, "auto_pad", "SAME_SIDEWAYS");
