@@ -528,7 +528,12 @@ class Slice final : public IndexMapOp {
       return end > start ? 1 + (end - start - 1) / step : 0;
     }
     // A negative step walks down from start (at most the last index) to end (at least -1,
-    // before the first index).
+    // before the first index). From a start before the first index to an end before it too,
+    // ONNX's text clamps start to 0 and takes one element, its numpy reference none.
+    if (start < 0 && end < 0) {
+      node_.unsupported("a negative step from before the first index (start " + std::to_string(start - dim) +
+                        " of a dimension of " + std::to_string(dim) + "; ONNX's text and reference differ)");
+    }
     start = std::clamp<std::int64_t>(start, 0, dim - 1);
     end = std::clamp<std::int64_t>(end, -1, dim - 1);
     first = start;

@@ -260,6 +260,12 @@ TEST(OnnxOps_shape, SliceNegativeStepsClampHugeEnds) {
                {3}, {5, 3, 1});
   expect_value(run1(make_node("Slice", 5), {x, ints({4}), ints({1}), ints({0}), ints({-2})}), ElementType::i64, {2},
                {4, 2});
+  // Backwards from before the first index: the spec's text and its reference disagree.
+  expect_error<UnsupportedError>(
+      [&] {
+        run(make_node("Slice", 5), {x, ints({-100}), ints({-100}), ints({0}), ints({-1})});
+      },
+      {"Slice", "negative step from before the first index", "start -100"});
   // A step of INT64_MIN takes the first element only.
   expect_value(run1(make_node("Slice", 5), {x, ints({-1}), ints({kMin}), ints({0}), ints({kMin})}), ElementType::i64,
                {1}, {5});
