@@ -48,6 +48,12 @@ are no parameter of the model. Every model here is exported with
 training=TrainingMode.PRESERVE on a model in eval mode: the same inference graph, with
 BatchNormalization kept and initializers 1:1 with the parameters.
 
+What the exporter leaves unfolded (so the importer runs it, on int64): chunk() becomes
+Slice nodes whose bounds come from Shape -> Gather -> Add/Div/Mul (integer division);
+F.pad's pads are built by ConstantOfShape -> Concat -> Reshape -> Slice(step -1, end
+-INT64_MAX) -> Transpose -> Reshape -> Cast; GroupNorm's reshape back reads Shape; the
+wrap's slices end at INT64_MAX; x ** -0.5 stays Pow of two Constants.
+
 Periodic padding is written with torch.cat of slices, not Conv2d(padding_mode="circular"):
 Debian's torch 1.13 exports "circular" wrongly (its Slice drops the last column).
 """
