@@ -112,6 +112,9 @@ std::int64_t parse_size_field(const std::string& text, const std::string& key, c
 // lexically and after resolving links (a link must not lead out of the folder either).
 fs::path external_data_path(const std::string& location, const fs::path& folder, const std::string& what) {
   if (location.empty()) throw InvalidArgument(what + " is stored as external data without a location");
+  if (location.find('\0') != std::string::npos) {
+    throw InvalidArgument(what + ": the external data path holds a NUL byte");
+  }
   const fs::path relative(location);
   if (relative.is_absolute() || relative.has_root_name() || relative.has_root_directory()) {
     throw InvalidArgument(what + ": the external data path '" + location +
@@ -123,8 +126,13 @@ fs::path external_data_path(const std::string& location, const fs::path& folder,
                             "' leaves the model's folder; tessera reads external data only from there");
     }
   }
-  const fs::path base = fs::weakly_canonical(folder);
-  const fs::path full = fs::weakly_canonical(folder / relative);
+  fs::path base, full;
+  try {
+    base = fs::weakly_canonical(folder);
+    full = fs::weakly_canonical(folder / relative);
+  } catch (const fs::filesystem_error& e) {
+    throw InvalidArgument(what + ": the external data path '" + location + "' cannot be resolved: " + e.what());
+  }
   const auto mismatch = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
   if (mismatch.first != base.end()) {
     throw InvalidArgument(what + ": the external data path '" + location +

@@ -279,6 +279,8 @@ TEST(OnnxFileExternal, PathsLeavingTheFolderAndShortFilesAreRefused) {
   expect_error<InvalidArgument>([&] { read_onnx_file(p4); }, {"initializer 'W'", "bytes 8 to 56", "has 48"});
   const std::string p5 = write_model(dir, with_external_w("w.bin", 0, "40"), "length.onnx");
   expect_error<InvalidArgument>([&] { read_onnx_file(p5); }, {"initializer 'W'", "length 40"});
+  const std::string p7 = write_model(dir, with_external_w(std::string("w.bin\0/../../x", 14)), "nul.onnx");
+  expect_error<InvalidArgument>([&] { read_onnx_file(p7); }, {"initializer 'W'", "NUL"});
   const std::string p6 = write_model(dir, with_external_w("nothing.bin"), "nothing.onnx");
   expect_error<Error>([&] { read_onnx_file(p6); }, {"nothing.bin"});
 }
