@@ -47,6 +47,7 @@ std::string save_checkpoint(const std::string& root, const Mesh& mesh, const Nam
   });
   add_entries_of_other_stages(mesh, entries);
   check_same_tensors_everywhere(world, entries, optimizer);
+  check_blocks_tile(world, entries);
 
   std::string nonce = rank == 0 ? make_nonce() : std::string();
   broadcast_text(world, nonce, 0);

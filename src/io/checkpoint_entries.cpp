@@ -1,5 +1,6 @@
 // What a rank saves: its entries (parameters and optimizer state), the cross-rank check
 // that every rank saves the same tensors, and the checkpoint header.
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -154,6 +155,113 @@ void check_same_tensors_everywhere(Communicator& world, const std::vector<Entry>
   require_same_on_all_ranks(world.mpi_comm(), description,
                             "checkpoint: the ranks do not agree on the tensors to save (names, global shapes, "
                             "dtypes, placements or optimizer type differ between ranks)");
+}
+
+namespace {
+
+// One writer's block of a tensor: the writing rank, its offset and extent.
+struct WrittenBox {
+  int rank = 0;
+  Shape offset, extent;
+};
+
+// "[0, 3) x [2, 5)": the element ranges of a block, in the file's (C-order) index space.
+std::string box_text(const WrittenBox& b) {
+  std::string text;
+  for (std::size_t d = 0; d < b.offset.size(); ++d) {
+    if (d > 0) text += " x ";
+    text += "[" + std::to_string(b.offset[d]) + ", " + std::to_string(b.offset[d] + b.extent[d]) + ")";
+  }
+  return text;
+}
+
+bool boxes_intersect(const WrittenBox& a, const WrittenBox& b) {
+  for (std::size_t d = 0; d < a.offset.size(); ++d) {
+    if (a.offset[d] >= b.offset[d] + b.extent[d] || b.offset[d] >= a.offset[d] + a.extent[d]) return false;
+  }
+  return true;
+}
+
+// The verdict on one tensor's writers' blocks (each already inside the global shape:
+// collect_entries checked it). Overlaps are searched along the dimension with the most
+// distinct offsets, so a slab decomposition costs a sort, not all pairs.
+void check_tensor_tiles(const Entry& e, std::vector<WrittenBox>& boxes) {
+  const std::size_t rank = e.global_shape.size();
+  std::size_t sweep = 0, most = 0;
+  for (std::size_t d = 0; d < rank; ++d) {
+    std::set<std::int64_t> distinct;
+    for (const WrittenBox& b : boxes) distinct.insert(b.offset[d]);
+    if (distinct.size() > most) most = distinct.size(), sweep = d;
+  }
+  std::sort(boxes.begin(), boxes.end(), [sweep](const WrittenBox& a, const WrittenBox& b) {
+    return a.offset[sweep] != b.offset[sweep] ? a.offset[sweep] < b.offset[sweep] : a.rank < b.rank;
+  });
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    const std::int64_t end = boxes[i].offset[sweep] + boxes[i].extent[sweep];
+    for (std::size_t j = i + 1; j < boxes.size() && boxes[j].offset[sweep] < end; ++j) {
+      if (!boxes_intersect(boxes[i], boxes[j])) continue;
+      const WrittenBox& a = boxes[i].rank < boxes[j].rank ? boxes[i] : boxes[j];
+      const WrittenBox& b = boxes[i].rank < boxes[j].rank ? boxes[j] : boxes[i];
+      throw InvalidArgument("checkpoint: tensor " + e.path() + " " + shape_str(e.global_shape) + ": the blocks of ranks " +
+                            std::to_string(a.rank) + " and " + std::to_string(b.rank) + " overlap (rank " +
+                            std::to_string(a.rank) + " writes " + box_text(a) + ", rank " + std::to_string(b.rank) +
+                            " writes " + box_text(b) + "; placement " + e.placement.str() +
+                            "): every element must be written by one rank; check the local offsets and shapes "
+                            "given for it");
+    }
+  }
+  // No overlap and every block inside: they tile iff their sizes add up to the whole.
+  std::int64_t covered = 0;
+  for (const WrittenBox& b : boxes) covered += shape_numel(b.extent);
+  const std::int64_t whole = shape_numel(e.global_shape);
+  if (covered == whole) return;
+  std::string where;
+  for (const WrittenBox& b : boxes) {
+    if (!where.empty()) where += ", ";
+    if (where.size() > 400) {
+      where += "...";
+      break;
+    }
+    where += "rank " + std::to_string(b.rank) + " " + box_text(b);
+  }
+  throw InvalidArgument("checkpoint: tensor " + e.path() + " " + shape_str(e.global_shape) + ": the ranks' blocks cover " +
+                        std::to_string(covered) + " of its " + std::to_string(whole) + " elements (" +
+                        (where.empty() ? std::string("no rank writes a block") : where) + "; placement " +
+                        e.placement.str() +
+                        "): the rest would read back as zeros; give every element to one rank's block");
+}
+
+}  // namespace
+
+void check_blocks_tile(Communicator& world, const std::vector<Entry>& entries) {
+  // (entry index, offset..., extent...) of every non-empty block this rank writes.
+  std::vector<std::int64_t> mine;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (!e.writer || e.host.numel() == 0) continue;
+    mine.push_back(static_cast<std::int64_t>(i));
+    mine.insert(mine.end(), e.offset.begin(), e.offset.end());
+    const Shape& extent = e.host.shape();
+    mine.insert(mine.end(), extent.begin(), extent.end());
+  }
+  const auto all = all_gather_vectors(world, mine);
+  std::vector<std::vector<WrittenBox>> boxes(entries.size());
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const auto& list = all[r];
+    for (std::size_t k = 0; k < list.size();) {
+      const auto i = static_cast<std::size_t>(list[k]);
+      // Every rank saves the same tensors in one order (check_same_tensors_everywhere).
+      if (i >= entries.size()) throw InternalError("checkpoint: a block of an unknown tensor was gathered");
+      const auto n = static_cast<std::ptrdiff_t>(entries[i].global_shape.size());
+      const auto first = list.begin() + static_cast<std::ptrdiff_t>(k) + 1;
+      boxes[i].push_back({static_cast<int>(r), Shape(first, first + n), Shape(first + n, first + 2 * n)});
+      k += 1 + 2 * static_cast<std::size_t>(n);
+    }
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (shape_numel(entries[i].global_shape) == 0) continue;
+    check_tensor_tiles(entries[i], boxes[i]);
+  }
 }
 
 CheckpointHeader make_header(const Mesh& mesh, const SaveOptions& options, const Optimizer* optimizer) {

@@ -86,6 +86,14 @@ void add_entries_of_other_stages(const Mesh& mesh, std::vector<Entry>& entries);
 void check_same_tensors_everywhere(Communicator& world, const std::vector<Entry>& entries,
                                    const Optimizer* optimizer);
 
+// The blocks the writing ranks (the main replicas) save of each tensor must tile its
+// global array: no element written twice (the shared file's writes would overlap) and
+// none left out (it would read back as zeros). Gathers every writer's block (offset,
+// extent) and checks them before any file exists; InvalidArgument naming the tensor, and
+// for an overlap the two ranks and their boxes, for a gap the elements left out. The
+// same verdict on every rank (every rank checks the same gathered lists). Collective.
+void check_blocks_tile(Communicator& world, const std::vector<Entry>& entries);
+
 CheckpointHeader make_header(const Mesh& mesh, const SaveOptions& options, const Optimizer* optimizer);
 
 // The header and the section groups of a checkpoint's main file (the shared file, the

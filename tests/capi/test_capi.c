@@ -790,6 +790,36 @@ static void test_checkpoint(void) {
     EXPECT_MESSAGE("no array was added to this checkpoint (1 add call(s) failed; the first: 'params'");
     EXPECT_OK(tessera_checkpoint_destroy(&ck));
   }
+  /* Issue 46: blocks of two ranks that overlap ended the shared save in
+   * TESSERA_ERR_INTERNAL after the file was written. Now every rank's commit fails with
+   * an argument error naming the array, the two ranks and their boxes, in either layout,
+   * before anything is written; so does a block layout that leaves elements out. Rank r
+   * writes 4 elements at 3r of 3n + 1 (overlap from 2 ranks on), then 2 at 3r of 3n (a
+   * gap at every rank count); `latest` stays at step 8 (the load below). */
+  for (int layout = TESSERA_LAYOUT_SHARED; layout <= TESSERA_LAYOUT_PER_RANK; ++layout) {
+    double four[4] = {1, 2, 3, 4};
+    for (int gap = world_size > 1 ? 0 : 1; gap <= 1; ++gap) {
+      const int64_t global[1] = {gap ? 3 * world_size : 3 * world_size + 1}, offset[1] = {3 * world_rank};
+      const int64_t local[1] = {gap ? 2 : 4};
+      EXPECT_OK(tessera_checkpoint_begin_save(mesh, root, 11, (tessera_layout_t)layout, &ck));
+      EXPECT_OK(tessera_checkpoint_add_array(ck, "tiles", four, TESSERA_F64, TESSERA_ORDER_C, 1, global, offset, local,
+                                             "domain: Shard(0)"));
+      EXPECT_STATUS(tessera_checkpoint_commit(ck), TESSERA_ERR_INVALID_ARGUMENT);
+      EXPECT_MESSAGE("tensor /model/tiles");
+      if (gap) {
+        char covered[96];
+        snprintf(covered, sizeof covered, "blocks cover %d of its %d elements (rank 0 [0, 2)", 2 * world_size,
+                 3 * world_size);
+        EXPECT_MESSAGE(covered);
+      } else {
+        EXPECT_MESSAGE("the blocks of ranks 0 and 1 overlap (rank 0 writes [0, 4), rank 1 writes [3, 7)");
+      }
+      EXPECT_OK(tessera_checkpoint_destroy(&ck));
+      char step_dir[700];
+      snprintf(step_dir, sizeof step_dir, "%s/step_00000011", root);
+      CHECK(access(step_dir, F_OK) != 0);
+    }
+  }
   EXPECT_STATUS(tessera_checkpoint_commit(NULL), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_checkpoint_step(NULL, NULL), TESSERA_ERR_INVALID_ARGUMENT);
   EXPECT_STATUS(tessera_checkpoint_metadata(NULL, NULL), TESSERA_ERR_INVALID_ARGUMENT);

@@ -531,6 +531,46 @@ TEST_F(Checkpoint, ALatestThatIsADirectoryIsNamedAsOne) {
   expect_contains(message, "its 'latest' pointer is a directory, not the one-line file a save writes: remove it");
 }
 
+// Issue 46: two ranks whose blocks of one tensor overlap wrote the shared file and then
+// failed with an InternalError (the CRC pieces overlapped); blocks that leave elements
+// out were saved, the gap reading back as zeros. Both are refused on every rank before
+// any file exists, naming the tensor, the ranks and their boxes; the committed step
+// stays the latest.
+TEST_F(Checkpoint, BlocksThatOverlapOrLeaveAGapAreRefusedBeforeAnyWrite) {
+  const int tp = mesh->tp_size(), t = mesh->rank(MeshDim::tp);
+  MeshPlacement columns;
+  columns.tp = Placement::shard(1);
+  for (auto layout : kLayouts) {
+    const std::string root = scratch_dir(std::string("tiles_") + std::string(io::checkpoint_layout_name(layout)));
+    auto good = make_model(mesh->tp(), 1);
+    const std::string committed = io::save_checkpoint(root, *mesh, *good, nullptr, save_options(layout, 1));
+    for (bool gap : {false, true}) {
+      if (!gap && tp == 1) continue;  // one tp rank cannot overlap itself
+      // tp rank t writes columns [2t, 2t + 3) of 2 tp + 1 (overlap), or [2t, 2t + 1) of 2 tp (gap).
+      Parameter w(Tensor::zeros({2, gap ? 1 : 3}, DType::f32), {2, gap ? 2 * tp : 2 * tp + 1}, columns, {0, 2 * t});
+      const NamedParameters params{{"w", &w}};
+      const auto message = same_error_everywhere<InvalidArgument>(
+          [&] { io::save_checkpoint(root, *mesh, params, nullptr, save_options(layout, 2)); });
+      expect_contains(message, "checkpoint: tensor /model/w [2, " + std::to_string(gap ? 2 * tp : 2 * tp + 1) + "]");
+      if (gap) {
+        expect_contains(message, "the ranks' blocks cover " + std::to_string(2 * tp) + " of its " +
+                                     std::to_string(4 * tp) + " elements (rank 0 [0, 2) x [0, 1)");
+      } else {
+        expect_contains(message, "overlap (rank 0 writes [0, 2) x [0, 3), rank ");
+        expect_contains(message, " writes [0, 2) x [2, 5); placement dp: Replicate, tp: Shard(1)");
+        if (world_size() == 2) expect_contains(message, "the blocks of ranks 0 and 1 overlap");
+      }
+      if (world_rank() == 0) {
+        EXPECT_EQ(io::list_checkpoints(root), std::vector<std::string>{committed});
+        EXPECT_EQ(io::latest_checkpoint(root), committed);
+        std::size_t entries = 0;
+        for (const auto& e : fs::directory_iterator(root)) entries += e.path().filename() != "latest";
+        EXPECT_EQ(entries, 1u) << "a refused save left files behind";
+      }
+    }
+  }
+}
+
 // Regression (hardening issue): block_checksum added offset + extent and multiplied the
 // global extents unchecked, so a caller-supplied offset or global shape near INT64_MAX
 // wrapped and passed the bounds check. Both are ShapeErrors now.
