@@ -4,11 +4,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <span>
 
 #include "io/format.hpp"
 #include "io/manifest.hpp"
 #include "io/step_files.hpp"
 #include "tessera/agree.hpp"
+#include "tessera/bfloat16.hpp"
+#include "tessera/detail/finite.hpp"
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/io/checksum.hpp"
 
 namespace fs = std::filesystem;
@@ -182,6 +187,51 @@ void verify_slices(const CheckpointReader& reader, VerifyReport& report) {
   }
 }
 
+// A dataset's values that are not finite, as a verify problem: how many, and where the
+// first one is (a training run that blew up saves NaN weights with good checksums; they
+// would train or predict NaN). nullopt when every value is finite (or the dtype is integer).
+std::optional<std::string> non_finite_problem(const DatasetInfo& d, const Tensor& data) {
+  const auto n = static_cast<std::size_t>(data.numel());
+  tessera::detail::NonFiniteValues found;
+  double first_value = 0;
+  switch (data.dtype()) {
+    case DType::f32: {
+      const std::span<const float> v(data.data<float>(), n);
+      found = tessera::detail::count_non_finite(v);
+      if (found.count > 0) first_value = v[found.first];
+      break;
+    }
+    case DType::f64: {
+      const std::span<const double> v(data.data<double>(), n);
+      found = tessera::detail::count_non_finite(v);
+      if (found.count > 0) first_value = v[found.first];
+      break;
+    }
+    case DType::bf16: {
+      std::vector<float> wide(n);
+      for (std::size_t i = 0; i < n; ++i) wide[i] = static_cast<float>(data.data<bfloat16>()[i]);
+      found = tessera::detail::count_non_finite(std::span<const float>(wide));
+      if (found.count > 0) first_value = wide[found.first];
+      break;
+    }
+    case DType::i64: break;
+  }
+  if (found.count == 0) return std::nullopt;
+  // The first one's index in the dataset's shape (C order).
+  Shape index(d.shape.size(), 0);
+  auto flat = static_cast<std::int64_t>(found.first);
+  for (std::size_t k = d.shape.size(); k-- > 0;) {
+    if (d.shape[k] > 0) {
+      index[k] = flat % d.shape[k];
+      flat /= d.shape[k];
+    }
+  }
+  return "dataset " + d.path + ": " + std::to_string(found.count) + " of " + std::to_string(n) +
+         " values are not finite, the first (" + tessera::detail::non_finite_kind(first_value) + ") at index " +
+         shape_str(index) + ": these values cannot train or predict (load an earlier step, or fix the tensor at its "
+         "source)";
+}
+
 }  // namespace
 
 VerifyReport verify_checkpoint(const std::string& path) {
@@ -203,11 +253,13 @@ VerifyReport verify_checkpoint(const std::string& path) {
     try {
       const Tensor data = reader.read(d);
       const std::uint64_t computed = block_checksum(data, d.shape, Shape(d.shape.size(), 0), reader.header().checksum);
-      if (computed == d.checksum) {
-        report.passed.push_back(d.path);
-      } else {
+      if (computed != d.checksum) {
         report.failed.push_back("dataset " + d.path + ": checksum mismatch (stored " + hex(d.checksum) +
                                 ", computed " + hex(computed) + ")");
+      } else if (const auto problem = non_finite_problem(d, data)) {
+        report.failed.push_back(*problem);
+      } else {
+        report.passed.push_back(d.path);
       }
     } catch (const Error& e) {
       report.failed.push_back("dataset " + d.path + ": " + e.what());

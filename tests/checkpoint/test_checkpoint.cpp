@@ -122,6 +122,36 @@ TEST_F(Checkpoint, RoundTripIsBitExactForBothLayouts) {
   }
 }
 
+// Issue 46: weights that blew up (NaN, Inf) are saved with good checksums, and verify
+// said "ok". Now each such dataset is a problem naming how many values are not finite
+// and the first one's index; the others still pass.
+TEST_F(Checkpoint, VerifyNamesEveryDatasetHoldingNaNOrInf) {
+  for (auto layout : kLayouts) {
+    const std::string root = scratch_dir(std::string("non_finite_") + std::string(io::checkpoint_layout_name(layout)));
+    auto model = make_model(mesh->tp(), 5, /*with_bf16=*/true);
+    auto params = model->named_parameters();
+    for (auto& [name, p] : params) {
+      if (name == "2.weight") {  // [4, 8], replicated: the same on every rank
+        p->value.data<float>()[11] = std::numeric_limits<float>::quiet_NaN();
+        p->value.data<float>()[20] = std::numeric_limits<float>::infinity();
+        p->value.data<float>()[30] = std::numeric_limits<float>::quiet_NaN();
+      }
+      if (name == "3.weight") p->value.data<bfloat16>()[6] = bfloat16(-std::numeric_limits<float>::infinity());
+    }
+    const std::string dir = io::save_checkpoint(root, *mesh, *model, nullptr, save_options(layout, 3));
+    if (world_rank() != 0) continue;
+    const auto report = io::verify_checkpoint(dir);
+    ASSERT_EQ(report.failed.size(), 2u) << ::testing::PrintToString(report.failed);
+    EXPECT_EQ(report.failed[0],
+              "dataset /model/2.weight: 3 of 32 values are not finite, the first (NaN) at index [1, 3]: these values "
+              "cannot train or predict (load an earlier step, or fix the tensor at its source)");
+    expect_contains(report.failed[1], "dataset /model/3.weight: 1 of 16 values are not finite, the first (an "
+                                      "infinite value) at index [1, 2]");
+    EXPECT_EQ(report.passed.size(), 5u);
+    for (const auto& ok : report.passed) EXPECT_TRUE(ok != "/model/2.weight" && ok != "/model/3.weight") << ok;
+  }
+}
+
 TEST_F(Checkpoint, OptimizerStateRoundTrips) {
   for (auto layout : kLayouts) {
     const std::string root = scratch_dir(std::string("optim_") + std::string(io::checkpoint_layout_name(layout)));

@@ -815,6 +815,13 @@ elseif(MODE STREQUAL "hostile_inputs")
   if(NOT EXISTS "${blown}")
     message(FATAL_ERROR "the lr 1e30 run saved no step 2 (${rc}):\n${out}")
   endif()
+  # tessera-ckpt verify fails the blown step (its checksums are good), naming each
+  # dataset that holds NaN or Inf, how many values and the first one's index.
+  execute_process(COMMAND ${CKPT} verify "${blown}" OUTPUT_VARIABLE vout ERROR_VARIABLE verr RESULT_VARIABLE vrc)
+  if(NOT vrc EQUAL 1 OR NOT vout MATCHES "(^|\n)FAIL  dataset /model/encoder.weight: [1-9][0-9]* of [0-9]+ values are not finite, the first \\(NaN\\) at index \\[[0-9]+(, [0-9]+)*\\]"
+     OR vout MATCHES "ok    /model/encoder.weight\n" OR NOT vout MATCHES "\nverify: [0-9]+ problem\\(s\\)\n")
+    message(FATAL_ERROR "tessera-ckpt verify of NaN weights: expected exit 1 naming /model/encoder.weight; got ${vrc}:\n${vout}${verr}")
+  endif()
   expect_error(1 "tessera-run: error: predict: step 1 of the forecast holds NaN \\(variable 'h'\\)" predict ${tiny}
                ${data} ${one} "--set=predict.checkpoint=${blown}" --set=predict.steps=2
                "--set=predict.output=${WORK_DIR}/p.nc")

@@ -2,7 +2,7 @@
 // (docs/pytorch.md).
 //
 //   tessera-ckpt info   PATH            header, tensor tree with shapes, dtypes, placements
-//   tessera-ckpt verify PATH            recompute every checksum (and each slice's)
+//   tessera-ckpt verify PATH            recompute every checksum (and each slice's); NaN/Inf fail
 //   tessera-ckpt merge  PATH OUTPUT.h5  one self-contained file from any layout
 //   tessera-ckpt diff   PATH_A PATH_B   max abs difference per tensor
 //   tessera-ckpt manifest PATH          list a trusted copy's unlisted files in its MANIFEST

@@ -98,7 +98,8 @@ struct VerifyReport {
 // file is reported and not opened; a missing MANIFEST or an unlisted file of the step
 // is a problem, as for a load), then reads every dataset in full and checks its
 // checksum; for per_rank, also that every slice file exists and each slice matches its
-// own checksum (naming the rank file).
+// own checksum (naming the rank file). A dataset whose checksum matches but which holds
+// NaN or Inf is a problem too, naming how many values and the first one's index.
 VerifyReport verify_checkpoint(const std::string& path);
 
 // Writes a self-contained single file (layout shared, contiguous datasets, same
