@@ -31,9 +31,12 @@ std::string rank_file_name(std::int64_t rank) {
 std::string resolve_checkpoint_file(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return path;
-  if (!fs::is_directory(path, ec)) throw IoError("checkpoint: '" + path + "' does not exist");
+  if (!fs::exists(path, ec)) throw IoError("checkpoint: '" + path + "' does not exist");
+  // A FIFO or a device is named as such (a FIFO would block HDF5's open), by the one check.
+  if (!fs::is_directory(path, ec)) tessera::detail::require_regular_file(path, "checkpoint: the path");
   const fs::path file = fs::path(path) / checkpoint_file_name;
   if (fs::is_regular_file(file, ec)) return file.string();
+  if (fs::exists(file, ec)) tessera::detail::require_regular_file(file.string(), "checkpoint: the file");
   if (const auto latest = latest_checkpoint(path)) {
     const fs::path target = fs::path(*latest) / checkpoint_file_name;
     if (!fs::is_regular_file(target, ec)) {
@@ -269,6 +272,8 @@ VerifyReport verify_checkpoint(const std::string& path) {
 }
 
 void merge_checkpoint(const std::string& path, const std::string& output_file) {
+  // The output is renamed into place: a device or FIFO of that name would be replaced.
+  tessera::detail::require_replaceable_file(output_file, "merge output");
   const CheckpointReader reader(path);
   const std::string temporary = output_file + ".tmp-merge";
   std::error_code ec;

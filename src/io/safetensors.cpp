@@ -385,7 +385,9 @@ void write_all(int fd, const void* data, std::size_t size, const std::string& pa
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  // Everything is checked and the header built before a file is created.
+  // Everything is checked and the header built before a file is created. The file is
+  // renamed into place: a device or FIFO of that name would be replaced.
+  tessera::detail::require_replaceable_file(path, "safetensors output");
   std::set<std::string> names;
   std::string header = "{";
   if (!metadata.empty()) {

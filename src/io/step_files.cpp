@@ -7,6 +7,7 @@
 #include "io/format.hpp"
 #include "io/manifest.hpp"
 #include "tessera/agree.hpp"
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 
@@ -123,7 +124,8 @@ std::vector<std::string> write_checkpoint_manifest(const std::string& path) {
   const bool is_dir = fs::is_directory(path, ec);
   const std::string dir = is_dir ? path : fs::absolute(path).parent_path().string();
   const std::string opened = is_dir ? "" : fs::path(path).filename().string();
-  if (!is_dir && !fs::is_regular_file(path, ec)) throw IoError("checkpoint: '" + path + "' does not exist");
+  if (!is_dir && !fs::exists(path, ec)) throw IoError("checkpoint: '" + path + "' does not exist");
+  if (!is_dir) tessera::detail::require_regular_file(path, "checkpoint: the path");
   const auto names = step_file_names(dir, opened);
   if (names.empty()) {
     throw IoError("checkpoint: '" + path + "' holds no " + checkpoint_file_name +

@@ -786,6 +786,16 @@ elseif(MODE STREQUAL "hostile_inputs")
     expect_refusal(2 "config file '${path}' is ${kind}, not a regular file" "${path}" --dry-run)
     expect_refusal(2 "data file \\(data.path\\) '${path}' is ${kind}" ${tiny} ${np2} "--set=data.path=${path}" --dry-run)
   endforeach()
+  # A FIFO as a checkpoint to start from (init_weights, resume, predict.checkpoint) or as
+  # the metrics file: named, never waited on (a FIFO blocked the open until a peer came).
+  foreach(key init_weights resume)
+    expect_refusal(2 "checkpoint: the path '${fifo}' is a FIFO, not a regular file"
+                   ${tiny} ${data} ${np2} "--set=${key}=${fifo}" "--set=checkpoint.dir=${WORK_DIR}/fifo_${key}")
+  endforeach()
+  expect_error(2 "tessera-run: error: [^\n]*checkpoint: the path '${fifo}' is a FIFO, not a regular file" predict
+               ${tiny} ${data} ${np2} "--set=predict.checkpoint=${fifo}" "--set=predict.output=${WORK_DIR}/fifo.nc")
+  expect_refusal(2 "logging.metrics_file '${fifo}' is a FIFO that no process reads: writing to it would block the run"
+                 ${tiny} ${data} ${np2} "--set=logging.metrics_file=${fifo}" "--set=checkpoint.dir=")
   expect_refusal(2 "data file \\(data.path\\) '/dev/zero' is a character device"
                  ${dtiny} --set=model.vocab=256 "--set=data={source: bytes, path: /dev/zero, batch_size: 8}" --dry-run)
   # Size bombs, every model type: refused by the memory check before anything is

@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
@@ -62,12 +63,10 @@ Options parse_options(const std::vector<std::string>& args, const std::vector<st
   return o;
 }
 
+// Through the one check for non-regular files: a FIFO as --metadata blocked the import,
+// a device was read until memory ran out.
 std::string read_text_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) throw IoError(what + " '" + path + "' cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return tessera::detail::read_regular_file(path, what);
 }
 
 io::WeightMapping mapping_of(const Options& o) {

@@ -1,5 +1,8 @@
 #include "metrics.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -70,9 +73,22 @@ void MetricsFile::open(const std::string& path, bool writer, bool append) {
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
-  if (file_ == nullptr) {
-    throw IoError("logging.metrics_file: cannot open '" + path + "' for writing: " + std::strerror(errno));
+  // Opened without blocking: a FIFO that no process reads would block the open forever
+  // (ENXIO instead). A FIFO or pipe with a reader, a device (/dev/null) or a regular file
+  // is written as before; blocking again once open.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd < 0 && errno == ENXIO) {
+    throw IoError("logging.metrics_file '" + path +
+                  "' is a FIFO that no process reads: writing to it would block the run; start its reader first, "
+                  "or name a regular file");
+  }
+  if (fd < 0) throw IoError("logging.metrics_file: cannot open '" + path + "' for writing: " + std::strerror(errno));
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+      (file_ = ::fdopen(fd, append ? "a" : "w")) == nullptr) {
+    const int saved = errno;
+    ::close(fd);
+    throw IoError("logging.metrics_file: cannot open '" + path + "' for writing: " + std::strerror(saved));
   }
 }
 
