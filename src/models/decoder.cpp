@@ -258,20 +258,26 @@ DecoderTpPlan decoder_tp_plan(const DecoderConfig& config, bool sequence_paralle
   return out;
 }
 
-std::int64_t decoder_activation_bytes(const DecoderConfig& a, std::int64_t seq_len, int tp, bool sp,
-                                      const nn::CheckpointPolicy& policy, const DecoderUnits& units) {
-  const std::int64_t S = seq_len, Sl = sp ? seq_len / tp : seq_len, d = a.d_model;
+namespace {
+
+// The estimate's formula, in the number type N: long double first, to see whether it
+// fits in int64 at all (a hostile seq_len, batch or width multiplies past it), then
+// int64 for the exact count.
+template <class N>
+N activation_floats(const DecoderConfig& a, std::int64_t seq_len, int tp, bool sp, const nn::CheckpointPolicy& policy,
+                    const DecoderUnits& units) {
+  const N S = static_cast<N>(seq_len), Sl = static_cast<N>(sp ? seq_len / tp : seq_len), d = static_cast<N>(a.d_model);
   // The widest rank's share of the features that may split unevenly (the partition rule).
-  auto widest = [tp](std::int64_t extent) { return shard_range(extent, tp, 0).length; };
-  const std::int64_t dl = d / tp, heads = a.n_heads / tp, hl = widest(a.hidden);
+  auto widest = [tp](std::int64_t extent) { return static_cast<N>(shard_range(extent, tp, 0).length); };
+  const N dl = static_cast<N>(a.d_model / tp), heads = static_cast<N>(a.n_heads / tp), hl = widest(a.hidden);
   // k and v: whole key/value heads per rank when tp divides them, at least one otherwise.
-  const std::int64_t kvl = std::max<std::int64_t>(1, a.kv_heads() / tp) * (d / a.n_heads);
-  const std::int64_t vl = a.tie_embeddings ? a.vocab : widest(a.vocab);
-  std::int64_t per_layer = 8 * Sl * d             // norms (input, output), residual streams, row outputs
-                           + 2 * S * dl + 2 * S * kvl  // q, attention output; k, v
-                           + heads * S * S        // attention probabilities
-                           + 3 * S * hl;          // gate, up, their product
-  if (sp) per_layer += 2 * S * d;                 // the all-gathered inputs of the column layers
+  const N kvl = static_cast<N>(std::max<std::int64_t>(1, a.kv_heads() / tp) * (a.d_model / a.n_heads));
+  const N vl = a.tie_embeddings ? static_cast<N>(a.vocab) : widest(a.vocab);
+  N per_layer = 8 * Sl * d             // norms (input, output), residual streams, row outputs
+                + 2 * S * dl + 2 * S * kvl  // q, attention output; k, v
+                + heads * S * S        // attention probabilities
+                + 3 * S * hl;          // gate, up, their product
+  if (sp) per_layer += 2 * S * d;      // the all-gathered inputs of the column layers
   // A checkpointed block keeps its input (a residual-stream shard); during backward the
   // block being recomputed holds all of its activations again (its input among them).
   const std::int64_t first = std::clamp<std::int64_t>(units.first_layer, 0, a.n_layers);
@@ -281,12 +287,20 @@ std::int64_t decoder_activation_bytes(const DecoderConfig& a, std::int64_t seq_l
     ++blocks;
     checkpointed += policy.selects(i) ? 1 : 0;
   }
-  std::int64_t floats = (blocks - checkpointed) * per_layer;
-  if (checkpointed > 0) floats += (checkpointed - 1) * Sl * d + per_layer;
+  N floats = static_cast<N>(blocks - checkpointed) * per_layer;
+  if (checkpointed > 0) floats += static_cast<N>(checkpointed - 1) * Sl * d + per_layer;
   if (units.embed) floats += Sl * d;                          // the embedding's output
   if (units.norm) floats += Sl * d + (sp ? S * d : 0);        // the final norm's output (all-gathered)
   if (units.head) floats += Sl * d + 2 * S * vl;              // the head's input; the logits and their gradient
-  return floats * static_cast<std::int64_t>(sizeof(float));
+  return floats * static_cast<N>(sizeof(float));
+}
+
+}  // namespace
+
+std::int64_t decoder_activation_bytes(const DecoderConfig& a, std::int64_t seq_len, int tp, bool sp,
+                                      const nn::CheckpointPolicy& policy, const DecoderUnits& units) {
+  if (activation_floats<long double>(a, seq_len, tp, sp, policy, units) > 9.0e18L) return decoder_activation_bytes_max;
+  return activation_floats<std::int64_t>(a, seq_len, tp, sp, policy, units);
 }
 
 std::vector<std::string> checkpoint_activations(Decoder& model, const nn::CheckpointPolicy& policy) {

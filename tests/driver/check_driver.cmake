@@ -808,6 +808,19 @@ elseif(MODE STREQUAL "hostile_inputs")
   foreach(set "model.width=1000000000" "model.mlp_hidden=4000000000")
     expect_refusal(2 "the model has [0-9]+ parameters[^\n]*more than this rank's share" ${tiny} ${data} ${np2} "--set=${set}" --dry-run)
   endforeach()
+  # Activation bombs: parameters that fit, but a width, sequence or batch whose
+  # activations do not (the field emulator's 246 GiB at model.width=1000000 passed
+  # --dry-run). The whole memory plan is checked, the same with --dry-run as without,
+  # naming the activations; a synthetic data.tokens beyond memory is named before it is
+  # allocated.
+  foreach(dry "--dry-run" "--set=checkpoint.dir=")
+    expect_refusal(2 "the model: this rank's memory plan needs [0-9.]+ (GiB|TiB) \\(activations of one step [0-9.]+ (GiB|TiB) \\(an estimate\\)[^\n]*more than this rank's share[^\n]*lower data.batch_size, model.width"
+                   ${tiny} ${data} ${np2} "--set=model.width=1000000" ${dry})
+    expect_refusal(2 "the decoder: this rank's memory plan needs [0-9.]+ TiB \\(activations of one step [0-9.]+ TiB[^\n]*lower data.batch_size, model.seq_len"
+                   ${dtiny} "--set=model.seq_len=1000000" "--set=data.tokens=20000000" ${dry})
+  endforeach()
+  expect_refusal(2 "data.tokens \\(1099511627776 synthetic tokens\\) needs 4.00 TiB in memory, more than the node has available \\([^\n]*\\): lower data.tokens"
+                 ${dtiny} "--set=data.tokens=1099511627776" --dry-run)
   # A channel named twice is refused at config time, naming the key.
   expect_refusal(2 "data.variables\\[1\\]: 'h' is given twice \\(also as data.variables\\[0\\]\\)"
                  ${tiny} ${data} ${np2} "--set=data.variables=[h, h, v]" --dry-run)

@@ -102,14 +102,15 @@ std::int64_t available_memory_bytes() {
 
 }  // namespace
 
-std::size_t host_buffer_elements(long double count, std::size_t element_bytes, const std::string& what) {
+std::size_t host_buffer_elements(long double count, std::size_t element_bytes, const std::string& what,
+                                 const std::string& advice) {
   const long double bytes = count * static_cast<long double>(element_bytes);
   const std::int64_t available = available_memory_bytes();
   const long double limit = available < 0 ? 9.0e18L : static_cast<long double>(available);
   if (count < 0 || bytes > limit) {
     throw IoError(what + " needs " + dp::format_bytes(static_cast<std::int64_t>(std::min(bytes, 9.0e18L))) +
                   " in memory, more than the node has available (" + dp::format_bytes(available) +
-                  "): the file's dimensions are damaged, or it needs more ranks (parallelism.domain)");
+                  "): " + advice);
   }
   return static_cast<std::size_t>(count);
 }
@@ -131,6 +132,29 @@ void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t pa
                         dp::format_bytes(share) + " = MemAvailable / " + std::to_string(mesh.local_size()) +
                         " ranks); make the model smaller or spread the ranks over more nodes");
     }
+  });
+}
+
+std::int64_t saturated_bytes(long double bytes) {
+  return bytes < 0 ? 0 : static_cast<std::int64_t>(std::min(bytes, 9.0e18L));
+}
+
+void check_memory_plan_fits(const Mesh& mesh, const std::string& what, long double state_bytes,
+                            long double activation_bytes, long double data_bytes, const std::string& advice) {
+  agree_on_success(mesh.world().mpi_comm(), [&] {
+    if (!mesh.device().is_host()) return;
+    const std::int64_t available = available_memory_bytes();
+    if (available < 0) return;
+    const std::int64_t share = available / std::max(1, mesh.local_size());
+    const long double needed = state_bytes + activation_bytes + data_bytes;
+    if (needed <= static_cast<long double>(share)) return;
+    throw ConfigError(what + ": this rank's memory plan needs " + dp::format_bytes(saturated_bytes(needed)) +
+                      " (activations of one step " + dp::format_bytes(saturated_bytes(activation_bytes)) +
+                      " (an estimate), parameters, gradients and optimizer state " +
+                      dp::format_bytes(saturated_bytes(state_bytes)) + ", data " +
+                      dp::format_bytes(saturated_bytes(data_bytes)) +
+                      "), more than this rank's share of the node's available memory (" + dp::format_bytes(share) +
+                      " = MemAvailable / " + std::to_string(mesh.local_size()) + " ranks); " + advice);
   });
 }
 

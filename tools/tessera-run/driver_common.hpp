@@ -79,11 +79,30 @@ void print_memory_plan(const Log& log, const Mesh& mesh, const std::string& rang
 void check_model_fits(const Mesh& mesh, const std::string& what, std::int64_t parameters,
                       dp::OptimizerKind optimizer);
 
+// The whole of this rank's memory plan before a step (or a --dry-run's table) is taken
+// as fitting: `state_bytes` (parameters, gradients, optimizer state, fsdp2's transient),
+// `activation_bytes` (the estimate of one step's activations, which grows with the batch,
+// the sequence or grid and the width) and `data_bytes` (the rank's data in memory),
+// counted in long double so that no size overflows. More than this rank's share of the
+// node's available memory (MemAvailable / ranks on the node) is the same ConfigError on
+// every rank, naming `what`, the bytes of each part and `advice` (the keys that size the
+// activations): the "needs N TiB" of check_model_fits, for the sizes it does not see.
+// Host memory only, as check_model_fits. Collective over the mesh's world.
+void check_memory_plan_fits(const Mesh& mesh, const std::string& what, long double state_bytes,
+                            long double activation_bytes, long double data_bytes, const std::string& advice);
+
+// A byte count in long double as the int64 the memory plan table prints: saturated at
+// 9e18 bytes (more than any node), never an overflow.
+std::int64_t saturated_bytes(long double bytes);
+
 // `count` elements of `element_bytes` each, as the size of a host buffer, once they are
 // known to fit in the node's available memory (MemAvailable): a file whose header
 // declares a huge axis (damaged or hostile) is an IoError naming `what` and the bytes,
-// not a bare std::bad_alloc or a machine driven into swap. Local (no collective).
-std::size_t host_buffer_elements(long double count, std::size_t element_bytes, const std::string& what);
+// not a bare std::bad_alloc or a machine driven into swap. `advice` says what to do
+// (the default: for a file's axis). Local (no collective).
+std::size_t host_buffer_elements(long double count, std::size_t element_bytes, const std::string& what,
+                                 const std::string& advice = "the file's dimensions are damaged, or it needs more "
+                                                             "ranks (parallelism.domain)");
 
 // Runs `read` and returns its result; a ConfigError or IoError it throws is thrown again
 // with `key` in front ("data.validation: ..."), for a second file read with the keys of

@@ -368,14 +368,18 @@ FieldDataInfo read_validation_info(const DataConfig& c, const FieldDataInfo& tra
   return info;
 }
 
+std::size_t FieldData::band_elements(const FieldDataInfo& info, std::int64_t lat_count) {
+  const std::int64_t plane = lat_count * info.nlon;
+  return host_buffer_elements(static_cast<long double>(info.times) * info.channels * plane, sizeof(float),
+                              "data '" + info.describe_files() + "': this rank's band of " +
+                                  std::to_string(info.times) + " times x " + std::to_string(info.channels) +
+                                  " channels x " + std::to_string(lat_count) + " x " + std::to_string(info.nlon));
+}
+
 FieldData::FieldData(const DataConfig& c, const FieldDataInfo& info, std::int64_t lat_start, std::int64_t lat_count)
     : info_(info), lead_(c.lead), lat_count_(lat_count) {
   const std::int64_t plane = lat_count * info.nlon;
-  values_.resize(host_buffer_elements(static_cast<long double>(info.times) * info.channels * plane, sizeof(float),
-                                      "data '" + info.describe_files() + "': this rank's band of " +
-                                          std::to_string(info.times) + " times x " + std::to_string(info.channels) +
-                                          " channels x " + std::to_string(lat_count) + " x " +
-                                          std::to_string(info.nlon)));
+  values_.resize(band_elements(info, lat_count));
   read_field_band(info, 0, info.times, lat_start, lat_count, values_.data());
   for (std::int64_t t = 0; t < info.times; ++t) {
     for (std::int64_t ci = 0; ci < info.channels; ++ci) {

@@ -117,6 +117,10 @@ class FieldData {
   // Reads rows [lat_start, lat_start + lat_count) of every time and selected channel,
   // normalised when info.mean/std are set. Throws IoError naming the file.
   FieldData(const DataConfig& config, const FieldDataInfo& info, std::int64_t lat_start, std::int64_t lat_count);
+  // The elements of such a band, once they are known to fit in the node's available
+  // memory (host_buffer_elements: an IoError naming the file and the band otherwise).
+  // Local; callable before the band is read (a --dry-run's memory plan).
+  static std::size_t band_elements(const FieldDataInfo& info, std::int64_t lat_count);
 
   std::int64_t samples() const { return info_.times - lead_; }
   // Inputs and targets of `indices`: f32 [indices.size(), channels, lat_count, nlon].

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <limits>
 
+#include "driver_common.hpp"
 #include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 
@@ -53,7 +54,10 @@ TokenData::TokenData(const DataConfig& config, std::int64_t vocab, std::int64_t 
     const std::int64_t k = config.branching;
     // The language: successors[a * k + j] is the j-th successor of token a.
     SplitMix64 rng{config.seed};
-    std::vector<std::int32_t> successors(static_cast<std::size_t>(vocab * k));
+    std::vector<std::int32_t> successors(host_buffer_elements(
+        static_cast<long double>(vocab) * static_cast<long double>(k), sizeof(std::int32_t),
+        "the synthetic language's successor table (model.vocab x data.branching)",
+        "lower data.branching or model.vocab"));
     std::vector<std::int32_t> pool(static_cast<std::size_t>(vocab));
     for (std::int64_t i = 0; i < vocab; ++i) pool[i] = static_cast<std::int32_t>(i);
     std::vector<std::int64_t> swapped(static_cast<std::size_t>(k));
@@ -75,7 +79,10 @@ TokenData::TokenData(const DataConfig& config, std::int64_t vocab, std::int64_t 
     cumulative[k - 1] = 1.0;
     for (auto& z : zipf) z /= total;
 
-    ids_.resize(static_cast<std::size_t>(config.tokens));
+    // Every rank generates the whole sequence: data.tokens must fit before it is allocated.
+    ids_.resize(host_buffer_elements(static_cast<long double>(config.tokens), sizeof(std::int32_t),
+                                     "data.tokens (" + std::to_string(config.tokens) + " synthetic tokens)",
+                                     "lower data.tokens"));
     std::int32_t current = 0;
     for (std::int64_t t = 0; t < config.tokens; ++t) {
       ids_[t] = current;

@@ -327,29 +327,45 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
   }
 
   const ShardRange rows = sp ? shard_range(seq_len, tp_size, mesh.coords().tp) : ShardRange{0, seq_len};
+  dp::MemoryReport report = dp::plan_memory(*trained, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
+  // A tied head's replica of embed's table on a later stage is not a parameter of that
+  // stage, so the plan does not see it: its value and gradient count as the stage's.
+  const pp::TiedReplicaBytes replica = pipeline ? pipeline->tied_replica_bytes() : pp::TiedReplicaBytes{};
+  report.parameter_bytes += replica.values;
+  report.gradient_bytes += replica.gradients;
+  // Activations: the whole decoder's for one local batch, or with a pipeline the stage's
+  // units for its largest microbatch times the microbatches it holds at its peak
+  // (stash: every microbatch in flight keeps its caches; recompute: one microbatch's
+  // caches plus the inputs of the others in flight). In long double: a hostile batch or
+  // seq_len multiplies past int64 (the check below refuses it; the plan prints it saturated).
+  using Bytes = long double;
+  auto activations = [&](int stage, const nn::CheckpointPolicy& policy) -> Bytes {
+    if (!pipeline) {
+      return static_cast<Bytes>(local_batch) *
+             static_cast<Bytes>(models::decoder_activation_bytes(arch, seq_len, tp_size, sp, policy));
+    }
+    const auto& options = pipeline->options();
+    const auto mb_rows = static_cast<Bytes>(shard_range(local_batch, options.microbatches, 0).length);
+    const models::DecoderUnits units = units_of_stage(pipeline->split().stages[static_cast<std::size_t>(stage)]);
+    const auto held = static_cast<Bytes>(
+        pp::peak_in_flight(pp::stage_actions(options.schedule, stage, pp_size, options.microbatches)));
+    const Bytes caches =
+        mb_rows * static_cast<Bytes>(models::decoder_activation_bytes(arch, seq_len, tp_size, sp, policy, units));
+    if (options.activations == pp::StageActivations::stash) return held * caches;
+    const Bytes input = units.embed ? 0 : static_cast<Bytes>(seq_len) * static_cast<Bytes>(arch.d_model) * sizeof(float);
+    return caches + (held - 1) * mb_rows * input;
+  };
+  const int own_stage = pipeline ? mesh.coords().pp : 0;
+  // The whole plan, activations included, against memory: the same refusal with
+  // --dry-run as without, before a batch is allocated (a huge batch or seq_len only
+  // grows the activations, which check_model_fits does not see).
+  check_memory_plan_fits(mesh, cfg.source + ": the decoder",
+                         static_cast<Bytes>(report.total_bytes()) + static_cast<Bytes>(report.transient_bytes),
+                         activations(own_stage, checkpointing), static_cast<Bytes>(data->bytes()),
+                         "lower data.batch_size, model.seq_len, model.d_model, model.hidden, model.n_heads or "
+                         "model.vocab, use activation_checkpointing, or add ranks (parallelism.tensor, "
+                         "parallelism.pipeline)");
   if (opts.dry_run) {
-    dp::MemoryReport report = dp::plan_memory(*trained, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
-    // A tied head's replica of embed's table on a later stage is not a parameter of that
-    // stage, so the plan does not see it: its value and gradient count as the stage's.
-    const pp::TiedReplicaBytes replica = pipeline ? pipeline->tied_replica_bytes() : pp::TiedReplicaBytes{};
-    report.parameter_bytes += replica.values;
-    report.gradient_bytes += replica.gradients;
-    // Activations: the whole decoder's for one local batch, or with a pipeline the stage's
-    // units for its largest microbatch times the microbatches it holds at its peak
-    // (stash: every microbatch in flight keeps its caches; recompute: one microbatch's
-    // caches plus the inputs of the others in flight).
-    auto activations = [&](int stage, const nn::CheckpointPolicy& policy) -> std::int64_t {
-      if (!pipeline) return local_batch * models::decoder_activation_bytes(arch, seq_len, tp_size, sp, policy);
-      const auto& options = pipeline->options();
-      const std::int64_t mb_rows = shard_range(local_batch, options.microbatches, 0).length;
-      const models::DecoderUnits units = units_of_stage(pipeline->split().stages[static_cast<std::size_t>(stage)]);
-      const std::int64_t held =
-          pp::peak_in_flight(pp::stage_actions(options.schedule, stage, pp_size, options.microbatches));
-      const std::int64_t caches = mb_rows * models::decoder_activation_bytes(arch, seq_len, tp_size, sp, policy, units);
-      if (options.activations == pp::StageActivations::stash) return held * caches;
-      const std::int64_t input = units.embed ? 0 : seq_len * arch.d_model * static_cast<std::int64_t>(sizeof(float));
-      return caches + (held - 1) * mb_rows * input;
-    };
     if (pipeline) {
       // Every stage's state (its rank with tp and dp coordinate 0), printed by rank 0.
       Tensor mine = Tensor::from_vector<std::int64_t>({report.parameter_elements, report.parameter_bytes,
@@ -367,7 +383,7 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
         const auto& stage = pipeline->split().stages[static_cast<std::size_t>(s)];
         const std::int64_t held =
             pp::peak_in_flight(pp::stage_actions(options.schedule, s, pp_size, options.microbatches));
-        const std::int64_t act = activations(s, checkpointing);
+        const std::int64_t act = saturated_bytes(activations(s, checkpointing));
         log.info("  stage " + std::to_string(s) + ": " + stage.front() + (stage.size() > 1 ? " .. " + stage.back() : std::string()) +
                  ", " + std::to_string(r[0]) + " parameter elements per rank, parameters " + mib(r[1]) +
                  " + gradients " + mib(r[2]) +
@@ -381,9 +397,9 @@ int train_decoder(const RunConfig& cfg, const Options& opts) {
       }
       log.info("  (in the per-rank plan below each rank counts its own stage's state and activations)");
     }
-    const int stage = pipeline ? mesh.coords().pp : 0;
-    print_memory_plan(log, mesh, "seq rows", rows.start, rows.end(), report, activations(stage, checkpointing),
-                      data->bytes(), checkpointing, activations(stage, {}));
+    print_memory_plan(log, mesh, "seq rows", rows.start, rows.end(), report,
+                      saturated_bytes(activations(own_stage, checkpointing)), data->bytes(), checkpointing,
+                      saturated_bytes(activations(own_stage, {})));
     log.info("dry run: the config is valid; nothing was trained");
     return 0;
   }

@@ -37,19 +37,23 @@ models::FieldEmulatorConfig model_config(const RunConfig& cfg, const FieldDataIn
 // layers' caches, the halo-padded inputs and the im2col workspace of the convolutions):
 // an estimate for the memory plan, not a measurement.
 // A checkpointed block keeps only its input; during backward one block is recomputed
-// (holding its input among its activations).
-std::int64_t activation_bytes_per_sample(const models::FieldEmulatorConfig& m, std::int64_t lat_local, int tp,
-                                         const nn::CheckpointPolicy& checkpointing = {}) {
-  const std::int64_t k = m.kernel, halo = k - 1;
-  const std::int64_t plane = lat_local * m.nlon, padded = (lat_local + halo) * (m.nlon + halo);
-  const std::int64_t hidden_local = shard_range(m.mlp_hidden, tp, 0).length;  // the widest rank's
-  const std::int64_t block = (3 * m.width + 2 * hidden_local) * plane, checkpointed = checkpointing.count(m.n_blocks);
-  std::int64_t floats = m.channels * padded + m.channels * k * k * plane + m.width * plane;  // encoder
-  floats += (m.n_blocks - checkpointed) * block;                                             // blocks
-  if (checkpointed > 0) floats += (checkpointed - 1) * m.width * plane + block;  // inputs; one recomputed
-  floats += 2 * m.width * plane;                                                              // GELU
-  floats += m.width * padded + m.width * k * k * plane + m.channels * plane;                  // decoder
-  return floats * static_cast<std::int64_t>(sizeof(float));
+// (holding its input among its activations). In long double: a config's sizes may
+// multiply past int64 (the memory check refuses them; the plan prints them saturated).
+long double activation_bytes_per_sample(const models::FieldEmulatorConfig& m, std::int64_t lat_local, int tp,
+                                        const nn::CheckpointPolicy& checkpointing = {}) {
+  using F = long double;
+  const F k = static_cast<F>(m.kernel), halo = k - 1, width = static_cast<F>(m.width), channels = static_cast<F>(m.channels);
+  const F plane = static_cast<F>(lat_local) * static_cast<F>(m.nlon);
+  const F padded = (static_cast<F>(lat_local) + halo) * (static_cast<F>(m.nlon) + halo);
+  const F hidden_local = static_cast<F>(shard_range(m.mlp_hidden, tp, 0).length);  // the widest rank's
+  const F block = (3 * width + 2 * hidden_local) * plane;
+  const F checkpointed = static_cast<F>(checkpointing.count(m.n_blocks)), n_blocks = static_cast<F>(m.n_blocks);
+  F floats = channels * padded + channels * k * k * plane + width * plane;  // encoder
+  floats += (n_blocks - checkpointed) * block;                                   // blocks
+  if (checkpointed > 0) floats += (checkpointed - 1) * width * plane + block;   // inputs; one recomputed
+  floats += 2 * width * plane;                                                   // GELU
+  floats += width * padded + width * k * k * plane + channels * plane;           // decoder
+  return floats * static_cast<F>(sizeof(float));
 }
 
 class FieldEmulatorTask final : public TrainingTask {
@@ -186,12 +190,23 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
 
   const std::int64_t data_bytes =
       info.times * info.channels * box.lat.length * info.nlon * static_cast<std::int64_t>(sizeof(float));
+  // The data band first, by its own check (it names the file), then the whole plan,
+  // activations included, against memory: the same refusals with --dry-run as without,
+  // before any band or batch is allocated.
+  agree_on_success(world, [&] { (void)FieldData::band_elements(info, box.lat.length); });
+  const dp::MemoryReport plan = dp::plan_memory(*model, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
+  const long double activations = static_cast<long double>(local_batch) *
+                                  activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size(), checkpointing);
+  check_memory_plan_fits(mesh, cfg.source + ": the model",
+                         static_cast<long double>(plan.total_bytes()) + static_cast<long double>(plan.transient_bytes),
+                         activations, static_cast<long double>(data_bytes),
+                         "lower data.batch_size, model.width, model.mlp_hidden or model.n_blocks, use "
+                         "activation_checkpointing, or split the grid over more ranks (parallelism.domain)");
   if (opts.dry_run) {
-    const dp::MemoryReport plan = dp::plan_memory(*model, dp::MemoryPlanLayout::of(mesh), optimizer_kind(cfg.optimizer));
-    print_memory_plan(
-        log, mesh, "lat band", box.lat.start, box.lat.start + box.lat.length, plan,
-        local_batch * activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size(), checkpointing), data_bytes,
-        checkpointing, local_batch * activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size()));
+    print_memory_plan(log, mesh, "lat band", box.lat.start, box.lat.start + box.lat.length, plan,
+                      saturated_bytes(activations), data_bytes, checkpointing,
+                      saturated_bytes(static_cast<long double>(local_batch) *
+                                      activation_bytes_per_sample(arch, box.lat.length, mesh.tp_size())));
     log.info("dry run: the config is valid; nothing was trained");
     return 0;
   }

@@ -158,6 +158,9 @@ struct DecoderUnits {
   std::int64_t layers = -1;  // blocks from first_layer; < 0: through the last
   bool norm = true, head = true;
 };
+// An estimate beyond 9e18 bytes (a hostile seq_len or width; no int64 overflow) is
+// decoder_activation_bytes_max.
+inline constexpr std::int64_t decoder_activation_bytes_max = 9'000'000'000'000'000'000;
 std::int64_t decoder_activation_bytes(const DecoderConfig& config, std::int64_t seq_len, int tp, bool sp,
                                       const nn::CheckpointPolicy& policy = {}, const DecoderUnits& units = {});
 
