@@ -10,11 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "capi/capi_internal.hpp"
 #include "tessera/agree.hpp"
+#include "tessera/detail/finite.hpp"
 #include "tessera/domain/redistribution.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
@@ -250,6 +252,32 @@ std::vector<Tensor> fields(tessera_trainer& t, const std::vector<std::pair<const
   return out;
 }
 
+// The first NaN or Inf of this rank's input or target of step `step` (f32 batches of
+// (B, C, band lat, band lon) from fields()), as the sentence a divergence report gives
+// in place of the lr advice; "" when both are finite. Local.
+std::string batch_problem(const tessera_trainer& t, const std::vector<Tensor>& xy, std::int64_t step) {
+  const char* names[] = {"input", "target"};
+  for (std::size_t k = 0; k < xy.size() && k < 2; ++k) {
+    const Tensor host = xy[k].to(Device::host()).contiguous();
+    const std::span<const float> values(host.data<float>(), static_cast<std::size_t>(host.numel()));
+    const auto bad = tessera::detail::first_non_finite(values);
+    if (!bad) continue;
+    std::string where = "element " + std::to_string(*bad);
+    const Shape& s = host.shape();
+    if (s.size() == 4) {
+      const auto box = t.model->decomposition().box();
+      auto i = static_cast<std::int64_t>(*bad);
+      const std::int64_t lon = i % s[3], row = i / s[3] % s[2], channel = i / (s[3] * s[2]) % s[1],
+                         sample = i / (s[3] * s[2] * s[1]);
+      where = "sample " + std::to_string(sample) + ", channel " + std::to_string(channel) + ", latitude row " +
+              std::to_string(box.lat.start + row) + ", longitude " + std::to_string(box.lon.start + lon);
+    }
+    return "the " + std::string(names[k]) + " batch of step " + std::to_string(step) + " (tessera_trainer_step's " +
+           names[k] + ") holds " + tessera::detail::non_finite_kind(values[*bad]) + " at " + where;
+  }
+  return "";
+}
+
 }  // namespace
 
 extern "C" {
@@ -439,9 +467,13 @@ int tessera_trainer_step(tessera_trainer_t* trainer, const void* input, const vo
     }
     t.step->before_backward(t.micro);
     const double value = train::field_emulator_forward_backward(*t.model, xy[0], xy[1]);
+    // A loss that is not finite: what this rank's batch held, for finish()'s report.
+    if (!std::isfinite(value)) t.step->note_non_finite_loss(t.steps + 1, batch_problem(t, xy, t.steps + 1));
     if (++t.micro == accumulate) {
       t.micro = 0;  // a failed update (divergence) leaves no half step behind
-      t.step->finish(t.steps + 1, /*measure_norm=*/false);
+      // The norm is measured every step (one all-reduce), so that a step whose gradients
+      // are not finite stops here, naming its cause, instead of writing NaN weights.
+      t.step->finish(t.steps + 1, /*measure_norm=*/true);
       ++t.steps;
     }
     Tensor mean = Tensor::from_vector(std::vector<double>{value}, {1});
@@ -516,6 +548,7 @@ int tessera_trainer_restore(tessera_trainer_t* trainer, const char* path) {
     const io::LoadResult loaded = io::load_checkpoint(header.file, *t.mesh, *t.model, &t.step->optimizer());
     t.steps = loaded.step;
     t.micro = 0;  // the next call starts a step: begin() zeroes what was accumulated
+    t.step->weights_loaded();  // begin() notes whether the loaded weights are finite
   });
 }
 

@@ -2,10 +2,17 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <optional>
+#include <span>
 #include <sstream>
+#include <utility>
 
+#include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
+#include "tessera/bfloat16.hpp"
 #include "tessera/clip.hpp"
+#include "tessera/detail/finite.hpp"
 #include "tessera/domain/gradient_sync.hpp"
 #include "tessera/domain/loss.hpp"
 #include "tessera/error.hpp"
@@ -120,7 +127,103 @@ TrainingStep::TrainingStep(const OptimizerConfig& optimizer, std::int64_t total_
 
 double TrainingStep::learning_rate(std::int64_t step) const { return learning_rate_at(config_, step, total_steps_); }
 
-void TrainingStep::begin() { optimizer_->zero_grad(); }
+namespace {
+
+// "parameter 'x' holds NaN" for the first parameter of `params` whose local block holds
+// NaN or Inf; "" when every one is finite. Local.
+std::string first_non_finite_parameter(const NamedParameters& params) {
+  for (const auto& [name, p] : params) {
+    if (p == nullptr || !p->value.defined() || p->value.numel() == 0) continue;
+    const Tensor host = p->value.to(Device::host()).contiguous();
+    const auto n = static_cast<std::size_t>(host.numel());
+    std::optional<double> bad;
+    switch (host.dtype()) {
+      case DType::f32: {
+        const std::span<const float> v(host.data<float>(), n);
+        if (const auto i = tessera::detail::first_non_finite(v)) bad = v[*i];
+        break;
+      }
+      case DType::f64: {
+        const std::span<const double> v(host.data<double>(), n);
+        if (const auto i = tessera::detail::first_non_finite(v)) bad = v[*i];
+        break;
+      }
+      case DType::bf16: {
+        for (std::size_t i = 0; i < n && !bad; ++i) {
+          const float x = static_cast<float>(host.data<bfloat16>()[i]);
+          if (!std::isfinite(x)) bad = x;
+        }
+        break;
+      }
+      case DType::i64: break;
+    }
+    if (bad) return "parameter '" + name + "' holds " + tessera::detail::non_finite_kind(*bad);
+  }
+  return "";
+}
+
+}  // namespace
+
+void TrainingStep::begin() {
+  if (!start_checked_) {
+    start_checked_ = true;
+    start_problem_ = first_non_finite_parameter(params_);
+  }
+  optimizer_->zero_grad();
+}
+
+void TrainingStep::note_non_finite_loss(std::int64_t step, const std::string& batch_problem) {
+  if (first_bad_loss_step_ >= 0) return;
+  first_bad_loss_step_ = step;
+  bad_loss_batch_ = batch_problem;
+}
+
+void TrainingStep::report_divergence(std::int64_t step, double grad_norm) {
+  Communicator& world = mesh_.world();
+  // The notes are used up by this report: a caller that goes on (the C trainer with the
+  // next batch) starts afresh.
+  const std::int64_t noted_step = std::exchange(first_bad_loss_step_, -1);
+  const std::string noted_batch = std::exchange(bad_loss_batch_, std::string());
+  // The first step whose loss was not finite, over every rank (none: the gradients alone).
+  Tensor first = Tensor::from_vector<std::int64_t>(
+      {noted_step >= 0 ? noted_step : std::numeric_limits<std::int64_t>::max()}, {1});
+  world.all_reduce(first, ReduceOp::min);
+  const std::int64_t bad_step = first.to_vector<std::int64_t>()[0];
+  const bool noted = bad_step != std::numeric_limits<std::int64_t>::max();
+  // Each rank's cause, the strongest reported: its batch at that step (3), a parameter
+  // that was not finite before the first step (2), a divergence (0).
+  std::string message;
+  std::int64_t cause = 0;
+  if (noted && noted_step == bad_step && !noted_batch.empty()) {
+    cause = 3;
+    message = "training stopped at step " + std::to_string(step) + ": the loss of step " + std::to_string(bad_step) +
+              " is not finite because " + noted_batch +
+              " (fix or drop those values where the data enters; this is not a divergence)";
+  } else if (!start_problem_.empty()) {
+    cause = 2;
+    message = "training stopped at step " + std::to_string(step) + ": " + start_problem_ +
+              ", already before the first step of this run (check the checkpoint or initialisation it came from: "
+              "`tessera-ckpt verify` names every such tensor; this is not a divergence)";
+  }
+  Tensor strongest = Tensor::from_vector<std::int64_t>({cause}, {1});
+  world.all_reduce(strongest, ReduceOp::max);
+  const std::int64_t reported = strongest.to_vector<std::int64_t>()[0];
+  if (reported > 0) {
+    agree_on_success(world.mpi_comm(), [&] {
+      if (cause == reported) throw InvalidArgument(message);
+    });
+  }
+  // A divergence: the same text on every rank (what each rank noted may differ).
+  char norm[32];
+  std::snprintf(norm, sizeof norm, "%g", grad_norm);
+  std::string detail;
+  if (noted) {
+    detail = "; the loss was first not finite at step " + std::to_string(bad_step) +
+             ", from parameters the updates of this run had made NaN or Inf";
+  }
+  throw InvalidArgument("training diverged at step " + std::to_string(step) + ": gradient norm " + norm + detail +
+                        " (lower optimizer.lr or set optimizer.clip_grad_norm)");
+}
 
 void TrainingStep::before_backward(std::int64_t micro) {
   // no_sync before the last backward of the step.
@@ -142,12 +245,7 @@ double TrainingStep::finish(std::int64_t step, bool measure_norm) {
   } else if (measure_norm) {
     grad_norm = global_grad_norm(params_, mesh_);
   }
-  if ((config_.clip_grad_norm > 0 || measure_norm) && !std::isfinite(grad_norm)) {
-    char norm[32];
-    std::snprintf(norm, sizeof norm, "%g", grad_norm);
-    throw InvalidArgument("training diverged at step " + std::to_string(step) + ": gradient norm " + norm +
-                          " (lower optimizer.lr or set optimizer.clip_grad_norm)");
-  }
+  if ((config_.clip_grad_norm > 0 || measure_norm) && !std::isfinite(grad_norm)) report_divergence(step, grad_norm);
   optimizer_->set_learning_rate(learning_rate(step));
   optimizer_->step();
   return grad_norm;

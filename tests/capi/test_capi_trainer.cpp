@@ -483,6 +483,50 @@ void check_latitudes(const std::string& dir, int world_size) {
 
 }  // namespace
 
+// Issue 46: a NaN in the caller's input or an Inf in its target made the loss NaN and was
+// reported as "training diverged ... lower optimizer.lr". Now the step fails on every
+// rank naming the array, the step and the place (global latitude row), without the lr
+// advice and without an update: the trainer still stands at the last good step, and a
+// finite batch trains on.
+void check_non_finite(const std::string& dir, int world_size) {
+  const std::string config = write_config(dir, "non_finite", 1, 1, world_size);
+  tessera_trainer_t* t = create(config, MPI_COMM_WORLD);
+  std::int64_t lat0 = 0, nlat = 0, lon0 = 0, nlon = 0;
+  EXPECT_STATUS(tessera_trainer_box(t, &lat0, &nlat, &lon0, &nlon), TESSERA_OK);
+  (void)step_on(t, 0, kBatch, lat0, nlat);  // step 1
+  constexpr std::int64_t kRow = 5, kLon = 3;
+  const std::int64_t shape[4] = {kBatch, kChannels, nlat, kNlon};
+  for (const char* array : {"input", "target"}) {
+    std::vector<float> x = batch(1, kBatch, lat0, nlat), y = batch(2, kBatch, lat0, nlat);
+    const bool input = std::string(array) == "input";
+    int owner = 0;  // the rank whose band holds row kRow
+    if (kRow >= lat0 && kRow < lat0 + nlat) {
+      owner = world_rank;
+      (input ? x : y)[static_cast<std::size_t>(((1 * kChannels + 1) * nlat + kRow - lat0) * kNlon + kLon)] =
+          input ? NAN : INFINITY;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &owner, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_STATUS(tessera_trainer_step(t, x.data(), y.data(), TESSERA_F32, TESSERA_ORDER_C, 4, shape, nullptr),
+                  TESSERA_ERR_INVALID_ARGUMENT);
+    const std::string message = tessera_last_error();
+    const std::string expected = std::string("training stopped at step 2: the loss of step 2 is not finite because the ") +
+                                 array + " batch of step 2 (tessera_trainer_step's " + array + ") holds " +
+                                 (input ? "NaN" : "an infinite value") + " at sample 1, channel 1, latitude row 5, " +
+                                 "longitude 3 (fix or drop those values where the data enters; this is not a " +
+                                 "divergence) (on rank " + std::to_string(owner) + " of " + std::to_string(world_size) + ")";
+    if (message.find(expected) == std::string::npos) std::fprintf(stderr, "got:  %s\nwant: %s\n", message.c_str(), expected.c_str());
+    CHECK(message.find(expected) != std::string::npos);
+    CHECK(message.find("optimizer.lr") == std::string::npos);
+    std::int64_t steps = -1;
+    EXPECT_STATUS(tessera_trainer_steps(t, &steps), TESSERA_OK);
+    CHECK(steps == 1);  // the failed step did not count
+  }
+  // The weights were not touched: a finite batch trains on to a finite loss.
+  const double loss = step_on(t, 1, kBatch, lat0, nlat);
+  CHECK(std::isfinite(loss));
+  EXPECT_STATUS(tessera_trainer_destroy(&t), TESSERA_OK);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int world_size = 1;
@@ -503,6 +547,7 @@ int main(int argc, char** argv) {
   }
   check_errors(dir, world_size);
   check_latitudes(dir, world_size);
+  check_non_finite(dir, world_size);
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) std::printf("test_capi_trainer: %d failure(s) at %d rank(s)\n", total, world_size);

@@ -13,9 +13,12 @@
 #include "mpi_test.hpp"
 #include "tessera/error.hpp"
 #include "tessera/io/checkpoint.hpp"
+#include "tessera/init.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/models/field_emulator.hpp"
 #include "tessera/models/load_model.hpp"
+#include "tessera/ops.hpp"
+#include "tessera/train/training_step.hpp"
 
 namespace {
 
@@ -142,3 +145,71 @@ TEST(FieldEmulator, LoadModelOfAMissingCheckpointFailsOnEveryRank) {
 }
 
 }  // namespace
+
+namespace {
+
+// Steps of `model` on a fixed batch until finish() throws (at most `steps`); the message
+// of the InvalidArgument, the same on every rank, or "" when none threw.
+std::string train_until_refused(train::TrainingStep& step, models::FieldEmulator& model, int steps) {
+  const Tensor x = local_input(model, 2);
+  Tensor y = x.clone();
+  ops::scale(y, 0.5);
+  std::string message;
+  for (int s = 1; s <= steps && message.empty(); ++s) {
+    try {
+      step.begin();
+      step.before_backward(0);
+      const double loss = train::field_emulator_forward_backward(model, x, y);
+      if (!std::isfinite(loss)) step.note_non_finite_loss(s, "");
+      step.finish(s, /*measure_norm=*/true);
+    } catch (const InvalidArgument& e) {
+      message = e.what();
+    }
+  }
+  const auto all = tessera::testing::all_gather_strings(message);
+  for (const auto& m : all) EXPECT_EQ(m, all[0]);
+  return message;
+}
+
+}  // namespace
+
+// Issue 46: NaN weights (a blown-up checkpoint, a bad initialisation) made the loss NaN
+// and were reported as "training diverged ... lower optimizer.lr". A parameter that is
+// NaN before the first step is named, on every rank, from the rank that holds it; a
+// genuine divergence (lr 1e30) keeps the lr advice.
+TEST(TrainingStep, ANonFiniteLossIsBlamedOnItsCause) {
+  const int world = tessera::testing::world_size();
+  Mesh mesh(MPI_COMM_WORLD, ParallelismConfig{DataParallelMode::none, 1, world});
+  {
+    models::FieldEmulator model(small_config(), mesh);
+    nn::initialize_parameters(model, 3);
+    const auto params = model.named_parameters();
+    const std::string name = params.front().first;
+    if (tessera::testing::world_rank() == world - 1) params.front().second->value.data<float>()[1] = NAN;
+    train::OptimizerConfig o;
+    train::TrainingStep step(o, 10, mesh, model, nullptr);
+    const std::string message = train_until_refused(step, model, 3);
+    EXPECT_NE(message.find("training stopped at step 1: parameter '" + name +
+                           "' holds NaN, already before the first step of this run (check the checkpoint or "
+                           "initialisation it came from"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("(on rank " + std::to_string(world - 1) + " of " + std::to_string(world) + ")"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("optimizer.lr"), std::string::npos) << message;
+  }
+  {
+    models::FieldEmulator model(small_config(), mesh);
+    nn::initialize_parameters(model, 3);
+    train::OptimizerConfig o;
+    o.type = "sgd";
+    o.lr = 1e30;
+    o.clip_grad_norm = 0;
+    train::TrainingStep step(o, 10, mesh, model, nullptr);
+    const std::string message = train_until_refused(step, model, 6);
+    EXPECT_EQ(message.rfind("training diverged at step ", 0), 0u) << message;
+    EXPECT_NE(message.find("(lower optimizer.lr or set optimizer.clip_grad_norm)"), std::string::npos) << message;
+    EXPECT_EQ(message.find("already before"), std::string::npos) << message;
+  }
+}

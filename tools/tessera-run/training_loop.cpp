@@ -333,7 +333,11 @@ int run_training(const RunConfig& cfg, const Options& opts, const Log& log, cons
     for (std::int64_t micro = 0; micro < accumulate; ++micro) {
       task.load_batch(sampler.batch(first_micro_batch + micro, local_batch));
       training_step.before_backward(micro);
-      timed([&] { loss += task.forward_backward(); });
+      double micro_loss = 0;
+      timed([&] { micro_loss = task.forward_backward(); });
+      loss += micro_loss;
+      // Named now, while the batch is loaded: a divergence report blames it, not the lr.
+      if (!std::isfinite(micro_loss)) training_step.note_non_finite_loss(step, task.batch_problem(step));
       step_baseline += task.baseline();
     }
     double grad_norm = NAN;

@@ -43,6 +43,10 @@ class TrainingTask {
 
   // Reads these samples of the local batch onto the mesh's device (not timed).
   virtual void load_batch(const std::vector<std::int64_t>& samples) = 0;
+  // After a loss that is not finite: a sentence naming the first NaN or Inf of the loaded
+  // batch (input or target, the file, the sample and place), "" when it holds none
+  // (tokens never do). Local.
+  virtual std::string batch_problem(std::int64_t /*step*/) const { return ""; }
   // Forward, loss and backward on the loaded batch: every parameter's gradient holds
   // this rank's part, before any reduction. Returns the loss.
   virtual double forward_backward() = 0;

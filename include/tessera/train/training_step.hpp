@@ -89,8 +89,17 @@ class TrainingStep {
   const NamedParameters& parameters() const { return params_; }
   double learning_rate(std::int64_t step) const;
 
-  // Zeroes the gradients.
+  // Zeroes the gradients. The first call (and the first after weights_loaded()) also
+  // notes, locally, whether a parameter is already NaN or Inf (from a checkpoint or an
+  // initialisation): a later non-finite loss is then blamed on it, not on the lr.
   void begin();
+  // Weights were loaded into the model (a restore): the next begin() checks them again.
+  void weights_loaded() { start_checked_ = false; }
+  // This rank's loss of (1-based) step `step` is NaN or Inf: notes, locally, what the
+  // step's batch holds (`batch_problem`: a sentence naming a non-finite value of the
+  // batch, "" when it is finite), for the divergence report of finish(). The first such
+  // step is kept. No communication.
+  void note_non_finite_loss(std::int64_t step, const std::string& batch_problem);
   // Before the backward of micro-batch `micro` of optimizer.accumulate: only the last one
   // starts the dp reduction.
   void before_backward(std::int64_t micro);
@@ -100,9 +109,21 @@ class TrainingStep {
   // `measure_norm`), the divergence check (every rank stops together: the norm comes from
   // one all-reduce), the learning rate and the update. Returns the norm (NaN when neither
   // clipped nor measured). Collective over the mesh.
+  // A norm that is not finite is reported by its cause, the same InvalidArgument on every
+  // rank: a non-finite value of the batch of the first step whose loss was not finite
+  // (its note), else a parameter that was NaN or Inf before the first step (begin()),
+  // else a divergence ("lower optimizer.lr or set optimizer.clip_grad_norm").
   double finish(std::int64_t step, bool measure_norm);
 
  private:
+  // The report of a gradient norm that is not finite at `step` (collective; throws).
+  [[noreturn]] void report_divergence(std::int64_t step, double grad_norm);
+
+  // Local notes for report_divergence.
+  bool start_checked_ = false;
+  std::string start_problem_;  // "parameter 'x' holds NaN" at the first step, or ""
+  std::int64_t first_bad_loss_step_ = -1;
+  std::string bad_loss_batch_;  // what that step's batch held ("" when finite)
   OptimizerConfig config_;
   std::int64_t total_steps_;
   const Mesh& mesh_;
