@@ -16,6 +16,9 @@ void parse_decoder_model(const Parser& p, const YAML::Node& v, const std::string
     {"n_heads", [&](const YAML::Node& x, const std::string& kk) { dm.arch.n_heads = p.integer(x, kk, 1); }},
     {"hidden", [&](const YAML::Node& x, const std::string& kk) { dm.arch.hidden = p.integer(x, kk, 1); }},
     {"n_layers", [&](const YAML::Node& x, const std::string& kk) { dm.arch.n_layers = p.integer(x, kk, 0); }},
+    {"eps", [&](const YAML::Node& x, const std::string& kk) {
+       dm.arch.eps = p.number(x, kk, 0.0, /*min_inclusive=*/false);  // finite, > 0 (RMSNorm's epsilon)
+     }},
     {"tie_embeddings", [&](const YAML::Node& x, const std::string& kk) {
        dm.arch.tie_embeddings = p.boolean(x, kk);
      }},

@@ -114,6 +114,36 @@ elseif(MODE STREQUAL "init_weights")
                "--set=checkpoint.dir=${WORK_DIR}/wide" --set=parallelism.tensor=1 --set=model.width=16
                "--set=init_weights=${WORK_DIR}/source")
   message(STATUS "init_weights: ${n} weights start bit-identical at another layout")
+  # model.eps (issue 43): a decoder trained with eps 1e-5 is fine-tuned with eps 1e-5, and
+  # refused naming eps without it; a checkpoint whose metadata predates the key (no
+  # `eps:`) holds the old default 1e-6 and starts a run that leaves eps unset.
+  set(dec ${dtiny} --set=checkpoint.interval=0 --set=parallelism.tensor=1 --set=schedule.steps=2)
+  expect_success(1 ${dec} --set=model.eps=1e-5 "--set=checkpoint.dir=${WORK_DIR}/eps5")
+  execute_process(COMMAND ${CKPT} info "${WORK_DIR}/eps5" OUTPUT_VARIABLE info RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR NOT info MATCHES "\\| +eps: 1[.]0000000000000001e-05\n")
+    message(FATAL_ERROR "the metadata of a model.eps 1e-5 run does not record it:\n${info}")
+  endif()
+  expect_success(1 ${dec} ${frozen} --set=model.eps=1e-5 "--set=checkpoint.dir=${WORK_DIR}/eps5_fresh"
+                 "--set=init_weights=${WORK_DIR}/eps5")
+  model_weights_unchanged("${WORK_DIR}/eps5" "${WORK_DIR}/eps5_fresh" weights)
+  expect_error(1 "tessera-run: error: init_weights: [^\n]*eps" ${dec} ${frozen}
+               "--set=checkpoint.dir=${WORK_DIR}/eps_default" "--set=init_weights=${WORK_DIR}/eps5")
+  foreach(bad 0 -1e-5 nan)
+    expect_error(1 "tessera-run: error: [^\n]*model.eps" ${dec} --set=model.eps=${bad} "--set=checkpoint.dir=")
+  endforeach()
+  execute_process(COMMAND ${CKPT} export "${WORK_DIR}/eps5" "${WORK_DIR}/eps5.safetensors" RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE o ERROR_VARIABLE e)
+  file(WRITE "${WORK_DIR}/old_meta.yaml" "model:\n  type: decoder\n  vocab: 32\n  d_model: 16\n  n_heads: 2\n"
+             "  hidden: 32\n  n_layers: 2\n  tie_embeddings: false\n")
+  execute_process(COMMAND ${CKPT} import "${WORK_DIR}/eps5.safetensors" "${WORK_DIR}/old" --metadata
+                          "${WORK_DIR}/old_meta.yaml" RESULT_VARIABLE rc2 OUTPUT_VARIABLE o2 ERROR_VARIABLE e2)
+  if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0)
+    message(FATAL_ERROR "export/import with metadata without eps failed:\n${o}${e}${o2}${e2}")
+  endif()
+  expect_success(1 ${dec} ${frozen} "--set=checkpoint.dir=${WORK_DIR}/old_fresh" "--set=init_weights=${WORK_DIR}/old")
+  expect_error(1 "tessera-run: error: init_weights: [^\n]*eps" ${dec} ${frozen} --set=model.eps=1e-5
+               "--set=checkpoint.dir=${WORK_DIR}/old_eps5" "--set=init_weights=${WORK_DIR}/old")
+  message(STATUS "init_weights: model.eps 1e-5 fine-tunes, other eps refused, a checkpoint without eps reads as 1e-6")
 
 elseif(MODE STREQUAL "lora")
   # Fine-tuning only LoRA adapters on a pretrained decoder (model.lora + init_weights), at
