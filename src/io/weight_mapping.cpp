@@ -95,7 +95,59 @@ Tensor transposed_view(const Tensor& t) {
                       {t.strides()[1], t.strides()[0]});
 }
 
+// heads divides `extent` (dim 0 of what a rope_permute reorders) into heads of an even
+// head_dim; ShapeError naming `who` otherwise.
+void check_rope_rows(std::int64_t extent, std::int64_t heads, const std::string& who) {
+  if (heads < 1 || extent % heads != 0 || (extent / heads) % 2 != 0) {
+    throw ShapeError(who + ": a rope_permute over " + std::to_string(heads) + " heads needs dim 0 to hold " +
+                     std::to_string(heads) + " heads of an even head_dim, but its extent is " +
+                     std::to_string(extent) + " (is `heads` the query heads for q and the key/value heads for k?)");
+  }
+}
+
 }  // namespace
+
+const char* rope_permute_name(RopePermute p) noexcept {
+  switch (p) {
+    case RopePermute::half_to_interleaved: return "half_to_interleaved";
+    case RopePermute::interleaved_to_half: return "interleaved_to_half";
+    case RopePermute::none: break;
+  }
+  return "none";
+}
+
+RopePermute inverse(RopePermute p) noexcept {
+  switch (p) {
+    case RopePermute::half_to_interleaved: return RopePermute::interleaved_to_half;
+    case RopePermute::interleaved_to_half: return RopePermute::half_to_interleaved;
+    case RopePermute::none: break;
+  }
+  return RopePermute::none;
+}
+
+Tensor rope_permute_rows(const Tensor& t, RopePermute p, std::int64_t heads, const std::string& who) {
+  if (t.dim() < 1) throw ShapeError(who + ": a rope_permute needs a tensor of at least one dim, got " + t.str());
+  const std::int64_t rows = t.shape()[0];
+  check_rope_rows(rows, heads, who);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  if (p == RopePermute::none) {
+    out.copy_from(t);
+    return out;
+  }
+  const std::int64_t head_dim = rows / heads, half = head_dim / 2;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (std::int64_t i = 0; i < half; ++i) {
+      // Interleaved rows 2i, 2i+1 of head h are half-split rows i, i + half.
+      const std::int64_t inter = h * head_dim + 2 * i, split = h * head_dim + i;
+      for (std::int64_t k = 0; k < 2; ++k) {
+        const std::int64_t a = inter + k, b = split + k * half;
+        const bool to_inter = p == RopePermute::half_to_interleaved;
+        out.narrow(0, to_inter ? a : b, 1).copy_from(t.narrow(0, to_inter ? b : a, 1));
+      }
+    }
+  }
+  return out;
+}
 
 
 std::vector<ImportStep> WeightMapping::plan_import(const NamedShapes& keys, const std::string& file) const {
@@ -180,6 +232,12 @@ std::vector<ImportStep> WeightMapping::plan_import(const NamedShapes& keys, cons
         std::tie(step.offset, step.length) = part_range(*rule.split, shape[step.dim], describe(rule) + ": " + who);
         step.shape[step.dim] = step.length;
       }
+      if (rule.rope_permute != RopePermute::none) {
+        if (step.shape.empty()) throw ShapeError(describe(rule) + ": rope_permute of " + who + ", a scalar");
+        check_rope_rows(step.shape[0], rule.heads, describe(rule) + ": " + who);
+        step.rope_permute = rule.rope_permute;
+        step.heads = rule.heads;
+      }
       if (rule.transpose) {
         if (step.shape.size() != 2) {
           throw ShapeError(describe(rule) + " transposes " + who + ", which is not 2-D");
@@ -238,6 +296,12 @@ std::vector<ExportStep> WeightMapping::plan_export(const NamedShapes& names, con
       if (rule->transpose) {
         if (shape.size() != 2) throw ShapeError(describe(*rule) + " transposes " + who + ", which is not 2-D");
         untransposed = transposed(shape);
+      }
+      if (rule->rope_permute != RopePermute::none) {
+        if (untransposed.empty()) throw ShapeError(describe(*rule) + ": rope_permute of " + who + ", a scalar");
+        check_rope_rows(untransposed[0], rule->heads, describe(*rule) + ": " + who);
+        part.rope_permute = inverse(rule->rope_permute);
+        part.heads = rule->heads;
       }
     }
     const bool split = rule != nullptr && rule->split;
@@ -346,7 +410,10 @@ Tensor WeightMapping::apply(const ImportStep& step, const Tensor& source) {
                      shape_str(step.source_shape));
   }
   Tensor t = step.dim >= 0 ? source.narrow(step.dim, step.offset, step.length) : source;
-  if (step.transpose) t = transposed_view(t);  // `source` keeps the storage alive
+  if (step.rope_permute != RopePermute::none) {
+    t = rope_permute_rows(t, step.rope_permute, step.heads, "import of '" + step.source_name + "'");
+  }
+  if (step.transpose) t = transposed_view(t);  // `source` (or the permuted copy) keeps the storage alive
   Tensor out = Tensor::empty(step.shape, source.dtype(), source.device());
   out.copy_from(t);
   return out;
@@ -365,7 +432,10 @@ Tensor WeightMapping::assemble(const ExportStep& step, const std::vector<Tensor>
                        std::string(dtype_name(out.dtype())) + ") and '" + p.tessera_name + "' (" +
                        std::string(dtype_name(parts[i].dtype())) + ") differ in dtype");
     }
-    const Tensor src = p.transpose ? transposed_view(parts[i]) : parts[i];
+    Tensor src = p.transpose ? transposed_view(parts[i]) : parts[i];
+    if (p.rope_permute != RopePermute::none) {
+      src = rope_permute_rows(src, p.rope_permute, p.heads, "export of '" + p.tessera_name + "'");
+    }
     Tensor dst = step.dim >= 0 ? out.narrow(step.dim, p.offset, p.length) : out;
     dst.copy_from(src);  // ShapeError naming both shapes when the part does not fit
   }

@@ -127,12 +127,28 @@ WeightMapping WeightMapping::from_yaml(std::string_view text, std::string_view s
               }
             } else if (name == "split") {
               r.split = parse_split(field.second, source, rule);
+            } else if (name == "rope_permute") {
+              const std::string how = scalar(field.second, source, rule + ".rope_permute");
+              if (how == "half_to_interleaved") {
+                r.rope_permute = RopePermute::half_to_interleaved;
+              } else if (how == "interleaved_to_half") {
+                r.rope_permute = RopePermute::interleaved_to_half;
+              } else {
+                throw ConfigError(at(source, field.second) + ": " + rule + ".rope_permute is '" + how +
+                                  "' (expected half_to_interleaved or interleaved_to_half)");
+              }
+            } else if (name == "heads") {
+              r.heads = integer(field.second, source, rule + ".heads", 1);
             } else {
               throw ConfigError(at(source, field.first) + ": " + rule + ": unknown key '" + name +
-                                "' (expected from, transpose, split)");
+                                "' (expected from, transpose, split, rope_permute, heads)");
             }
           }
           if (!has_from) throw ConfigError(r.where + ": " + rule + " needs `from:` (the PyTorch key)");
+          if ((r.rope_permute != RopePermute::none) != (r.heads > 0)) {
+            throw ConfigError(r.where + ": " + rule + (r.heads > 0 ? ".heads needs rope_permute"
+                                                                   : ".rope_permute needs heads: N (the heads of dim 0)"));
+          }
         } else {
           r.source = scalar(entry.second, source, rule + " (the PyTorch key)");
         }

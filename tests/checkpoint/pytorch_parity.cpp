@@ -8,7 +8,7 @@
 //
 // IO.safetensors holds "input" and "output" (emulator: f32 [B, C, nlat, nlon]) or "ids"
 // (i64 [B, S]) and "logits" (f32 [B, S, vocab]). Each rank compares its own block (its
-// latitude band, its vocabulary shard); the largest difference over the ranks must stay
+// latitude band; the decoder's whole logits, which load_decoder gathers); the largest difference over the ranks must stay
 // within fp32 rounding: TOLERANCE x max(1, max |output|). Exit status 0 when it does, 1
 // when not, 2 on an error.
 
@@ -51,40 +51,14 @@ std::pair<double, double> run_emulator(const std::string& checkpoint, const io::
   return difference_and_scale(y, block(read_named(io_file, "output")), "output");
 }
 
-models::DecoderConfig decoder_config(const std::string& checkpoint) {
-  const io::CheckpointReader reader(checkpoint);
-  const YAML::Node m = YAML::Load(reader.header().metadata)["model"];
-  if (!m.IsMap() || m["type"].as<std::string>() != "decoder") {
-    throw ConfigError(reader.file() + ": the metadata describes no decoder");
-  }
-  models::DecoderConfig c;
-  c.vocab = m["vocab"].as<std::int64_t>();
-  c.d_model = m["d_model"].as<std::int64_t>();
-  c.n_heads = m["n_heads"].as<std::int64_t>();
-  c.hidden = m["hidden"].as<std::int64_t>();
-  c.n_layers = m["n_layers"].as<std::int64_t>();
-  c.eps = m["eps"].as<double>();
-  c.tie_embeddings = m["tie_embeddings"].as<bool>();
-  return c;
-}
-
+// Through load_decoder: the whole architecture the metadata describes (eps, n_kv_heads,
+// rope, rope_theta, tied or not), and logits whole on every rank (the vocabulary
+// shards of a tp head gathered).
 std::pair<double, double> run_decoder(const std::string& checkpoint, const io::SafetensorsFile& io_file,
                                       const Mesh& mesh) {
-  const models::DecoderConfig config = decoder_config(checkpoint);
-  models::Decoder model(config);
-  if (mesh.tp_size() > 1) {
-    tp::parallelize(model, mesh, models::decoder_tp_plan(config, /*sequence_parallel=*/false).plan);
-  }
-  io::load_checkpoint(checkpoint, mesh, model);
-  const Tensor logits = model.forward(read_named(io_file, "ids"));
-  // Under tp the head is column-parallel: this rank holds the vocabulary block its
-  // weight's shard covers.
-  std::int64_t offset = 0;
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (name == "head.weight" && !p->local_offset.empty()) offset = p->local_offset[0];
-  }
-  const Tensor want = read_named(io_file, "logits").narrow(2, offset, logits.shape()[2]);
-  return difference_and_scale(logits, want, "logits");
+  auto model = load_decoder(checkpoint, mesh);
+  const Tensor logits = model->logits(read_named(io_file, "ids"));
+  return difference_and_scale(logits, read_named(io_file, "logits"), "logits");
 }
 
 }  // namespace

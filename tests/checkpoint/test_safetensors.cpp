@@ -352,6 +352,67 @@ TEST(WeightMapping, ErrorsNameTheKeyShapeRuleAndFile) {
   }
 }
 
+// rope_permute (issue 43): Hugging Face's half-split rotary pairing (i, i + head_dim/2)
+// to tessera's interleaved (2i, 2i+1), per head, after a split, and back on export.
+TEST(WeightMapping, RopePermuteReordersRowsPerHeadAndExportUndoesIt) {
+  const auto mapping = io::WeightMapping::from_yaml(R"(tensors:
+  q.weight: {from: q_proj.weight, rope_permute: half_to_interleaved, heads: 2}
+  k.weight: {from: qk.weight, split: {dim: 0, sizes: [8, 4], index: 1}, rope_permute: half_to_interleaved, heads: 1}
+  qq.weight: {from: qk.weight, split: {dim: 0, sizes: [8, 4], index: 0}}
+  b: {from: bias, rope_permute: interleaved_to_half, heads: 1}
+)", "rope.yaml");
+  // q_proj: 2 heads of head_dim 4, rows r hold r*10, r*10+1 (2 input features).
+  std::vector<float> q(16);
+  for (int r = 0; r < 8; ++r) q[2 * r] = static_cast<float>(10 * r), q[2 * r + 1] = static_cast<float>(10 * r + 1);
+  const std::map<std::string, Tensor> torch_side = {{"q_proj.weight", Tensor::from_vector<float>(q, {8, 2})},
+                                                    {"qk.weight", iota({12, 1}, 0)},
+                                                    {"bias", iota({4}, 0)}};
+  io::NamedShapes keys;
+  for (const auto& [k, t] : torch_side) keys.emplace_back(k, t.shape());
+  const auto steps = mapping.plan_import(keys, "hf.safetensors");
+  std::map<std::string, Tensor> tessera_side;
+  for (const auto& s : steps) tessera_side[s.tessera_name] = io::WeightMapping::apply(s, torch_side.at(s.source_name));
+  // Head 0: rows 0, 2, 1, 3 (pairs (0, 2), (1, 3)); head 1: rows 4, 6, 5, 7.
+  EXPECT_EQ(tessera_side["q.weight"].to_vector<float>(),
+            (std::vector<float>{0, 1, 20, 21, 10, 11, 30, 31, 40, 41, 60, 61, 50, 51, 70, 71}));
+  // The split's part (rows 8..11) permuted on its own; the other part untouched.
+  EXPECT_EQ(tessera_side["k.weight"].to_vector<float>(), (std::vector<float>{8, 10, 9, 11}));
+  EXPECT_EQ(tessera_side["qq.weight"].to_vector<float>(), iota({8, 1}, 0).to_vector<float>());
+  // interleaved_to_half: the inverse (rows 0, 2 first, then 1, 3).
+  EXPECT_EQ(tessera_side["b"].to_vector<float>(), (std::vector<float>{0, 2, 1, 3}));
+
+  io::NamedShapes names;
+  for (const auto& s : steps) names.emplace_back(s.tessera_name, s.shape);
+  for (const auto& step : mapping.plan_export(names, "ckpt")) {
+    std::vector<Tensor> parts;
+    for (const auto& p : step.parts) parts.push_back(tessera_side[p.tessera_name]);
+    EXPECT_EQ(io::WeightMapping::assemble(step, parts).to_vector<float>(),
+              torch_side.at(step.source_name).to_vector<float>())
+        << step.source_name;
+  }
+
+  // Errors: heads that do not divide dim 0 into even head dims (naming the rule, key and
+  // shape), a bad name, heads without rope_permute and the reverse.
+  std::string e = error_of([&] { mapping.plan_import({{"q_proj.weight", {6, 2}}, {"qk.weight", {12, 1}},
+                                                      {"bias", {4}}}, "hf.safetensors"); });
+  for (const char* n : {"rope.yaml:2", "'q_proj.weight'", "[6, 2]", "hf.safetensors", "2 heads", "even head_dim"}) {
+    EXPECT_NE(e.find(n), std::string::npos) << e;
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"tensors:\n  a: {from: b, rope_permute: sideways, heads: 2}\n", "rope_permute is 'sideways'"},
+      {"tensors:\n  a: {from: b, heads: 2}\n", "heads needs rope_permute"},
+      {"tensors:\n  a: {from: b, rope_permute: half_to_interleaved}\n", "needs heads"},
+      {"tensors:\n  a: {from: b, rope_permute: half_to_interleaved, heads: 0}\n", "heads must be >= 1"},
+  };
+  for (const auto& entry : bad) {
+    const char* text = entry.first;
+    const char* needle = entry.second;
+    e = error_of([&] { io::WeightMapping::from_yaml(text, "bad.yaml"); });
+    EXPECT_NE(e.find("bad.yaml"), std::string::npos) << text << ": " << e;
+    EXPECT_NE(e.find(needle), std::string::npos) << text << ": " << e;
+  }
+}
+
 TEST(WeightMapping, IdentityAndPassthroughKeepNames) {
   const io::WeightMapping identity;
   const auto steps = identity.plan_import({{"x.weight", {2, 3}}, {"y", {}}}, "f");

@@ -11,6 +11,8 @@
 //     layers.*.attn.q.weight: {from: blocks.*.attn.qkv.weight, split: {dim: 0, parts: 3, index: 0}}
 //     layers.*.attn.k.weight: {from: blocks.*.attn.qkv.weight, split: {dim: 0, parts: 3, index: 1}}
 //     layers.*.attn.v.weight: {from: blocks.*.attn.qkv.weight, split: {dim: 0, parts: 3, index: 2}}
+//     layers.*.attn.q.weight: {from: model.layers.*.self_attn.q_proj.weight,
+//                              rope_permute: half_to_interleaved, heads: 8}
 //   ignore: [rope.inv_freq]                     # PyTorch keys import leaves out
 //   passthrough: false                          # true: keys no rule names keep their name
 //
@@ -19,6 +21,14 @@
 // the PyTorch tensor along `dim` into `parts` equal parts (or `sizes: [..]`) and takes
 // part `index`; the parts of one key must all be mapped, so that export can put the
 // tensor back together. A transpose swaps the two dims of a 2-D tensor, after the split.
+//
+// A rope_permute reorders dim 0 (the output features of a [out, in] weight, or a bias)
+// of the PyTorch tensor, after the split and before the transpose, head by head:
+// `heads` heads of head_dim = extent / heads features each. half_to_interleaved turns
+// Hugging Face's rotary pairing (i, i + head_dim/2) into tessera's (2i, 2i+1): tessera
+// feature 2i of a head is PyTorch feature i, 2i+1 is i + head_dim/2.
+// interleaved_to_half is the inverse. Export applies the inverse of the rule's
+// permutation, so an import then export gives back the same bytes.
 //
 // Planning looks at names and shapes only, so every error (a key no rule maps, a rule
 // that maps nothing, two rules making one name, a split that does not divide the shape,
@@ -43,11 +53,24 @@ struct TensorSplit {
   std::vector<std::int64_t> sizes;  // these extents along dim (then parts = sizes.size())
 };
 
+// The feature order of rotary embeddings a rope_permute converts from and to.
+enum class RopePermute { none, half_to_interleaved, interleaved_to_half };
+// "half_to_interleaved", "interleaved_to_half", "none".
+const char* rope_permute_name(RopePermute p) noexcept;
+// The inverse permutation (none stays none).
+RopePermute inverse(RopePermute p) noexcept;
+// `t` (any dims >= 1, host) with its dim 0 reordered by `p` in `heads` groups (a new
+// contiguous tensor). ShapeError naming `who` when heads does not divide dim 0 into
+// groups of an even size.
+Tensor rope_permute_rows(const Tensor& t, RopePermute p, std::int64_t heads, const std::string& who);
+
 struct MappingRule {
   std::string tessera;  // tessera name pattern
   std::string source;   // PyTorch key pattern
   bool transpose = false;
   std::optional<TensorSplit> split;
+  RopePermute rope_permute = RopePermute::none;
+  std::int64_t heads = 0;  // the rope_permute's head count
   std::string where;    // "mapping.yaml:12", for messages
 };
 
@@ -61,16 +84,21 @@ struct ImportStep {
   int dim = -1;
   std::int64_t offset = 0, length = 0;
   bool transpose = false;
+  RopePermute rope_permute = RopePermute::none;  // on dim 0 of the narrowed tensor, before the transpose
+  std::int64_t heads = 0;
   std::string rule;  // the rule's file:line, empty for a passthrough
 };
 
 // One PyTorch tensor of an export, put together from tessera tensors: each part is
-// transposed back when its rule transposes, and copied to [offset, offset + length)
-// along dim (dim -1: the part is the whole tensor).
+// transposed back when its rule transposes, its dim 0 reordered by `rope_permute` (the
+// inverse of the rule's), and copied to [offset, offset + length) along dim (dim -1: the
+// part is the whole tensor).
 struct ExportStep {
   struct Part {
     std::string tessera_name;
     bool transpose = false;
+    RopePermute rope_permute = RopePermute::none;  // what export applies: the rule's inverse
+    std::int64_t heads = 0;
     std::int64_t offset = 0, length = 0;
   };
   std::string source_name;

@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""A Llama in Hugging Face's layout, into tessera and back (issue 43, docs/pytorch.md).
+
+The model is written here in plain torch (no `transformers`): Hugging Face's state-dict
+names (model.layers.N.self_attn.q_proj.weight, ...), its rotary pairing (feature i of a
+head with feature i + head_dim/2, "rotate half"), grouped-query attention (4 query heads
+on 2 key/value heads), rms_norm_eps 1e-5 and an untied lm_head stored [vocab, d_model].
+Its logits are computed in float64 from the float32 weights.
+
+    /usr/bin/python3 check_hf.py mapping TESSERA_CKPT PYTORCH_PARITY WORKDIR MPIEXEC NP_FLAG [PREFLAGS...]
+
+1. tessera-ckpt import with a mapping whose q and k rules carry
+   `rope_permute: half_to_interleaved` (tests/python/hf_llama_mapping.yaml) and the
+   decoder metadata: pytorch_parity's logits at tp 1 and 2 equal torch's within 1e-5
+   (relative to the largest logit);
+2. the same import without the permutation gives logits that differ (pytorch_parity
+   exits 1): the check can fail;
+3. export with the mapping gives back every tensor of model.safetensors bit for bit;
+4. docs/pytorch.md shows the mapping's rules whole.
+
+Exits 77 (CTest: skipped) when torch cannot be imported, 1 on any failure.
+"""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+try:
+    import torch
+except ImportError:
+    print("SKIP: torch is not importable by", sys.executable)
+    sys.exit(77)
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import safetensors_numpy as st  # noqa: E402
+
+FAILURES = []
+
+# The tiny model (shared with hf_llama_model.yaml and hf_llama_mapping.yaml).
+CONFIG = {"vocab_size": 32, "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 24, "num_hidden_layers": 2, "rms_norm_eps": 1e-5, "rope_theta": 500.0,
+          "tie_word_embeddings": False}
+
+
+def fail(message):
+    FAILURES.append(message)
+    print("FAIL", message)
+
+
+def run(command, expect=0):
+    print("$", " ".join(command))
+    proc = subprocess.run(command, capture_output=True, text=True)
+    sys.stdout.write(proc.stdout)
+    if proc.returncode != expect:
+        fail(f"{' '.join(command)}: exit {proc.returncode}, expected {expect}\n{proc.stderr}")
+    return proc
+
+
+# ---- The reference: Hugging Face's Llama computation, written out in plain torch.
+
+def hf_state(config, generator):
+    """Seeded random float32 weights under Hugging Face's Llama names."""
+    d, hidden, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = d // heads
+
+    def w(*shape, scale=None):
+        scale = scale if scale is not None else 1.0 / math.sqrt(shape[-1])
+        return (torch.randn(*shape, generator=generator) * scale).float()
+
+    def norm():
+        return (1.0 + 0.2 * torch.randn(d, generator=generator)).float()
+
+    state = {"model.embed_tokens.weight": w(vocab, d, scale=1.0)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        state[p + "self_attn.q_proj.weight"] = w(heads * head_dim, d)
+        state[p + "self_attn.k_proj.weight"] = w(kv * head_dim, d)
+        state[p + "self_attn.v_proj.weight"] = w(kv * head_dim, d)
+        state[p + "self_attn.o_proj.weight"] = w(d, heads * head_dim)
+        state[p + "mlp.gate_proj.weight"] = w(hidden, d)
+        state[p + "mlp.up_proj.weight"] = w(hidden, d)
+        state[p + "mlp.down_proj.weight"] = w(d, hidden)
+        state[p + "input_layernorm.weight"] = norm()
+        state[p + "post_attention_layernorm.weight"] = norm()
+    state["model.norm.weight"] = norm()
+    if not config["tie_word_embeddings"]:
+        state["lm_head.weight"] = w(vocab, d)
+    return state
+
+
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rotate_half_split(x, theta):
+    """Rotary embeddings with the half-split pairing: feature i of a head turns with
+    feature i + head_dim/2 by position * theta^(-2i/head_dim). x [B, heads, S, head_dim]."""
+    seq, head_dim = x.shape[-2], x.shape[-1]
+    half = head_dim // 2
+    inverse_frequency = theta ** (-torch.arange(0, half, dtype=torch.float64) * 2.0 / head_dim)
+    angle = torch.arange(seq, dtype=torch.float64)[:, None] * inverse_frequency[None, :]
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    first, second = x[..., :half], x[..., half:]
+    return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+
+
+def hf_logits(state, config, ids, dtype=torch.float64):
+    s = {k: v.to(dtype) for k, v in state.items()}
+    d, heads, kv = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
+    eps, theta = config["rms_norm_eps"], config["rope_theta"]
+    head_dim = d // heads
+    batch, seq = ids.shape
+    h = s["model.embed_tokens.weight"][ids]
+    causal = torch.full((seq, seq), float("-inf"), dtype=dtype).triu(1)
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = rms_norm(h, s[p + "input_layernorm.weight"], eps)
+        q = (x @ s[p + "self_attn.q_proj.weight"].T).view(batch, seq, heads, head_dim).transpose(1, 2)
+        k = (x @ s[p + "self_attn.k_proj.weight"].T).view(batch, seq, kv, head_dim).transpose(1, 2)
+        v = (x @ s[p + "self_attn.v_proj.weight"].T).view(batch, seq, kv, head_dim).transpose(1, 2)
+        q, k = rotate_half_split(q, theta), rotate_half_split(k, theta)
+        # Query head j reads key/value head j // (heads / kv).
+        k = k.repeat_interleave(heads // kv, dim=1)
+        v = v.repeat_interleave(heads // kv, dim=1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim) + causal
+        attended = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(batch, seq, d)
+        h = h + attended @ s[p + "self_attn.o_proj.weight"].T
+        x = rms_norm(h, s[p + "post_attention_layernorm.weight"], eps)
+        gate = x @ s[p + "mlp.gate_proj.weight"].T
+        up = x @ s[p + "mlp.up_proj.weight"].T
+        h = h + (torch.nn.functional.silu(gate) * up) @ s[p + "mlp.down_proj.weight"].T
+    h = rms_norm(h, s["model.norm.weight"], eps)
+    head = s["model.embed_tokens.weight"] if config["tie_word_embeddings"] else s["lm_head.weight"]
+    return h @ head.T
+
+
+def write_model(work, name, config, seed):
+    """model.safetensors in Hugging Face's layout, and the io file pytorch_parity reads."""
+    generator = torch.Generator().manual_seed(seed)
+    state = hf_state(config, generator)
+    model = os.path.join(work, name + ".safetensors")
+    st.save(model, [(k, v.numpy()) for k, v in state.items()], {"format": "pt"})
+    ids = torch.randint(0, config["vocab_size"], (2, 8), generator=generator)
+    exact = hf_logits(state, config, ids)
+    f32 = hf_logits(state, config, ids, torch.float32)
+    diff = float((f32.double() - exact).abs().max())
+    print(f"{name}: torch f32 against f64 logits: {diff:.3g} (largest logit {float(exact.abs().max()):.3g})")
+    io = os.path.join(work, name + "_io.safetensors")
+    st.save(io, {"ids": ids.numpy(), "logits": exact.float().numpy()})
+    return model, io, state
+
+
+def same_tensors(a, b, what):
+    """Every tensor of safetensors file a is in b with the same name, dtype, shape and bytes."""
+    ta, _ = st.load(a)
+    tb, _ = st.load(b)
+    if sorted(ta) != sorted(tb):
+        fail(f"{what}: names differ: {sorted(set(ta) ^ set(tb))}")
+        return
+    for name, x in ta.items():
+        y = tb[name]
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            fail(f"{what}: '{name}' differs ({x.dtype}{list(x.shape)} against {y.dtype}{list(y.shape)})")
+    print(f"{what}: {len(ta)} tensors bit for bit")
+
+
+def check_mapping(tool, parity, work, launch):
+    """Item 1-3 of the docstring: rope_permute in a mapping file."""
+    model, io, _ = write_model(work, "hf_llama", CONFIG, 43)
+    mapping = os.path.join(HERE, "hf_llama_mapping.yaml")
+    metadata = os.path.join(HERE, "hf_llama_model.yaml")
+    ckpt = os.path.join(work, "hf_llama_ckpt")
+    run([tool, "import", model, ckpt, "--mapping", mapping, "--metadata", metadata])
+    for tp in (1, 2):
+        launch(tp, 0, "decoder", ckpt, io, str(tp), "1")
+
+    # Without the permutation the import succeeds and the logits are wrong.
+    with open(mapping) as f:
+        plain = f.read().replace(", rope_permute: half_to_interleaved, heads: 4", "").replace(
+            ", rope_permute: half_to_interleaved, heads: 2", "")
+    if "rope_permute" in plain:
+        fail("could not take rope_permute out of " + mapping)
+    plain_mapping = os.path.join(work, "no_permutation.yaml")
+    with open(plain_mapping, "w") as f:
+        f.write(plain)
+    wrong = os.path.join(work, "hf_llama_unpermuted_ckpt")
+    run([tool, "import", model, wrong, "--mapping", plain_mapping, "--metadata", metadata])
+    launch(1, 1, "decoder", wrong, io, "1", "1")
+
+    exported = os.path.join(work, "hf_llama_export.safetensors")
+    run([tool, "export", ckpt, exported, "--mapping", mapping])
+    same_tensors(model, exported, "export with rope_permute")
+
+    # docs/pytorch.md shows the mapping's rules as they are.
+    with open(mapping) as f:
+        rules = f.read()
+    rules = rules[rules.index("tensors:"):]
+    with open(os.path.join(HERE, "..", "..", "docs", "pytorch.md")) as f:
+        if "```yaml\n" + rules + "```" not in f.read():
+            fail("docs/pytorch.md does not show the rules of " + mapping + " whole")
+
+
+def main():
+    mode, tool, parity, work = sys.argv[1:5]
+    mpiexec, np_flag, preflags = sys.argv[5], sys.argv[6], sys.argv[7:]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+
+    def launch(n, expect, *args):
+        run([mpiexec, np_flag, str(n), *preflags, parity, *args], expect)
+
+    if mode == "mapping":
+        check_mapping(tool, parity, work, launch)
+    else:
+        fail("unknown mode " + mode)
+    print("hugging face check:", "FAILED" if FAILURES else "passed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
