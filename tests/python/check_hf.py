@@ -16,7 +16,10 @@ Its logits are computed in float64 from the float32 weights.
 2. the same import without the permutation gives logits that differ (pytorch_parity
    exits 1): the check can fail;
 3. export with the mapping gives back every tensor of model.safetensors bit for bit;
-4. docs/pytorch.md shows the mapping's rules whole.
+4. metadata whose n_kv_heads, vocab, d_model, hidden, n_layers or tie_embeddings
+   contradicts the tensors is refused at import, naming the key and the tensor; f64
+   weights are refused naming --dtype f32, and load with it;
+5. docs/pytorch.md shows the mapping's rules whole.
 
 Exits 77 (CTest: skipped) when torch cannot be imported, 1 on any failure.
 """
@@ -196,6 +199,45 @@ def check_mapping(tool, parity, work, launch):
     exported = os.path.join(work, "hf_llama_export.safetensors")
     run([tool, "export", ckpt, exported, "--mapping", mapping])
     same_tensors(model, exported, "export with rope_permute")
+
+    # Metadata that contradicts the tensors' shapes: refused at import, naming the key and
+    # the tensor, before a checkpoint exists.
+    with open(metadata) as f:
+        good = f.read()
+    for line, key, tensor in (("n_kv_heads: 2", "n_kv_heads: 4", "'layers.0.attn.k.weight'"),
+                              ("vocab: 32", "vocab: 31", "'embed.weight'"),
+                              ("d_model: 16", "d_model: 32", "'embed.weight'"),
+                              ("hidden: 24", "hidden: 20", "'layers.0.mlp.gate.weight'"),
+                              ("n_layers: 2", "n_layers: 3", "'layers.2.attn_norm.weight'"),
+                              ("n_layers: 2", "n_layers: 1", "'layers.1."),
+                              ("tie_embeddings: false", "tie_embeddings: true", "'head.weight'"),
+                              ("n_heads: 4", "n_heads: 3", "model.d_model (16) must be a multiple of model.n_heads")):
+        if line not in good:
+            fail(f"{metadata} has no line '{line}'")
+            continue
+        bad = os.path.join(work, "bad_model.yaml")
+        with open(bad, "w") as f:
+            f.write(good.replace(line, key))
+        out = os.path.join(work, "bad_ckpt")
+        proc = run([tool, "import", model, out, "--mapping", mapping, "--metadata", bad], expect=2)
+        name = "model." + key.split(":")[0]
+        if name not in proc.stderr or tensor not in proc.stderr or "bad_model.yaml" not in proc.stderr:
+            fail(f"{key}: the import error does not name {name}, {tensor} and the metadata file:\n{proc.stderr}")
+        else:
+            print(f"{key}: {proc.stderr.strip()}")
+        if os.path.exists(out):
+            fail(f"{key}: the refused import left {out} behind")
+
+    # f64 weights: refused with the way out (--dtype f32), never a later load error.
+    f64_model = os.path.join(work, "hf_llama_f64.safetensors")
+    tensors, _ = st.load(model)
+    st.save(f64_model, [(k, v.astype(np.float64)) for k, v in tensors.items()])
+    f64_ckpt = os.path.join(work, "hf_llama_f64_ckpt")
+    proc = run([tool, "import", f64_model, f64_ckpt, "--mapping", mapping, "--metadata", metadata], expect=2)
+    if "F64" not in proc.stderr or "--dtype f32" not in proc.stderr or os.path.exists(f64_ckpt):
+        fail(f"f64 weights: the import error does not say F64 and --dtype f32:\n{proc.stderr}")
+    run([tool, "import", f64_model, f64_ckpt, "--mapping", mapping, "--metadata", metadata, "--dtype", "f32"])
+    launch(1, 0, "decoder", f64_ckpt, io, "1", "1")
 
     # docs/pytorch.md shows the mapping's rules as they are.
     with open(mapping) as f:

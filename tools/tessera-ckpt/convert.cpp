@@ -4,10 +4,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -74,11 +76,80 @@ io::WeightMapping mapping_of(const Options& o) {
   return it == o.flags.end() ? io::WeightMapping() : io::WeightMapping::from_file(it->second);
 }
 
-// The parameters (name, global shape) of the model the metadata describes, when it is a
-// model tessera can build here (the field emulator); nullopt for any other metadata.
-// Checking against it at import names a mismatch before a checkpoint exists, instead
-// of at the first load.
-std::optional<io::NamedShapes> described_model(const std::string& metadata, const std::string& source) {
+// One parameter of the model the metadata describes: its name and global shape and,
+// where the metadata's keys fix them, which key each dim's extent comes from ("vocab")
+// and how ("model.vocab (32)"), so a contradiction names the key.
+struct DescribedParameter {
+  std::string name;
+  Shape shape;
+  std::vector<std::string> keys, reasons;  // per dim; empty: none known
+};
+
+struct DescribedModel {
+  std::string kind;  // "field emulator", "decoder"
+  std::vector<DescribedParameter> parameters;
+  models::DecoderConfig decoder;  // kind decoder
+};
+
+std::string num(std::int64_t v) { return std::to_string(v); }
+
+// The decoder's parameters from its description alone (the shapes models::Decoder
+// registers, in its order), without building it: an imported model may be large.
+std::vector<DescribedParameter> decoder_parameters(const models::DecoderConfig& c) {
+  const std::int64_t head_dim = c.d_model / c.n_heads;
+  const std::string d = "model.d_model (" + num(c.d_model) + ")";
+  const std::string v = "model.vocab (" + num(c.vocab) + ")";
+  const std::string h = "model.hidden (" + num(c.hidden) + ")";
+  const std::string kv = "model.n_kv_heads x head_dim (" + num(c.kv_heads()) + " x " + num(head_dim) + ", head_dim = " +
+                         "model.d_model / model.n_heads = " + num(c.d_model) + " / " + num(c.n_heads) + ")";
+  std::vector<DescribedParameter> out;
+  auto add = [&](std::string name, Shape shape, std::vector<std::string> keys, std::vector<std::string> reasons) {
+    out.push_back({std::move(name), std::move(shape), std::move(keys), std::move(reasons)});
+  };
+  add("embed.weight", {c.vocab, c.d_model}, {"vocab", "d_model"}, {v, d});
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string l = "layers." + num(i) + ".";
+    add(l + "attn_norm.weight", {c.d_model}, {"d_model"}, {d});
+    add(l + "attn.q.weight", {c.d_model, c.d_model}, {"d_model", "d_model"}, {d, d});
+    for (const char* x : {"attn.k.weight", "attn.v.weight"}) {
+      add(l + x, {c.kv_heads() * head_dim, c.d_model}, {"n_kv_heads", "d_model"}, {kv, d});
+    }
+    add(l + "attn.o.weight", {c.d_model, c.d_model}, {"d_model", "d_model"}, {d, d});
+    add(l + "mlp_norm.weight", {c.d_model}, {"d_model"}, {d});
+    add(l + "mlp.gate.weight", {c.hidden, c.d_model}, {"hidden", "d_model"}, {h, d});
+    add(l + "mlp.up.weight", {c.hidden, c.d_model}, {"hidden", "d_model"}, {h, d});
+    add(l + "mlp.down.weight", {c.d_model, c.hidden}, {"d_model", "hidden"}, {d, h});
+  }
+  add("norm.weight", {c.d_model}, {"d_model"}, {d});
+  if (!c.tie_embeddings) add("head.weight", {c.vocab, c.d_model}, {"vocab", "d_model"}, {v, d});
+  return out;
+}
+
+// The decoder description's own rules (what models::Decoder would refuse), naming the key.
+void check_decoder_description(const models::DecoderConfig& c, const std::string& source) {
+  auto fail = [&](const std::string& what) { throw ConfigError("import: " + source + ": " + what); };
+  if (c.vocab < 1 || c.d_model < 1 || c.n_heads < 1 || c.hidden < 1 || c.n_layers < 0) {
+    fail("model.vocab, d_model, n_heads and hidden must be >= 1 and n_layers >= 0");
+  }
+  if (c.d_model % c.n_heads != 0) {
+    fail("model.d_model (" + num(c.d_model) + ") must be a multiple of model.n_heads (" + num(c.n_heads) + ")");
+  }
+  if (c.n_kv_heads < 0 || c.n_heads % c.kv_heads() != 0) {
+    fail("model.n_kv_heads (" + num(c.n_kv_heads) + ") must divide model.n_heads (" + num(c.n_heads) + ")");
+  }
+  if (c.rope && (c.d_model / c.n_heads) % 2 != 0) {
+    fail("model.rope needs an even head dimension: model.d_model / model.n_heads is " + num(c.d_model / c.n_heads));
+  }
+  if (!(c.eps > 0) || !std::isfinite(c.eps)) fail("model.eps must be a finite number > 0");
+  if (c.rope && (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))) {
+    fail("model.rope_theta must be a finite number > 0");
+  }
+}
+
+// The model the metadata describes, when it is one tessera can check here (the field
+// emulator, the decoder); nullopt for any other metadata. Checking against it at import
+// names a mismatch before a checkpoint exists, instead of at the first load.
+std::optional<DescribedModel> described_model(const std::string& metadata, const std::string& source) {
   if (metadata.empty()) return std::nullopt;
   YAML::Node root;
   try {
@@ -86,16 +157,40 @@ std::optional<io::NamedShapes> described_model(const std::string& metadata, cons
   } catch (const YAML::Exception&) {
     return std::nullopt;  // already refused by the caller's check
   }
-  if (!root.IsMap() || !root["model"].IsMap() || !root["model"]["type"].IsScalar() ||
-      root["model"]["type"].Scalar() != "field_emulator") {
-    return std::nullopt;
+  if (!root.IsMap() || !root["model"].IsMap() || !root["model"]["type"].IsScalar()) return std::nullopt;
+  const std::string type = root["model"]["type"].Scalar();
+  DescribedModel out;
+  if (type == "decoder") {
+    out.kind = "decoder";
+    out.decoder = models::decoder_config_from_metadata(metadata, source);
+    check_decoder_description(out.decoder, source);
+    out.parameters = decoder_parameters(out.decoder);
+    return out;
   }
+  if (type != "field_emulator") return std::nullopt;
+  out.kind = "field emulator";
   const models::FieldEmulatorConfig config = models::model_config_from_metadata(metadata, source);
   Mesh serial(MPI_COMM_SELF, ParallelismConfig{});
   models::FieldEmulator model(config, serial);
-  io::NamedShapes out;
-  for (const auto& [name, p] : model.named_parameters()) out.emplace_back(name, p->global_shape);
+  for (const auto& [name, p] : model.named_parameters()) out.parameters.push_back({name, p->global_shape, {}, {}});
   return out;
+}
+
+// Why the decoder `model` lacks `name` (an unexpected tensor) or the file lacks it (a
+// missing one), naming the key that decides it; empty when no key does.
+std::string decoder_key_for_name(const DescribedModel& model, const std::string& name, bool unexpected) {
+  if (model.kind != "decoder") return "";
+  const models::DecoderConfig& c = model.decoder;
+  if (name.rfind("layers.", 0) == 0) {
+    const std::string layer = name.substr(7, name.find('.', 7) - 7);
+    return unexpected ? "model.n_layers is " + num(c.n_layers) + ", so the decoder has no layer " + layer
+                      : "model.n_layers is " + num(c.n_layers) + ", so the decoder has a layer " + layer;
+  }
+  if (name == "head.weight") {
+    return unexpected ? "model.tie_embeddings is true, so the decoder has no head.weight (the logits use embed.weight)"
+                      : "model.tie_embeddings is false, so the decoder has its own head.weight";
+  }
+  return "";
 }
 
 std::vector<std::string> must_positional(const Options& o, std::size_t n, const std::string& command) {
@@ -106,60 +201,38 @@ std::vector<std::string> must_positional(const Options& o, std::size_t n, const 
   return o.positional;
 }
 
-}  // namespace
+// The tensors of one or more safetensors files (the shards of one model), by name.
+struct TensorSource {
+  std::vector<std::unique_ptr<io::SafetensorsFile>> files;
+  std::map<std::string, std::pair<const io::SafetensorsFile*, const io::SafetensorsEntry*>> by_name;
+  io::NamedShapes keys;  // file by file, each in its order
 
-int import_command(const std::vector<std::string>& args) {
-  const Options o =
-      parse_options(args, {"--mapping", "--metadata", "--dtype", "--step", "--layout"}, "import");
-  const auto paths = must_positional(o, 2, "import");
-  const std::string& input = paths[0];
-  const std::string& root = paths[1];
-  const std::string extension = std::filesystem::path(input).extension().string();
-  if (extension == ".pt" || extension == ".pth" || extension == ".bin" || extension == ".ckpt") {
-    throw InvalidArgument("import: '" + input +
-                          "' is a PyTorch pickle, which only PyTorch can read: convert it first with "
-                          "scripts/pt-to-safetensors " + input + " OUT.safetensors, then import OUT.safetensors");
-  }
-
-  io::SaveOptions save;
-  std::optional<DType> dtype;
-  if (auto it = o.flags.find("--dtype"); it != o.flags.end()) {
-    dtype = parse_dtype(it->second, "import --dtype");
-    if (!is_floating(*dtype)) {
-      throw InvalidArgument("import: --dtype is the floating dtype (f32, f64 or bf16) that floating tensors "
-                            "convert to; integer tensors always become i64");
+  void add(const std::string& path) {
+    files.push_back(std::make_unique<io::SafetensorsFile>(path));
+    const io::SafetensorsFile& f = *files.back();
+    for (const auto& e : f.tensors()) {
+      const auto [it, fresh] = by_name.emplace(e.name, std::make_pair(&f, &e));
+      if (!fresh) {
+        throw IoError("import: the tensor '" + e.name + "' is in both '" + it->second.first->path() + "' and '" +
+                      f.path() + "'");
+      }
+      keys.emplace_back(e.name, e.shape);
     }
   }
-  if (auto it = o.flags.find("--layout"); it != o.flags.end()) save.layout = io::parse_checkpoint_layout(it->second);
-  if (auto it = o.flags.find("--step"); it != o.flags.end()) {
-    try {
-      std::size_t used = 0;
-      save.step = std::stoll(it->second, &used);
-      if (used != it->second.size() || save.step < 0) throw std::invalid_argument("");
-    } catch (const std::exception&) {
-      throw InvalidArgument("import: --step wants an integer >= 0, got '" + it->second + "'");
-    }
-  }
+  const io::SafetensorsEntry& entry(const std::string& name) const { return *by_name.at(name).second; }
+  const io::SafetensorsFile& file_of(const std::string& name) const { return *by_name.at(name).first; }
+};
 
-  // Everything is read and checked before the checkpoint writer starts, and the writer
-  // commits atomically: a failed import leaves no step directory behind.
-  const io::SafetensorsFile file(input);
-  const io::WeightMapping mapping = mapping_of(o);
-  std::string metadata_source = input + " (__metadata__." + metadata_key + ")";
-  if (auto it = o.flags.find("--metadata"); it != o.flags.end()) {
-    save.metadata = read_text_file(it->second, "metadata file");
-    metadata_source = it->second;
-  } else if (auto m = file.metadata().find(metadata_key); m != file.metadata().end()) {
-    save.metadata = m->second;
-  }
-  if (!save.metadata.empty()) check_unique_yaml_keys(save.metadata, metadata_source);
-
-  io::NamedShapes keys;
-  for (const auto& e : file.tensors()) keys.emplace_back(e.name, e.shape);
-  std::vector<io::ImportStep> steps = mapping.plan_import(keys, input);
+// The import itself: plan `source`'s keys with `mapping`, check them against the model
+// `save.metadata` describes (when it describes one), and write the checkpoint under
+// `root`. `input` names the source in messages.
+void import_into(const std::string& root, const io::SaveOptions& save, const TensorSource& source,
+                 const std::string& input, const io::WeightMapping& mapping, const std::string& metadata_source,
+                 const std::optional<DType>& dtype, bool partial) {
+  std::vector<io::ImportStep> steps = mapping.plan_import(source.keys, input);
   // The dtype a step's tensor will have (import converts only what --dtype asks).
   auto dtype_of_step = [&](const io::ImportStep& s) -> std::string {
-    const std::string& stored = file.find(s.source_name)->dtype;
+    const std::string& stored = source.entry(s.source_name).dtype;
     if (!dtype) return stored;
     return stored[0] == 'F' || stored == "BF16" ? std::string(io::safetensors_dtype_name(*dtype)) : "I64";
   };
@@ -168,31 +241,52 @@ int import_command(const std::vector<std::string>& args) {
     // Names and shapes against the model; the checkpoint then follows the model's order.
     std::map<std::string, const io::ImportStep*> by_name;
     for (const auto& s : steps) by_name[s.tessera_name] = &s;
-    std::map<std::string, Shape> wanted(model->begin(), model->end());
+    std::map<std::string, const DescribedParameter*> wanted;
+    for (const auto& p : model->parameters) wanted[p.name] = &p;
+    auto from = [&](const io::ImportStep& s) {
+      return "'" + s.tessera_name + "' (from '" + s.source_name + "' of '" + input + "'" +
+             (s.rule.empty() ? "" : ", rule " + s.rule) + ")";
+    };
+    // In the model's order, so the first contradiction is the one the earliest tensor
+    // shows (a wrong vocab or d_model at embed.weight).
+    for (const auto& p : model->parameters) {
+      const auto it = by_name.find(p.name);
+      if (it == by_name.end()) continue;  // below, after the unexpected ones
+      const io::ImportStep& s = *it->second;
+      if (s.shape == p.shape) continue;
+      if (s.shape.size() == p.shape.size() && !p.keys.empty()) {
+        for (std::size_t d = 0; d < s.shape.size(); ++d) {
+          if (s.shape[d] == p.shape[d]) continue;
+          throw ShapeError("import: " + from(s) + " has shape " + shape_str(s.shape) + ", which contradicts model." +
+                           p.keys[d] + " in " + metadata_source + ": its dim " + std::to_string(d) + " is " +
+                           std::to_string(s.shape[d]) + " but " + p.reasons[d] + " makes it " +
+                           std::to_string(p.shape[d]) + " (the " + model->kind + " wants " + shape_str(p.shape) + ")");
+        }
+      }
+      throw ShapeError("import: " + from(s) + " has shape " + shape_str(s.shape) + " but the " + model->kind +
+                       " described in " + metadata_source + " wants " + shape_str(p.shape));
+    }
     for (const auto& s : steps) {
-      const std::string from = "'" + s.tessera_name + "' (from '" + s.source_name + "' of '" + input + "'" +
-                               (s.rule.empty() ? "" : ", rule " + s.rule) + ")";
-      const auto it = wanted.find(s.tessera_name);
-      if (it == wanted.end()) {
-        throw ShapeError("import: the mapping makes " + from + " but the field emulator that " + metadata_source +
-                         " describes has no such parameter");
-      }
-      if (it->second != s.shape) {
-        throw ShapeError("import: " + from + " has shape " + shape_str(s.shape) + " but the model described in " +
-                         metadata_source + " wants " + shape_str(it->second));
-      }
-      const std::string dt = dtype_of_step(s);
-      if (dt != "F32") {
-        throw ShapeError("import: " + from + " has dtype " + dt + " but the model's parameters are f32; add --dtype f32");
-      }
+      if (wanted.count(s.tessera_name)) continue;
+      const std::string why = decoder_key_for_name(*model, s.tessera_name, /*unexpected=*/true);
+      throw ShapeError("import: the mapping makes " + from(s) + " but the " + model->kind + " that " +
+                       metadata_source + " describes has no such parameter" + (why.empty() ? "" : ": " + why));
     }
     std::vector<io::ImportStep> ordered;
-    for (const auto& [name, shape] : *model) {
-      const auto it = by_name.find(name);
+    for (const auto& p : model->parameters) {
+      const auto it = by_name.find(p.name);
       if (it == by_name.end()) {
-        throw ShapeError("import: the model described in " + metadata_source + " has the parameter '" + name +
-                         "' " + shape_str(shape) + ", which no key of '" + input + "' makes (mapping " +
-                         mapping.source() + ")");
+        if (partial) continue;
+        const std::string why = decoder_key_for_name(*model, p.name, /*unexpected=*/false);
+        throw ShapeError("import: the " + model->kind + " described in " + metadata_source + " has the parameter '" +
+                         p.name + "' " + shape_str(p.shape) + ", which no key of '" + input + "' makes (mapping " +
+                         mapping.source() + ")" + (why.empty() ? "" : ": " + why) +
+                         " (--partial writes a checkpoint without it)");
+      }
+      const std::string dt = dtype_of_step(*it->second);
+      if (dt != "F32") {
+        throw ShapeError("import: " + from(*it->second) + " has dtype " + dt + " but the " + model->kind +
+                         "'s parameters are f32 (what load_model and load_decoder read); add --dtype f32");
       }
       ordered.push_back(*it->second);
     }
@@ -224,7 +318,7 @@ int import_command(const std::vector<std::string>& args) {
   Tensor cached;
   for (const auto& s : steps) {
     if (s.source_name != cached_name) {
-      cached = file.read(*file.find(s.source_name), dtype);
+      cached = source.file_of(s.source_name).read(source.entry(s.source_name), dtype);
       cached_name = s.source_name;
     }
     parameters.emplace_back(io::WeightMapping::apply(s, cached));
@@ -234,8 +328,68 @@ int import_command(const std::vector<std::string>& args) {
 
   const Mesh serial(MPI_COMM_SELF, ParallelismConfig{});
   const std::string dir = io::save_checkpoint(root, serial, named, nullptr, save);
-  std::cout << "imported " << named.size() << " tensors from " << file.tensors().size() << " keys of " << input
+  std::cout << "imported " << named.size() << " tensors from " << source.keys.size() << " keys of " << input
             << " (mapping " << mapping.source() << ") into " << dir << "\n";
+}
+
+
+}  // namespace
+
+int import_command(const std::vector<std::string>& args) {
+  const Options o =
+      parse_options(args, {"--mapping", "--metadata", "--dtype", "--step", "--layout", "--partial"}, "import");
+  const auto paths = must_positional(o, 2, "import");
+  const std::string& input = paths[0];
+  const std::string& root = paths[1];
+  const std::string extension = std::filesystem::path(input).extension().string();
+  if (extension == ".pt" || extension == ".pth" || extension == ".bin" || extension == ".ckpt") {
+    throw InvalidArgument("import: '" + input +
+                          "' is a PyTorch pickle, which only PyTorch can read: convert it first with "
+                          "scripts/pt-to-safetensors " + input + " OUT.safetensors, then import OUT.safetensors");
+  }
+
+  io::SaveOptions save;
+  std::optional<DType> dtype;
+  bool partial = false;
+  if (auto it = o.flags.find("--partial"); it != o.flags.end()) {
+    if (it->second != "true" && it->second != "false") {
+      throw InvalidArgument("import: --partial wants true or false, got '" + it->second + "'");
+    }
+    partial = it->second == "true";
+  }
+  if (auto it = o.flags.find("--dtype"); it != o.flags.end()) {
+    dtype = parse_dtype(it->second, "import --dtype");
+    if (!is_floating(*dtype)) {
+      throw InvalidArgument("import: --dtype is the floating dtype (f32, f64 or bf16) that floating tensors "
+                            "convert to; integer tensors always become i64");
+    }
+  }
+  if (auto it = o.flags.find("--layout"); it != o.flags.end()) save.layout = io::parse_checkpoint_layout(it->second);
+  if (auto it = o.flags.find("--step"); it != o.flags.end()) {
+    try {
+      std::size_t used = 0;
+      save.step = std::stoll(it->second, &used);
+      if (used != it->second.size() || save.step < 0) throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      throw InvalidArgument("import: --step wants an integer >= 0, got '" + it->second + "'");
+    }
+  }
+
+  // Everything is read and checked before the checkpoint writer starts, and the writer
+  // commits atomically: a failed import leaves no step directory behind.
+  TensorSource source;
+  source.add(input);
+  const io::SafetensorsFile& file = *source.files.front();
+  const io::WeightMapping mapping = mapping_of(o);
+  std::string metadata_source = input + " (__metadata__." + metadata_key + ")";
+  if (auto it = o.flags.find("--metadata"); it != o.flags.end()) {
+    save.metadata = read_text_file(it->second, "metadata file");
+    metadata_source = it->second;
+  } else if (auto m = file.metadata().find(metadata_key); m != file.metadata().end()) {
+    save.metadata = m->second;
+  }
+  if (!save.metadata.empty()) check_unique_yaml_keys(save.metadata, metadata_source);
+  import_into(root, save, source, input, mapping, metadata_source, dtype, partial);
   return 0;
 }
 

@@ -41,6 +41,7 @@ int usage() {
                "       tessera-ckpt manifest STEP_DIR|FILE.h5\n"
                "       tessera-ckpt import IN.safetensors OUTPUT_ROOT [--mapping MAP.yaml] [--metadata META.yaml]\n"
                "                           [--dtype f32|f64|bf16] [--step N] [--layout shared|per_rank]\n"
+               "                           [--partial true]\n"
                "       tessera-ckpt export PATH OUT.safetensors [--format safetensors] [--mapping MAP.yaml]\n";
   return 2;
 }
