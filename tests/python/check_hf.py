@@ -24,6 +24,7 @@ Its logits are computed in float64 from the float32 weights.
 Exits 77 (CTest: skipped) when torch cannot be imported, 1 on any failure.
 """
 
+import json
 import math
 import os
 import shutil
@@ -248,6 +249,153 @@ def check_mapping(tool, parity, work, launch):
             fail("docs/pytorch.md does not show the rules of " + mapping + " whole")
 
 
+def hf_config_json(config, architecture="LlamaForCausalLM"):
+    out = {"architectures": [architecture], "model_type": "llama", "hidden_act": "silu",
+           "max_position_embeddings": 64, "torch_dtype": "float32"}
+    out.update(config)
+    return out
+
+
+def write_dir(path, config, state, shards=1, architecture="LlamaForCausalLM"):
+    """A Hugging Face model directory: config.json and model.safetensors, or `shards`
+    model-0000k-of-0000n.safetensors files with model.safetensors.index.json."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(hf_config_json(config, architecture), f, indent=2)
+    items = [(k, v.numpy()) for k, v in state.items()]
+    if shards == 1:
+        st.save(os.path.join(path, "model.safetensors"), items, {"format": "pt"})
+        return
+    weight_map = {}
+    per = (len(items) + shards - 1) // shards
+    for k in range(shards):
+        name = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = items[k * per:(k + 1) * per]
+        st.save(os.path.join(path, name), part, {"format": "pt"})
+        weight_map.update({key: name for key, _ in part})
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+
+
+def all_tensors(path):
+    """{name: numpy array} of a directory's model.safetensors or all its shards."""
+    out = {}
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".safetensors"):
+            out.update(st.load(os.path.join(path, name))[0])
+    return out
+
+
+def same_dir_tensors(a, b, what):
+    ta, tb = all_tensors(a), all_tensors(b)
+    if sorted(ta) != sorted(tb):
+        fail(f"{what}: names differ: {sorted(set(ta) ^ set(tb))}")
+        return
+    for name, x in ta.items():
+        y = tb[name]
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            fail(f"{what}: '{name}' differs ({x.dtype}{list(x.shape)} against {y.dtype}{list(y.shape)})")
+    print(f"{what}: {len(ta)} tensors bit for bit")
+
+
+def check_directories(tool, parity, work, launch):
+    """tessera-ckpt import-hf / export-hf on Hugging Face model directories."""
+    _, io, state = write_model(work, "hf_dir", CONFIG, 44)
+    hf = os.path.join(work, "hf")
+    write_dir(hf, CONFIG, state)
+    ckpt = os.path.join(work, "hf_ckpt")
+    run([tool, "import-hf", hf, ckpt])
+    # tp 4: one query head per rank, the 2 key/value heads repeated.
+    for tp in (1, 2, 4):
+        launch(tp, 0, "decoder", ckpt, io, str(tp), "1")
+    out = os.path.join(work, "hf_out")
+    run([tool, "export-hf", ckpt, out])
+    same_dir_tensors(hf, out, "import-hf then export-hf")
+    with open(os.path.join(out, "config.json")) as f:
+        written = json.load(f)
+    for key, value in hf_config_json(CONFIG).items():
+        if written.get(key) != value:
+            fail(f"export-hf config.json: {key} is {written.get(key)!r}, expected {value!r}")
+    # The exported directory computes torch's logits (the reference reads it as written).
+    exported = {k: torch.from_numpy(v.copy()) for k, v in all_tensors(out).items()}
+    got = hf_logits(exported, written, torch.from_numpy(st.load(io)[0]["ids"]))
+    want = torch.from_numpy(st.load(io)[0]["logits"]).double()
+    if not float((got - want).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max())):
+        fail("the exported directory's logits differ from the original's")
+
+    # A checkpoint without import-hf's `hf:` metadata (imported with a mapping, or written
+    # by tessera-run) exports as LlamaForCausalLM.
+    mapped_ckpt = os.path.join(work, "hf_mapped_ckpt")
+    run([tool, "import", os.path.join(hf, "model.safetensors"), mapped_ckpt, "--mapping",
+         os.path.join(HERE, "hf_llama_mapping.yaml"), "--metadata", os.path.join(HERE, "hf_llama_model.yaml")])
+    mapped_out = os.path.join(work, "hf_mapped_out")
+    run([tool, "export-hf", mapped_ckpt, mapped_out])
+    same_dir_tensors(hf, mapped_out, "import with the mapping then export-hf")
+    with open(os.path.join(mapped_out, "config.json")) as f:
+        if json.load(f).get("architectures") != ["LlamaForCausalLM"]:
+            fail("export-hf without hf: metadata does not write LlamaForCausalLM")
+
+    # Sharded, with an index; a missing shard is an error naming it.
+    sharded = os.path.join(work, "hf_sharded")
+    write_dir(sharded, CONFIG, state, shards=2)
+    sharded_ckpt = os.path.join(work, "hf_sharded_ckpt")
+    run([tool, "import-hf", sharded, sharded_ckpt])
+    launch(1, 0, "decoder", sharded_ckpt, io, "1", "1")
+    sharded_out = os.path.join(work, "hf_sharded_out")
+    run([tool, "export-hf", sharded_ckpt, sharded_out])
+    same_dir_tensors(sharded, sharded_out, "sharded import-hf then export-hf")
+    os.remove(os.path.join(sharded, "model-00002-of-00002.safetensors"))
+    missing = os.path.join(work, "missing_ckpt")
+    proc = run([tool, "import-hf", sharded, missing], expect=2)
+    if "model-00002-of-00002.safetensors" not in proc.stderr or os.path.exists(missing):
+        fail(f"a missing shard: the error does not name it, or a checkpoint was left:\n{proc.stderr}")
+
+    # Tied embeddings: no lm_head in the file, none written back.
+    tied_config = dict(CONFIG, tie_word_embeddings=True)
+    _, tied_io, tied_state = write_model(work, "hf_tied", tied_config, 45)
+    tied = os.path.join(work, "hf_tied")
+    write_dir(tied, tied_config, tied_state)
+    tied_ckpt = os.path.join(work, "hf_tied_ckpt")
+    run([tool, "import-hf", tied, tied_ckpt])
+    launch(1, 0, "decoder", tied_ckpt, tied_io, "1", "1")
+    tied_out = os.path.join(work, "hf_tied_out")
+    run([tool, "export-hf", tied_ckpt, tied_out])
+    same_dir_tensors(tied, tied_out, "tied import-hf then export-hf")
+
+    # What tessera's decoder cannot express, and a config.json the tensors contradict:
+    # errors naming the key (or tensor), no checkpoint written.
+    cases = [({"architectures": ["GPT2LMHeadModel"]}, "architectures"),
+             ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+             ({"attention_bias": True}, "attention_bias"),
+             ({"architectures": ["MistralForCausalLM"], "sliding_window": 4096}, "sliding_window"),
+             ({"hidden_act": "gelu"}, "hidden_act"),
+             ({"head_dim": 8}, "head_dim"),
+             ({"num_key_value_heads": 4}, "model.n_kv_heads"),
+             ({"vocab_size": 33}, "model.vocab"),
+             ({"num_hidden_layers": 3}, "model.n_layers")]
+    for change, key in cases:
+        bad = os.path.join(work, "hf_bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        architecture = change.get("architectures", ["LlamaForCausalLM"])[0]
+        write_dir(bad, dict(CONFIG, **{k: v for k, v in change.items() if k != "architectures"}), state,
+                  architecture=architecture)
+        out_ckpt = os.path.join(work, "hf_bad_ckpt")
+        proc = run([tool, "import-hf", bad, out_ckpt], expect=2)
+        if key not in proc.stderr or os.path.exists(out_ckpt):
+            fail(f"{change}: the error does not name {key}, or a checkpoint was left:\n{proc.stderr}")
+        else:
+            print(f"{change}: {proc.stderr.strip()}")
+    # Qwen2's q/k/v biases: refused naming the tensor.
+    bad = os.path.join(work, "hf_bias")
+    shutil.rmtree(bad, ignore_errors=True)
+    biased = dict(state)
+    biased["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(CONFIG["hidden_size"])
+    write_dir(bad, CONFIG, biased, architecture="Qwen2ForCausalLM")
+    proc = run([tool, "import-hf", bad, os.path.join(work, "hf_bias_ckpt")], expect=2)
+    if "model.layers.0.self_attn.q_proj.bias" not in proc.stderr:
+        fail(f"a Qwen2 bias: the error does not name the tensor:\n{proc.stderr}")
+
+
 def main():
     mode, tool, parity, work = sys.argv[1:5]
     mpiexec, np_flag, preflags = sys.argv[5], sys.argv[6], sys.argv[7:]
@@ -259,6 +407,8 @@ def main():
 
     if mode == "mapping":
         check_mapping(tool, parity, work, launch)
+    elif mode == "directories":
+        check_directories(tool, parity, work, launch)
     else:
         fail("unknown mode " + mode)
     print("hugging face check:", "FAILED" if FAILURES else "passed")

@@ -201,32 +201,9 @@ std::vector<std::string> must_positional(const Options& o, std::size_t n, const 
   return o.positional;
 }
 
-// The tensors of one or more safetensors files (the shards of one model), by name.
-struct TensorSource {
-  std::vector<std::unique_ptr<io::SafetensorsFile>> files;
-  std::map<std::string, std::pair<const io::SafetensorsFile*, const io::SafetensorsEntry*>> by_name;
-  io::NamedShapes keys;  // file by file, each in its order
+}  // namespace
 
-  void add(const std::string& path) {
-    files.push_back(std::make_unique<io::SafetensorsFile>(path));
-    const io::SafetensorsFile& f = *files.back();
-    for (const auto& e : f.tensors()) {
-      const auto [it, fresh] = by_name.emplace(e.name, std::make_pair(&f, &e));
-      if (!fresh) {
-        throw IoError("import: the tensor '" + e.name + "' is in both '" + it->second.first->path() + "' and '" +
-                      f.path() + "'");
-      }
-      keys.emplace_back(e.name, e.shape);
-    }
-  }
-  const io::SafetensorsEntry& entry(const std::string& name) const { return *by_name.at(name).second; }
-  const io::SafetensorsFile& file_of(const std::string& name) const { return *by_name.at(name).first; }
-};
-
-// The import itself: plan `source`'s keys with `mapping`, check them against the model
-// `save.metadata` describes (when it describes one), and write the checkpoint under
-// `root`. `input` names the source in messages.
-void import_into(const std::string& root, const io::SaveOptions& save, const TensorSource& source,
+void detail::import_into(const std::string& root, const io::SaveOptions& save, const detail::TensorSource& source,
                  const std::string& input, const io::WeightMapping& mapping, const std::string& metadata_source,
                  const std::optional<DType>& dtype, bool partial) {
   std::vector<io::ImportStep> steps = mapping.plan_import(source.keys, input);
@@ -333,8 +310,6 @@ void import_into(const std::string& root, const io::SaveOptions& save, const Ten
 }
 
 
-}  // namespace
-
 int import_command(const std::vector<std::string>& args) {
   const Options o =
       parse_options(args, {"--mapping", "--metadata", "--dtype", "--step", "--layout", "--partial"}, "import");
@@ -377,7 +352,7 @@ int import_command(const std::vector<std::string>& args) {
 
   // Everything is read and checked before the checkpoint writer starts, and the writer
   // commits atomically: a failed import leaves no step directory behind.
-  TensorSource source;
+  detail::TensorSource source;
   source.add(input);
   const io::SafetensorsFile& file = *source.files.front();
   const io::WeightMapping mapping = mapping_of(o);
@@ -389,7 +364,7 @@ int import_command(const std::vector<std::string>& args) {
     save.metadata = m->second;
   }
   if (!save.metadata.empty()) check_unique_yaml_keys(save.metadata, metadata_source);
-  import_into(root, save, source, input, mapping, metadata_source, dtype, partial);
+  detail::import_into(root, save, source, input, mapping, metadata_source, dtype, partial);
   return 0;
 }
 

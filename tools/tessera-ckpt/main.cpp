@@ -8,6 +8,8 @@
 //   tessera-ckpt manifest PATH          list a trusted copy's unlisted files in its MANIFEST
 //   tessera-ckpt import IN.safetensors ROOT [options]   PyTorch weights -> a checkpoint
 //   tessera-ckpt export PATH OUT.safetensors [options]  master weights -> PyTorch
+//   tessera-ckpt import-hf DIR ROOT [options]           a Hugging Face Llama directory -> a checkpoint
+//   tessera-ckpt export-hf PATH DIR [--dtype D]         a decoder checkpoint -> a Hugging Face directory
 //
 // PATH is a checkpoint.h5, a step directory or a root directory (its `latest`).
 // Exit status: 0 success (diff: identical), 1 verify found problems (diff: the
@@ -42,7 +44,9 @@ int usage() {
                "       tessera-ckpt import IN.safetensors OUTPUT_ROOT [--mapping MAP.yaml] [--metadata META.yaml]\n"
                "                           [--dtype f32|f64|bf16] [--step N] [--layout shared|per_rank]\n"
                "                           [--partial true]\n"
-               "       tessera-ckpt export PATH OUT.safetensors [--format safetensors] [--mapping MAP.yaml]\n";
+               "       tessera-ckpt export PATH OUT.safetensors [--format safetensors] [--mapping MAP.yaml]\n"
+               "       tessera-ckpt import-hf DIR OUTPUT_ROOT [--step N] [--layout shared|per_rank]\n"
+               "       tessera-ckpt export-hf PATH DIR [--dtype f32|bf16|f64]\n";
   return 2;
 }
 
@@ -229,6 +233,10 @@ int main(int argc, char** argv) {
       status = ckpt::import_command({args.begin() + 1, args.end()});
     } else if (!args.empty() && args[0] == "export") {
       status = ckpt::export_command({args.begin() + 1, args.end()});
+    } else if (!args.empty() && args[0] == "import-hf") {
+      status = ckpt::import_hf_command({args.begin() + 1, args.end()});
+    } else if (!args.empty() && args[0] == "export-hf") {
+      status = ckpt::export_hf_command({args.begin() + 1, args.end()});
     } else {
       status = usage();
     }
