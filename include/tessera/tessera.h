@@ -524,6 +524,35 @@ int tessera_model_predict(tessera_model_t* model, const void* input, void* outpu
 int tessera_model_forward(tessera_model_t* model, const void* input, void* output, tessera_dtype_t dtype,
                           tessera_order_t order, int ndim, const int64_t* shape);
 
+/* ------------------------------------------------------------------------------------
+ * Your own model: an ONNX file (docs/onnx.md), e.g. written by torch.onnx.export.
+ *
+ * Every rank loads the whole graph and runs it on its own data (each rank its own batch:
+ * data parallel). The graph must have one input and one output with static shapes, f32 or
+ * f64. Split execution of an imported graph (tensor, domain or pipeline > 1) is not there
+ * yet: such a mesh is TESSERA_ERR_UNSUPPORTED. tessera_model_type gives
+ * TESSERA_MODEL_ONNX; the field-emulator and decoder calls on it are
+ * TESSERA_ERR_INVALID_ARGUMENT naming tessera_model_run, and tessera_model_run on those
+ * models names theirs.
+ * ---------------------------------------------------------------------------------- */
+#define TESSERA_MODEL_ONNX 2
+/* Collective over the mesh: a file that does not load on one rank fails on every rank,
+ * with that rank's message (an op outside the supported set names the node, the op and
+ * the opset). A build without ONNX support is TESSERA_ERR_UNSUPPORTED. */
+int tessera_model_load_onnx(const tessera_mesh_t* mesh, const char* path, tessera_model_t** model);
+/* The graph's input (which = 0) or output (which = 1): its dtype, rank and extents in
+ * the caller's order (TESSERA_ORDER_FORTRAN: reversed, as a Fortran array declares them).
+ * `shape` has room for 8 extents. */
+int tessera_model_onnx_shape(const tessera_model_t* model, int which, tessera_order_t order, tessera_dtype_t* dtype,
+                             int* ndim, int64_t* shape);
+/* Local, no communication: output = graph(input). Both arrays are contiguous in `order`
+ * and must have the graph's dtype and the shapes tessera_model_onnx_shape gives
+ * (TESSERA_ERR_SHAPE naming the graph's and the caller's extents otherwise); `output` may
+ * be the input array itself. */
+int tessera_model_run(tessera_model_t* model, const void* input, int input_ndim, const int64_t* input_shape,
+                      void* output, int output_ndim, const int64_t* output_shape, tessera_dtype_t dtype,
+                      tessera_order_t order);
+
 #ifdef __cplusplus
 }
 #endif

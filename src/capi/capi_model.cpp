@@ -11,6 +11,7 @@
 #include "tessera/agree.hpp"
 #include "tessera/models/coupled_model.hpp"
 #include "tessera/models/load_model.hpp"
+#include "tessera/onnx/onnx_model.hpp"
 
 struct tessera_model {
   std::shared_ptr<tessera::Mesh> mesh;  // the model refers to it
@@ -20,6 +21,8 @@ struct tessera_model {
   // A coupled model instead (tessera_model_load_coupled): its decomposition is kept alive.
   std::shared_ptr<tessera_decomp_state> decomp;
   std::unique_ptr<tessera::models::CoupledModel> coupled;
+  // An imported ONNX graph instead (tessera_model_load_onnx).
+  std::unique_ptr<tessera::onnx::OnnxModel> onnx;
 };
 
 using namespace tessera;
@@ -35,6 +38,10 @@ models::FieldEmulator& model_of(const tessera_model_t* m) {
     throw InvalidArgument("the model handle holds a decoder (model type 'decoder'), not a field emulator: run it "
                           "with tessera_model_logits");
   }
+  if (m->onnx) {
+    throw InvalidArgument("the model handle holds an ONNX model (model type 'onnx'), not a field emulator: run it "
+                          "with tessera_model_run");
+  }
   if (!m->model) throw InvalidArgument("the model handle is not initialised");
   return *m->model;
 }
@@ -45,8 +52,48 @@ models::LoadedDecoder& decoder_of(const tessera_model_t* m) {
     throw InvalidArgument("the model handle holds a field emulator (model type 'field_emulator'), not a decoder: run "
                           "it with tessera_model_predict / tessera_model_forward");
   }
+  if (m->onnx) {
+    throw InvalidArgument("the model handle holds an ONNX model (model type 'onnx'), not a decoder: run it with "
+                          "tessera_model_run");
+  }
   if (!m->decoder) throw InvalidArgument("the model handle is not initialised");
   return *m->decoder;
+}
+
+onnx::OnnxModel& onnx_of(const tessera_model_t* m) {
+  require(m, "the model handle");
+  if (m->decoder) {
+    throw InvalidArgument("the model handle holds a decoder (model type 'decoder'), not an ONNX model: run it with "
+                          "tessera_model_logits");
+  }
+  if (m->model || m->coupled) {
+    throw InvalidArgument("the model handle holds a field emulator (model type 'field_emulator'), not an ONNX model: "
+                          "run it with tessera_model_predict / tessera_model_forward");
+  }
+  if (!m->onnx) throw InvalidArgument("the model handle is not initialised");
+  return *m->onnx;
+}
+
+// "[2, 3, 8]" in the caller's order.
+std::string caller_extents(Shape shape, int order) {
+  if (order == TESSERA_ORDER_FORTRAN) std::reverse(shape.begin(), shape.end());
+  return shape_str(shape);
+}
+
+// The caller's array as the graph's input or output: its dtype and extents must be the
+// graph's (named in the caller's order), so nothing is reshaped behind the caller's back.
+Tensor onnx_array(const void* data, int ndim, const std::int64_t* shape, int dtype, int order, const Shape& expected,
+                  DType expected_dtype, const std::string& what) {
+  Tensor view = capi::array_view(const_cast<void*>(data), dtype, order, ndim, shape, what);
+  if (view.dtype() != expected_dtype) {
+    throw InvalidArgument(what + ": the graph's is " + std::string(dtype_name(expected_dtype)) + ", the array is " +
+                          std::string(dtype_name(view.dtype())));
+  }
+  if (view.shape() != expected) {
+    throw ShapeError(what + ": the graph's extents are " + caller_extents(expected, order) + ", the array's " +
+                     caller_extents(view.shape(), order));
+  }
+  return view;
 }
 
 bool is_coupled(const tessera_model_t* m) {
@@ -151,6 +198,8 @@ int tessera_model_type(const tessera_model_t* model, int* type) {
     require(model, "the model handle");
     if (model->decoder) {
       *type = TESSERA_MODEL_DECODER;
+    } else if (model->onnx) {
+      *type = TESSERA_MODEL_ONNX;
     } else {
       if (!is_coupled(model)) (void)model_of(model);
       *type = TESSERA_MODEL_FIELD_EMULATOR;
@@ -208,6 +257,87 @@ int tessera_model_logits(tessera_model_t* model, const int64_t* ids, int64_t bat
     });
     const Tensor out = decoder.logits(in).to(Device::host()).contiguous();
     std::copy_n(out.data<float>(), out.numel(), logits);
+  });
+}
+
+int tessera_model_load_onnx(const tessera_mesh_t* mesh, const char* path, tessera_model_t** model) {
+  return guarded("tessera_model_load_onnx", [&] {
+    require(model, "the output handle pointer");
+    *model = nullptr;
+    require(mesh, "the mesh handle");
+    if (!mesh->mesh) throw InvalidArgument("the mesh handle is not initialised");
+    require(path, "the ONNX file path");
+    const Mesh& m = *mesh->mesh;
+    auto handle = std::make_unique<tessera_model>();
+    handle->mesh = mesh->mesh;
+    // Every rank reads the file; one that fails fails every rank, so none is left
+    // waiting in a later collective of the caller's.
+    agree_on_success(m.world().mpi_comm(), [&] {
+      if (m.tp_size() != 1 || m.domain_size() != 1 || m.pp_size() != 1) {
+        throw UnsupportedError("tessera_model_load_onnx: an imported graph runs whole on every rank (data "
+                               "parallel); this mesh has tensor " + std::to_string(m.tp_size()) + ", domain " +
+                               std::to_string(m.domain_size()) + ", pipeline " + std::to_string(m.pp_size()) +
+                               " and split execution of ONNX graphs is not there yet (docs/onnx.md, Limits)");
+      }
+      handle->onnx = onnx::load_onnx(path);
+      if (handle->onnx->input_names().size() != 1 || handle->onnx->output_names().size() != 1) {
+        throw InvalidArgument("ONNX file '" + std::string(path) + "' has " +
+                              std::to_string(handle->onnx->input_names().size()) + " inputs and " +
+                              std::to_string(handle->onnx->output_names().size()) +
+                              " outputs; the C API runs one-input one-output graphs");
+      }
+    });
+    *model = handle.release();
+  });
+}
+
+int tessera_model_onnx_shape(const tessera_model_t* model, int which, tessera_order_t order, tessera_dtype_t* dtype,
+                             int* ndim, int64_t* shape) {
+  return guarded("tessera_model_onnx_shape", [&] {
+    onnx::OnnxModel& m = onnx_of(model);
+    require(dtype, "dtype");
+    require(ndim, "ndim");
+    require(shape, "shape");
+    if (which != 0 && which != 1) throw InvalidArgument("which must be 0 (input) or 1 (output), got " + std::to_string(which));
+    if (order != TESSERA_ORDER_C && order != TESSERA_ORDER_FORTRAN) {
+      throw InvalidArgument("order must be TESSERA_ORDER_C (0) or TESSERA_ORDER_FORTRAN (1), got " +
+                            std::to_string(static_cast<int>(order)));
+    }
+    Shape extents;
+    DType type;
+    if (which == 0) {
+      extents = m.input_shapes().front();
+      type = m.input_dtypes().front();
+    } else {
+      // The output's extents follow from a forward of the declared input, as the
+      // executor computes them (a file's declared output shape may be absent).
+      Tensor probe = Tensor::zeros(m.input_shapes().front(), m.input_dtypes().front());
+      const Tensor y = m.forward(probe);
+      extents = y.shape();
+      type = y.dtype();
+    }
+    if (type != DType::f32 && type != DType::f64) {
+      throw UnsupportedError(std::string(which == 0 ? "the graph's input" : "the graph's output") + " is " +
+                             std::string(dtype_name(type)) + "; the C API passes f32 or f64 arrays");
+    }
+    if (order == TESSERA_ORDER_FORTRAN) std::reverse(extents.begin(), extents.end());
+    *dtype = type == DType::f32 ? TESSERA_F32 : TESSERA_F64;
+    *ndim = static_cast<int>(extents.size());
+    std::copy(extents.begin(), extents.end(), shape);
+  });
+}
+
+int tessera_model_run(tessera_model_t* model, const void* input, int input_ndim, const int64_t* input_shape,
+                      void* output, int output_ndim, const int64_t* output_shape, tessera_dtype_t dtype,
+                      tessera_order_t order) {
+  return guarded("tessera_model_run", [&] {
+    onnx::OnnxModel& m = onnx_of(model);
+    const Tensor x = onnx_array(input, input_ndim, input_shape, dtype, order, m.input_shapes().front(),
+                                m.input_dtypes().front(), "model input")
+                         .clone();  // the caller's output array may be the input
+    const Tensor y = m.forward(x);
+    Tensor out = onnx_array(output, output_ndim, output_shape, dtype, order, y.shape(), y.dtype(), "model output");
+    out.copy_from(y);
   });
 }
 

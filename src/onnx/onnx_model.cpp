@@ -78,6 +78,18 @@ std::vector<Shape> OnnxModel::input_shapes() const {
   return shapes;
 }
 
+std::vector<DType> OnnxModel::input_dtypes() const {
+  std::vector<DType> dtypes;
+  for (const GraphValue& v : executor_->graph().inputs) dtypes.push_back(storage_dtype(v.type));
+  return dtypes;
+}
+
+std::vector<DType> OnnxModel::output_dtypes() const {
+  std::vector<DType> dtypes;
+  for (const GraphValue& v : executor_->graph().outputs) dtypes.push_back(storage_dtype(v.type));
+  return dtypes;
+}
+
 const std::string& OnnxModel::source() const { return executor_->graph().source; }
 
 namespace {

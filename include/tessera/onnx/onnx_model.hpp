@@ -67,6 +67,10 @@ class OnnxModel : public nn::Module {
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   std::vector<Shape> input_shapes() const;
+  // The tessera dtype each graph input and output is stored in: f32 or f64 for floating
+  // values, i64 for integer and boolean ones.
+  std::vector<DType> input_dtypes() const;
+  std::vector<DType> output_dtypes() const;
   // The file the model came from ("" for a graph built in code).
   const std::string& source() const;
   // Opsets, inputs and outputs, how many nodes of each op, the parameters and their
