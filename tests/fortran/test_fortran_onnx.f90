@@ -1,0 +1,52 @@
+! Your own model from Fortran: tessera_model_load_onnx and tessera_model_run on the graph
+! y = tanh(x W + b) that tests/onnx/make_capi_model.py writes (x float64[2, 3] in the
+! graph's order, so x(3, 2) here), against the same graph by hand; a shape that is not
+! the graph's is TESSERA_ERR_SHAPE, real32 arrays for an f64 graph are refused (mixed kinds
+! in one call have no specific procedure: the compiler refuses them).
+program test_fortran_onnx
+  use mpi
+  use tessera
+  use tessera_test_support
+  use, intrinsic :: iso_fortran_env, only: real32, real64
+  implicit none
+  real(real64), parameter :: w(4, 3) = reshape([0.1d0, -0.2d0, 0.3d0, 0.4d0, 0.5d0, -0.6d0, 0.7d0, 0.8d0, &
+                                                -0.9d0, 1.0d0, 0.2d0, -0.3d0], [4, 3])
+  real(real64), parameter :: b(4) = [0.05d0, -0.1d0, 0.15d0, 0.2d0]
+  type(tessera_mesh) :: mesh
+  type(tessera_model) :: model
+  real(real64) :: x(3, 2), y(4, 2), want(4, 2), wrong(2, 3)
+  real(real32) :: y32(4, 2)
+  character(len=512) :: path
+  integer :: nranks, status, kind, i, j
+
+  call start_test(nranks)
+  call get_command_argument(1, path)
+  call tessera_mesh_create(mesh, MPI_COMM_WORLD, TESSERA_DATA_DDP, 1, 1)
+  call tessera_model_load_onnx(model, mesh, trim(path), status)
+  call check(status == TESSERA_OK, 'load_onnx: ' // trim(path))
+  call tessera_model_type(model, kind)
+  call check(kind == TESSERA_MODEL_ONNX, 'type is TESSERA_MODEL_ONNX')
+
+  do j = 1, 2
+    do i = 1, 3
+      x(i, j) = 0.25d0 * j - 0.3d0 * (i - 1) + 0.1d0 * rank
+    end do
+  end do
+  ! w(j, i) is the graph's W[i][j]: y(j, n) = tanh(b(j) + sum_i x(i, n) W[i][j]).
+  do j = 1, 2
+    want(:, j) = tanh(b + matmul(w, x(:, j)))
+  end do
+  call tessera_model_run(model, x, y, status)
+  call check(status == TESSERA_OK, 'run')
+  call check(maxval(abs(y - want)) < 1d-14, 'y equals the graph by hand')
+
+  call tessera_model_run(model, wrong, y, status)
+  call check(status == TESSERA_ERR_SHAPE, 'an input of the wrong shape is TESSERA_ERR_SHAPE')
+  ! Arrays of the other kind than the graph's are refused naming the dtype.
+  call tessera_model_run(model, real(x, real32), y32, status)
+  call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'real32 arrays for an f64 graph are refused')
+
+  call tessera_model_destroy(model)
+  call tessera_mesh_destroy(mesh)
+  call finish_test('test_fortran_onnx', nranks)
+end program
