@@ -21,34 +21,36 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& where)
   return out;
 }
 
-std::vector<std::int64_t> broadcast_source_index(const Shape& in, const Shape& out) {
-  const std::size_t rank = out.size();
-  // The input's strides seen from the output's dimensions: 0 where it is broadcast.
-  Shape in_strides(rank, 0);
-  std::int64_t stride = 1;
-  for (std::size_t k = 0; k < in.size(); ++k) {
-    const std::size_t in_dim = in.size() - 1 - k;
-    const std::size_t out_dim = rank - 1 - k;
-    in_strides[out_dim] = in[in_dim] == 1 ? 0 : stride;
-    stride *= in[in_dim];
-  }
+std::vector<std::int64_t> strided_source(const Shape& out, const std::vector<std::int64_t>& strides,
+                                         std::int64_t base) {
   const std::int64_t n = shape_numel(out);
   std::vector<std::int64_t> source(static_cast<std::size_t>(n));
-  std::vector<std::int64_t> coord(rank, 0);
-  std::int64_t offset = 0;
+  std::vector<std::int64_t> coord(out.size(), 0);
+  std::int64_t offset = base;
   for (std::int64_t i = 0; i < n; ++i) {
     source[static_cast<std::size_t>(i)] = offset;
-    // Odometer step over the output's coordinates, keeping the input offset in step.
-    for (std::size_t d = rank; d-- > 0;) {
+    for (std::size_t d = out.size(); d-- > 0;) {  // odometer step, the offset kept in step
       if (++coord[d] < out[d]) {
-        offset += in_strides[d];
+        offset += strides[d];
         break;
       }
-      offset -= in_strides[d] * (out[d] - 1);
+      offset -= strides[d] * (out[d] - 1);
       coord[d] = 0;
     }
   }
   return source;
+}
+
+std::vector<std::int64_t> broadcast_source_index(const Shape& in, const Shape& out) {
+  // The input's strides seen from the output's dimensions: 0 where it is broadcast.
+  std::vector<std::int64_t> in_strides(out.size(), 0);
+  std::int64_t stride = 1;
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    const std::size_t in_dim = in.size() - 1 - k;
+    in_strides[out.size() - 1 - k] = in[in_dim] == 1 ? 0 : stride;
+    stride *= in[in_dim];
+  }
+  return strided_source(out, in_strides);
 }
 
 namespace {

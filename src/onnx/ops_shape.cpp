@@ -80,27 +80,6 @@ Tensor scatter_add_flat(const Tensor& grad, const Indices& source, const Shape& 
   return result;
 }
 
-// For each element of `out` (row-major), base + sum_k coord[k] * strides[k]: the input
-// offsets of a strided walk (Transpose permutes strides, Slice scales and offsets them).
-Indices strided_source(const Shape& out, const Indices& strides, std::int64_t base) {
-  const std::int64_t n = shape_numel(out);
-  Indices source(static_cast<std::size_t>(n));
-  Indices coord(out.size(), 0);
-  std::int64_t offset = base;
-  for (std::int64_t i = 0; i < n; ++i) {
-    source[static_cast<std::size_t>(i)] = offset;
-    for (std::size_t d = out.size(); d-- > 0;) {  // odometer step, offset kept in step
-      if (++coord[d] < out[d]) {
-        offset += strides[d];
-        break;
-      }
-      offset -= strides[d] * (out[d] - 1);
-      coord[d] = 0;
-    }
-  }
-  return source;
-}
-
 // ---- Arguments ------------------------------------------------------------------------
 
 const Value& input(const NodeSpec& node, const std::vector<Value>& inputs, std::size_t index) {

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,38 @@ inline Value random_value(const Shape& shape, std::uint64_t seed, DType dtype = 
 
 inline Value f64_value(const std::vector<double>& v, const Shape& shape) {
   return Value::floating(Tensor::from_vector(v, shape));
+}
+
+// The outputs of one forward of a fresh op made from `node`.
+inline std::vector<Value> run(const NodeSpec& node, const std::vector<Value>& inputs) {
+  return builtin_ops().create(node)->forward(inputs);
+}
+
+// 0, 1, 2, ... (from `start`) in f64: inputs whose every element is told apart.
+inline Value iota_value(const Shape& shape, double start = 0.0) {
+  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
+  std::iota(v.begin(), v.end(), start);
+  return f64_value(v, shape);
+}
+
+// x[i] = sin(0.37 i + 0.1) in f64: the inputs of the comparisons with values PyTorch
+// computed (the script that made the expected values built its tensors the same way).
+inline Value sine_value(const Shape& shape) {
+  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * static_cast<double>(i) + 0.1);
+  return f64_value(v, shape);
+}
+
+// `got` has `shape` and each element is within `tol` of the expected one, relative to
+// max(1, |expected|).
+inline void expect_close_values(const Value& got, const Shape& shape, const std::vector<double>& expected,
+                                double tol = 1e-12) {
+  ASSERT_EQ(got.shape(), shape);
+  const auto v = got.tensor.to_vector<double>();
+  ASSERT_EQ(v.size(), expected.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    EXPECT_NEAR(v[i], expected[i], tol * std::max(1.0, std::abs(expected[i]))) << "element " << i;
+  }
 }
 
 // Checks `op`'s backward against central differences, in f64: the loss is

@@ -10,10 +10,6 @@ namespace {
 
 using tessera::testing::expect_error;
 
-std::vector<Value> run(const NodeSpec& node, const std::vector<Value>& inputs) {
-  return builtin_ops().create(node)->forward(inputs);
-}
-
 Value f32_value(const std::vector<double>& v, const Shape& shape) {
   return Value::floating(Tensor::from_vector(std::vector<float>(v.begin(), v.end()), shape));
 }

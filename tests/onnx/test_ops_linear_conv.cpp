@@ -13,24 +13,6 @@
 namespace tessera::onnx::test {
 namespace {
 
-std::vector<Value> run(const NodeSpec& node, const std::vector<Value>& inputs) {
-  return builtin_ops().create(node)->forward(inputs);
-}
-
-void expect_values(const Value& got, const Shape& shape, const std::vector<double>& expected, double tol = 1e-12) {
-  ASSERT_EQ(got.shape(), shape);
-  const auto v = got.tensor.to_vector<double>();
-  ASSERT_EQ(v.size(), expected.size());
-  for (std::size_t i = 0; i < v.size(); ++i)
-    EXPECT_NEAR(v[i], expected[i], tol * std::max(1.0, std::abs(expected[i]))) << "element " << i;
-}
-
-Value iota_value(const Shape& shape, double start = 0.0) {
-  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
-  std::iota(v.begin(), v.end(), start);
-  return f64_value(v, shape);
-}
-
 // ---- Gemm
 
 // op(A) op(B) * alpha + beta * C by hand loops.
@@ -54,7 +36,7 @@ TEST(OnnxOpsLinearConv, GemmHandValues) {
   set_float(node, "beta", 0.5);
   const auto y =
       run(node, {f64_value({1, 2, 3, 4}, {2, 2}), f64_value({5, 6, 7, 8}, {2, 2}), f64_value({10, 20}, {2})});
-  expect_values(y[0], {2, 2}, {43, 54, 91, 110});
+  expect_close_values(y[0], {2, 2}, {43, 54, 91, 110});
 }
 
 TEST(OnnxOpsLinearConv, GemmTransposesAndBroadcastC) {
@@ -78,7 +60,7 @@ TEST(OnnxOpsLinearConv, GemmTransposesAndBroadcastC) {
                                                       : (c_shape[0] == 1   ? j
                                                          : c_shape[1] == 1 ? i
                                                                            : i * n + j)];
-        expect_values(run(node, {a, b, c})[0], {m, n}, gemm_reference(a, ta, b, tb, 0.7, -1.3, c_full, m, k, n));
+        expect_close_values(run(node, {a, b, c})[0], {m, n}, gemm_reference(a, ta, b, tb, 0.7, -1.3, c_full, m, k, n));
         check_gradients(node, {a, b, c});
       }
 }
@@ -137,9 +119,9 @@ std::vector<double> matmul_reference(const Value& a, const Value& b, const Shape
 TEST(OnnxOpsLinearConv, MatMulHandValues) {
   const NodeSpec node = make_node("MatMul", 2);
   // 1-D . 1-D is a scalar; [2] x [2, 3] is [3]; [2, 3] x [3] is [2].
-  expect_values(run(node, {f64_value({1, 2, 3}, {3}), f64_value({4, 5, 6}, {3})})[0], {}, {32});
-  expect_values(run(node, {f64_value({1, 2}, {2}), iota_value({2, 3})})[0], {3}, {6, 9, 12});
-  expect_values(run(node, {iota_value({2, 3}), f64_value({1, 0, -1}, {3})})[0], {2}, {-2, -2});
+  expect_close_values(run(node, {f64_value({1, 2, 3}, {3}), f64_value({4, 5, 6}, {3})})[0], {}, {32});
+  expect_close_values(run(node, {f64_value({1, 2}, {2}), iota_value({2, 3})})[0], {3}, {6, 9, 12});
+  expect_close_values(run(node, {iota_value({2, 3}), f64_value({1, 0, -1}, {3})})[0], {2}, {-2, -2});
 }
 
 TEST(OnnxOpsLinearConv, MatMulBatchedAndBroadcast) {
@@ -158,7 +140,7 @@ TEST(OnnxOpsLinearConv, MatMulBatchedAndBroadcast) {
   };
   for (const Case& c : cases) {
     const Value a = random_value(c.a, 11), b = random_value(c.b, 12);
-    expect_values(run(node, {a, b})[0], c.y, matmul_reference(a, b, c.batch, c.m, c.k, c.n));
+    expect_close_values(run(node, {a, b})[0], c.y, matmul_reference(a, b, c.batch, c.m, c.k, c.n));
     check_gradients(node, {a, b});
   }
   check_gradients(node, {random_value({3}, 1), random_value({3}, 2)});
@@ -277,7 +259,7 @@ void run_conv_test(const std::string& op_type, const ConvTest& t) {
   if (t.c.bias) inputs.push_back(b);
   const auto y = run(node, inputs);
   ASSERT_EQ(y[0].shape(), t.y_shape);
-  expect_values(
+  expect_close_values(
       y[0], t.y_shape,
       op_type == "Conv" ? conv_reference(t.c, x, w, b, t.y_shape) : conv_transpose_reference(t.c, x, w, b, t.y_shape));
   check_gradients(node, inputs);
@@ -298,14 +280,14 @@ TEST(OnnxOpsLinearConv, ConvHandValues) {
   set_ints(node, "kernel_shape", {3, 3});
   set_ints(node, "pads", {1, 1, 1, 1});
   const Value x = iota_value({1, 1, 5, 5}), w = f64_value(std::vector<double>(9, 1.0), {1, 1, 3, 3});
-  expect_values(run(node, {x, w})[0], {1, 1, 5, 5}, {12,  21, 27, 33,  24,  33,  54,  63, 72,  51,  63,  99, 108,
+  expect_close_values(run(node, {x, w})[0], {1, 1, 5, 5}, {12,  21, 27, 33,  24,  33,  54,  63, 72,  51,  63,  99, 108,
                                                      117, 81, 93, 144, 153, 162, 111, 72, 111, 117, 123, 84});
   set_ints(node, "pads", {0, 0, 0, 0});
-  expect_values(run(node, {x, w})[0], {1, 1, 3, 3}, {54, 63, 72, 99, 108, 117, 144, 153, 162});
+  expect_close_values(run(node, {x, w})[0], {1, 1, 3, 3}, {54, 63, 72, 99, 108, 117, 144, 153, 162});
   // Stride 2 with asymmetric padding (pad the top and bottom by 1, the sides not).
   set_ints(node, "strides", {2, 2});
   set_ints(node, "pads", {1, 0, 1, 0});
-  expect_values(run(node, {x, w})[0], {1, 1, 3, 2}, {21, 33, 99, 117, 111, 123});
+  expect_close_values(run(node, {x, w})[0], {1, 1, 3, 2}, {21, 33, 99, 117, 111, 123});
 }
 
 auto attrs(std::vector<std::pair<std::string, Shape>> lists, std::string auto_pad = "") {
@@ -378,7 +360,7 @@ TEST(OnnxOpsLinearConv, ConvTransposeHandValues) {
                                      27, 15, 9, 20, 33, 24, 13, 6,  13, 21, 15, 8};
   std::vector<double> both = plane;
   both.insert(both.end(), plane.begin(), plane.end());
-  expect_values(run(node, {x, w})[0], {1, 2, 5, 5}, both);
+  expect_close_values(run(node, {x, w})[0], {1, 2, 5, 5}, both);
 }
 
 TEST(OnnxOpsLinearConv, ConvTransposeAgainstDirectLoops) {
@@ -428,12 +410,6 @@ TEST(OnnxOpsLinearConv, ConvTransposeAgainstDirectLoops) {
 // ---- Against PyTorch 1.13 (F.conv2d, F.conv_transpose2d in float64), on inputs
 // x[i] = sin(0.37 i + 0.1) of each tensor's shape.
 
-Value sine_value(const Shape& shape) {
-  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * static_cast<double>(i) + 0.1);
-  return f64_value(v, shape);
-}
-
 // kTorchConvTranspose [1, 4, 6, 5]
 const std::vector<double> kTorchConvTranspose = {
     0.41399795777559528,    0.95298314658453198,   1.6382033894971302,   0.88560691933439406,  1.3033247969189168,
@@ -481,7 +457,7 @@ TEST(OnnxOpsLinearConv, AgainstPyTorch) {
   set_ints(transpose, "output_padding", {1, 0});
   set_ints(transpose, "dilations", {1, 2});
   set_int(transpose, "group", 2);
-  expect_values(run(transpose, {sine_value({1, 4, 3, 3}), sine_value({4, 2, 3, 2}), sine_value({4})})[0], {1, 4, 6, 5},
+  expect_close_values(run(transpose, {sine_value({1, 4, 3, 3}), sine_value({4, 2, 3, 2}), sine_value({4})})[0], {1, 4, 6, 5},
                 kTorchConvTranspose, 1e-13);
   // conv2d(stride 2, padding (1, 2), dilation (2, 1), groups 2)
   NodeSpec conv = make_node("Conv", 3);
@@ -489,7 +465,7 @@ TEST(OnnxOpsLinearConv, AgainstPyTorch) {
   set_ints(conv, "pads", {1, 2, 1, 2});
   set_ints(conv, "dilations", {2, 1});
   set_int(conv, "group", 2);
-  expect_values(run(conv, {sine_value({1, 4, 5, 6}), sine_value({6, 2, 3, 3}), sine_value({6})})[0], {1, 6, 2, 4},
+  expect_close_values(run(conv, {sine_value({1, 4, 5, 6}), sine_value({6, 2, 3, 3}), sine_value({6})})[0], {1, 6, 2, 4},
                 kTorchConv, 1e-13);
 }
 
@@ -537,7 +513,7 @@ TEST(OnnxOpsLinearConv, OneOpAtSeveralShapes) {
   for (const Shape& x_shape : {Shape{1, 1, 4, 5}, Shape{1, 1, 4, 5}, Shape{2, 1, 6, 3}}) {
     const Value x = random_value(x_shape, 1);
     const auto y = op->forward({x, w});
-    expect_values(y[0], {x_shape[0], 2, x_shape[2], x_shape[3]}, run(node, {x, w})[0].tensor.to_vector<double>());
+    expect_close_values(y[0], {x_shape[0], 2, x_shape[2], x_shape[3]}, run(node, {x, w})[0].tensor.to_vector<double>());
   }
 }
 

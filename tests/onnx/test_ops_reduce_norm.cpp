@@ -9,10 +9,6 @@ namespace {
 
 using tessera::testing::expect_error;
 
-std::vector<Value> run(const NodeSpec& node, const std::vector<Value>& inputs) {
-  return builtin_ops().create(node)->forward(inputs);
-}
-
 Value typed_value(const std::vector<double>& v, const Shape& shape, DType dtype) {
   if (dtype == DType::f32) return Value::floating(Tensor::from_vector(std::vector<float>(v.begin(), v.end()), shape));
   return f64_value(v, shape);

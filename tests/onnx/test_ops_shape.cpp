@@ -14,10 +14,6 @@ using Ints = std::vector<std::int64_t>;
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 
-std::vector<Value> run(const NodeSpec& node, const std::vector<Value>& inputs) {
-  return builtin_ops().create(node)->forward(inputs);
-}
-
 Value run1(const NodeSpec& node, const std::vector<Value>& inputs) {
   std::vector<Value> out = run(node, inputs);
   EXPECT_EQ(out.size(), 1u) << node.where();
