@@ -33,7 +33,7 @@ template <class T, class Fill>
 Tensor tensor_from(const Shape& shape, Fill&& fill) {
   Tensor t = Tensor::empty(shape, dtype_of<T>);
   T* p = t.data<T>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = fill(i);
+  for (std::int64_t i = 0, i_end = t.numel(); i < i_end; ++i) p[i] = fill(i);
   return t;
 }
 
@@ -236,7 +236,7 @@ class UnaryOp final : public Op {
       using T = typename decltype(tag)::type;
       const T* x = x_.tensor.data<T>();
       T* y = y_.tensor.data<T>();
-      for (std::int64_t i = 0; i < x_.numel(); ++i) {
+      for (std::int64_t i = 0, i_end = x_.numel(); i < i_end; ++i) {
         if constexpr (std::is_integral_v<T>) {
           y[i] = detail::wrap_integer(x_.type, Math::value(x[i], params_));
         } else {
@@ -468,7 +468,7 @@ class BinaryOp final : public Op {
     const T* a = a_.tensor.data<T>();
     const T* b = b_.tensor.data<T>();
     Out* o = y.tensor.data<Out>();
-    for (std::int64_t i = 0; i < y.numel(); ++i) {
+    for (std::int64_t i = 0, i_end = y.numel(); i < i_end; ++i) {
       o[i] = static_cast<Out>(Math::value(a[a_index_(i)], b[b_index_(i)]));
       if constexpr (std::is_integral_v<T> && !Math::logical) o[i] = detail::wrap_integer(y.type, o[i]);
     }
@@ -549,7 +549,7 @@ class VariadicOp final : public Op {
     for (std::size_t k = 0; k < inputs_.size(); ++k) {
       const T* x = inputs_[k].tensor.data<T>();
       const SourceIndex& src = index_[k];
-      for (std::int64_t i = 0; i < y_.numel(); ++i) {
+      for (std::int64_t i = 0, i_end = y_.numel(); i < i_end; ++i) {
         const T v = x[src(i)];
         if (k == 0 || fold_ == Fold::sum || fold_ == Fold::mean) {
           y[i] = k == 0 ? v : y[i] + v;
@@ -560,7 +560,7 @@ class VariadicOp final : public Op {
       }
     }
     if (fold_ == Fold::mean) {
-      for (std::int64_t i = 0; i < y_.numel(); ++i) y[i] /= T(inputs_.size());
+      for (std::int64_t i = 0, i_end = y_.numel(); i < i_end; ++i) y[i] /= T(inputs_.size());
     }
   }
 
@@ -591,7 +591,7 @@ class NotOp final : public Op {
     const std::int64_t* p = x.tensor.data<std::int64_t>();
     Value y = detail::make_value(x.shape(), ElementType::boolean);
     std::int64_t* o = y.tensor.data<std::int64_t>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) o[i] = p[i] == 0 ? 1 : 0;
+    for (std::int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = p[i] == 0 ? 1 : 0;
     return {y};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>&) override { return {Tensor()}; }
@@ -679,7 +679,7 @@ class ClipOp final : public Op {
       const T* x = x_.tensor.data<T>();
       T* o = y.tensor.data<T>();
       // min > max gives max everywhere, as ONNX specifies; a NaN stays NaN (numpy's clip).
-      for (std::int64_t i = 0; i < x_.numel(); ++i) o[i] = x[i] != x[i] ? x[i] : std::min(hi, std::max(lo, x[i]));
+      for (std::int64_t i = 0, i_end = x_.numel(); i < i_end; ++i) o[i] = x[i] != x[i] ? x[i] : std::min(hi, std::max(lo, x[i]));
     });
     return {y};
   }

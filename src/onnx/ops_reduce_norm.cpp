@@ -539,7 +539,7 @@ class NormalizationOp final : public Op {
     Tensor y = Tensor::empty(x_.shape(), dtype_of<T>);
     T* xh = xhat_.data<T>();
     T* yp = y.data<T>();
-    for (std::int64_t i = 0; i < x_.numel(); ++i) {
+    for (std::int64_t i = 0, i_end = x_.numel(); i < i_end; ++i) {
       const auto s = static_cast<std::size_t>(stat_index(i));
       const auto p = static_cast<std::size_t>(param_index(i));
       xh[i] = (x[i] - mean[s]) * inv[s];

@@ -4,6 +4,8 @@
 //   tessera-onnx run  MODEL.onnx IN.npy OUT.npy           the output for one input
 //   tessera-onnx grad MODEL.onnx IN.npy WEIGHT.npy GRADS.npz
 //                                                         d sum(output * weight) / d every parameter
+//   tessera-onnx time MODEL.onnx IN.npy REPEATS           median seconds of a forward (and of a
+//                                                         forward + backward), after one warm-up
 //
 // Serial, on the host backend. The input's shape resolves a symbolic dim of the model's
 // one input. GRADS.npz is keyed by the initializers' names (numpy.load(GRADS)[name]).
@@ -12,6 +14,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <string>
@@ -30,6 +34,7 @@ int usage() {
   std::cerr << "usage: tessera-onnx info MODEL.onnx\n"
                "       tessera-onnx run MODEL.onnx IN.npy OUT.npy\n"
                "       tessera-onnx grad MODEL.onnx IN.npy WEIGHT.npy GRADS.npz\n"
+               "       tessera-onnx time MODEL.onnx IN.npy REPEATS\n"
                "IN.npy, WEIGHT.npy: float32 or float64 arrays (the model's input dtype), C order.\n"
                "Not yet: --domain N and --tensor N (domain- and tensor-parallel execution of an\n"
                "imported model under mpiexec); tessera-onnx runs serially on the host.\n";
@@ -75,6 +80,43 @@ int grad(const std::string& model_path, const std::string& in_path, const std::s
   return 0;
 }
 
+// The median of `repeats` timings of `step` (seconds), after one untimed warm-up.
+template <class Step>
+double median_seconds(int repeats, Step&& step) {
+  step();
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+// One line a benchmark script reads: "forward_s <median> train_step_s <median>" (the
+// training step: forward, zero_grad, backward of sum(output)).
+int time_model(const std::string& model_path, const std::string& in_path, const std::string& repeats_text) {
+  const int repeats = std::stoi(repeats_text);
+  if (repeats < 1) throw InvalidArgument("REPEATS must be at least 1, got " + repeats_text);
+  const Tensor input = onnx_tool::read_npy(in_path);
+  auto model = load_for(model_path, input);
+  const double forward = median_seconds(repeats, [&] { (void)model->forward(input); });
+  const double train = median_seconds(repeats, [&] {
+    const Tensor y = model->forward(input);
+    model->zero_grad();
+    Tensor ones = Tensor::empty(y.shape(), y.dtype());
+    if (y.dtype() == DType::f32) {
+      std::fill_n(ones.data<float>(), ones.numel(), 1.0f);
+    } else {
+      std::fill_n(ones.data<double>(), ones.numel(), 1.0);
+    }
+    (void)model->backward(ones);
+  });
+  std::cout << "forward_s " << forward << " train_step_s " << train << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,6 +133,8 @@ int main(int argc, char** argv) {
       status = info(args[1]);
     } else if (args.size() == 4 && args[0] == "run") {
       status = run(args[1], args[2], args[3]);
+    } else if (args.size() == 4 && args[0] == "time") {
+      status = time_model(args[1], args[2], args[3]);
     } else if (args.size() == 5 && args[0] == "grad") {
       status = grad(args[1], args[2], args[3], args[4]);
     } else {
