@@ -8,7 +8,9 @@ each model runs `tessera-onnx run` and `tessera-onnx grad` and holds them to PyT
 output within 1e-5 of the output's largest magnitude, and the gradient of sum(y * w) with
 respect to every initializer that holds a parameter within 1e-5 of that gradient's largest
 magnitude (f32 throughout). The gradients are keyed by initializer name on both sides, so
-a parameter tessera does not see, or sees under another name, fails the check.
+a parameter tessera does not see, or sees under another name, fails the check. Where
+ONNX Runtime is reachable (node and the npm package onnxruntime-node on NODE_PATH), the
+output is held to ONNX Runtime's too, within the same bound (ort_run.js).
 Exit 77 (skipped) without torch.
 """
 import os
@@ -31,7 +33,27 @@ def run(cmd):
         sys.exit(f"FAIL: {' '.join(cmd)} exited {result.returncode}:\n{result.stdout}{result.stderr}")
 
 
-def check_model(tool, folder):
+def onnx_runtime_available():
+    try:
+        return subprocess.run(["node", "-e", "require('onnxruntime-node')"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def check_against_onnx_runtime(folder, y):
+    here = os.path.dirname(os.path.abspath(__file__))
+    ort_path = os.path.join(folder, "ort_y.npy")
+    run(["node", os.path.join(here, "ort_run.js"), os.path.join(folder, "model.onnx"), os.path.join(folder, "x.npy"),
+         ort_path])
+    y_ort = np.load(ort_path)
+    if y_ort.shape != y.shape:
+        return [f"output shape {y.shape}, ONNX Runtime {y_ort.shape}"]
+    error = relative_error(y, y_ort)
+    print(f"  output vs ONNX Runtime: relative error {error:.2e}")
+    return [f"output off ONNX Runtime's by {error:.2e}"] if error > TOLERANCE else []
+
+
+def check_model(tool, folder, with_onnx_runtime):
     model = os.path.join(folder, "model.onnx")
     x, w = os.path.join(folder, "x.npy"), os.path.join(folder, "w.npy")
     y_path, grads_path = os.path.join(folder, "tessera_y.npy"), os.path.join(folder, "tessera_grads.npz")
@@ -46,6 +68,8 @@ def check_model(tool, folder):
         print(f"  output: relative error {error:.2e}")
         if error > TOLERANCE:
             failures.append(f"output off by {error:.2e}")
+    if with_onnx_runtime:
+        failures += check_against_onnx_runtime(folder, y)
     grads, grads_ref = np.load(grads_path), np.load(os.path.join(folder, "grads.npz"))
     missing = sorted(set(grads_ref.files) - set(grads.files))
     if missing:
@@ -72,11 +96,14 @@ def main():
         sys.exit(77)
     here = os.path.dirname(os.path.abspath(__file__))
     run([sys.executable, os.path.join(here, "make_zoo.py"), workdir])
+    with_onnx_runtime = onnx_runtime_available()
+    if not with_onnx_runtime:
+        print("ONNX Runtime (onnxruntime-node) not reachable: outputs held to PyTorch only")
     failed = 0
     models = sorted(d for d in os.listdir(workdir) if os.path.isdir(os.path.join(workdir, d)))
     for name in models:
         print(f"{name}:")
-        failures = check_model(tool, os.path.join(workdir, name))
+        failures = check_model(tool, os.path.join(workdir, name), with_onnx_runtime)
         for failure in failures:
             print(f"  FAIL {failure}")
         failed += bool(failures)
