@@ -148,7 +148,9 @@ TEST(OnnxFileHostile, TruncatedAndGarbageFilesAreClearErrors) {
     expect_error<InvalidArgument>([&] { read_onnx_file(path); }, {path});
   }
   const std::string garbage = dir.file("garbage.onnx");
-  write_bytes(garbage, std::string("\xff\xff\xff\xff this is not protobuf \x00\x01", 30));
+  // The literal's own length (sizeof less its terminator): it holds a NUL byte.
+  static const char kGarbage[] = "\xff\xff\xff\xff this is not protobuf \x00\x01";
+  write_bytes(garbage, std::string(kGarbage, sizeof kGarbage - 1));
   expect_error<InvalidArgument>([&] { read_onnx_file(garbage); }, {garbage, "not a valid ONNX protobuf"});
   expect_error<Error>([&] { read_onnx_file(dir.file("missing.onnx")); }, {"missing.onnx"});
 }
