@@ -542,7 +542,9 @@ int tessera_model_forward(tessera_model_t* model, const void* input, void* outpu
 int tessera_model_load_onnx(const tessera_mesh_t* mesh, const char* path, tessera_model_t** model);
 /* The graph's input (which = 0) or output (which = 1): its dtype, rank and extents in
  * the caller's order (TESSERA_ORDER_FORTRAN: reversed, as a Fortran array declares them).
- * `shape` has room for 8 extents. */
+ * `shape` has room for 8 extents. The output's are those of one forward of zeros of the
+ * input's shape (what the graph computes, not what the file declares): call it once,
+ * before the time loop. */
 int tessera_model_onnx_shape(const tessera_model_t* model, int which, tessera_order_t order, tessera_dtype_t* dtype,
                              int* ndim, int64_t* shape);
 /* Local, no communication: output = graph(input). Both arrays are contiguous in `order`
