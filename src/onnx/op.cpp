@@ -117,6 +117,7 @@ const OpRegistry& builtin_ops() {
     register_linear_conv_ops(r);
     register_pool_resize_ops(r);
     register_shape_ops(r);
+    register_constant_ops(r);
     return r;
   }();
   return registry;

@@ -114,6 +114,7 @@ void register_elementwise_ops(OpRegistry& registry);  // ops_elementwise.cpp: ar
 void register_reduce_norm_ops(OpRegistry& registry);  // ops_reduce_norm.cpp: Reduce*, Softmax, LogSoftmax, the normalizations
 void register_linear_conv_ops(OpRegistry& registry);  // ops_linear_conv.cpp: Gemm, MatMul, Conv, ConvTranspose
 void register_pool_resize_ops(OpRegistry& registry);  // ops_pool_resize.cpp: MaxPool, AveragePool, GlobalAveragePool, Pad, Resize, Upsample
-void register_shape_ops(OpRegistry& registry);        // ops_shape.cpp: Reshape, Transpose, Concat, Split, Slice, Gather, Shape, Constant, ...
+void register_shape_ops(OpRegistry& registry);        // ops_shape.cpp: Reshape, Transpose, Concat, Split, Slice, Gather, ...
+void register_constant_ops(OpRegistry& registry);     // ops_constant.cpp: Shape, Size, Constant, ConstantOfShape, Range
 
 }  // namespace tessera::onnx
