@@ -112,6 +112,7 @@ std::vector<std::string> OpRegistry::op_types() const {
 const OpRegistry& builtin_ops() {
   static const OpRegistry registry = [] {
     OpRegistry r;
+    register_unary_ops(r);
     register_elementwise_ops(r);
     register_reduce_norm_ops(r);
     register_linear_conv_ops(r);

@@ -110,7 +110,8 @@ class OpRegistry {
 const OpRegistry& builtin_ops();
 
 // The families (one file each).
-void register_elementwise_ops(OpRegistry& registry);  // ops_elementwise.cpp: arithmetic, activations, Where, Cast, Identity, Dropout
+void register_unary_ops(OpRegistry& registry);        // ops_unary.cpp: functions of one input, the activations
+void register_elementwise_ops(OpRegistry& registry);  // ops_elementwise.cpp: arithmetic, comparisons, Where, Cast, Clip, Identity, Dropout
 void register_reduce_norm_ops(OpRegistry& registry);  // ops_reduce_norm.cpp: Reduce*, Softmax, LogSoftmax, the normalizations
 void register_linear_conv_ops(OpRegistry& registry);  // ops_linear_conv.cpp: Gemm, MatMul, Conv, ConvTranspose
 void register_pool_resize_ops(OpRegistry& registry);  // ops_pool_resize.cpp: MaxPool, AveragePool, GlobalAveragePool, Pad, Resize, Upsample

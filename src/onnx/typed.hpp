@@ -32,6 +32,15 @@ decltype(auto) dispatch(const NodeSpec& node, ElementType type, Body&& body) {
   }
 }
 
+// A tensor of `shape` and dtype of T with its elements from `fill(i)`.
+template <class T, class Fill>
+Tensor tensor_from(const Shape& shape, Fill&& fill) {
+  Tensor t = Tensor::empty(shape, dtype_of<T>);
+  T* p = t.data<T>();
+  for (std::int64_t i = 0, i_end = t.numel(); i < i_end; ++i) p[i] = fill(i);
+  return t;
+}
+
 // `v` wrapped to the width of the integer `type` (two's complement, as the C++ type of that
 // width converts), or 0/1 for bool: integer arithmetic and Cast keep a declared int8 an int8.
 inline std::int64_t wrap_integer(ElementType type, std::int64_t v) {
