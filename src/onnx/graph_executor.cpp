@@ -6,7 +6,7 @@
 
 namespace tessera::onnx {
 
-GraphExecutor::GraphExecutor(Graph graph, const OpRegistry& registry) : graph_(std::move(graph)) {
+GraphExecutor::GraphExecutor(Graph graph, const OpRegistry& registry) : graph_(std::move(graph)), registry_(&registry) {
   ops_.reserve(graph_.nodes.size());
   for (const NodeSpec& node : graph_.nodes) ops_.push_back(registry.create(node));
   find_parameters();
@@ -66,8 +66,34 @@ void GraphExecutor::plan_frees() {
   for (const auto& entry : last_reader) frees_after_[entry.second].push_back(entry.first);
 }
 
-Value GraphExecutor::input_value(const Value& given, const GraphValue& declared) const {
-  const std::string expected = std::string(element_type_name(declared.type)) + shape_str(declared.shape);
+void GraphExecutor::split_over(const domain::Decomposition& decomposition, std::vector<SplitInput> inputs) {
+  if (placement_) throw InvalidArgument(graph_.where() + " is already split over a decomposition");
+  placement_ = std::make_unique<DomainPlacement>(decomposition, std::move(inputs), graph_.inputs, *registry_);
+  placed_.assign(graph_.nodes.size(), false);
+  forward_done_ = false;
+}
+
+std::string GraphExecutor::placement_summary() const {
+  std::string out;
+  for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
+    out += graph_.nodes[n].where() + ": " + DomainPlacement::describe(*ops_[n]) + "\n";
+  }
+  return out;
+}
+
+std::vector<Layout> GraphExecutor::input_layouts(const NodeSpec& node) const {
+  std::vector<Layout> layouts;
+  layouts.reserve(node.inputs.size());
+  for (const std::string& in : node.inputs) {
+    auto it = layouts_.find(in);
+    layouts.push_back(it == layouts_.end() ? Layout::whole() : it->second);
+  }
+  return layouts;
+}
+
+Value GraphExecutor::input_value(const Value& given, const GraphValue& declared, const Shape& expected_shape) const {
+  const std::string expected = std::string(element_type_name(declared.type)) + shape_str(expected_shape) +
+                               (placement_ ? " (this rank's block)" : "");
   const std::string what = graph_.where() + ": input '" + declared.name + "'";
   if (!given.defined()) throw InvalidArgument(what + " expects " + expected + ", given nothing");
   if (given.tensor.device() != Device::host()) {
@@ -76,7 +102,7 @@ Value GraphExecutor::input_value(const Value& given, const GraphValue& declared)
   }
   const bool floating_fits = is_floating(declared.type) && given.tensor.dtype() == storage_dtype(declared.type);
   const bool integer_fits = !is_floating(declared.type) && given.tensor.dtype() == DType::i64;
-  if ((!floating_fits && !integer_fits) || given.shape() != declared.shape) {
+  if ((!floating_fits && !integer_fits) || given.shape() != expected_shape) {
     throw InvalidArgument(what + " expects " + expected + ", given " + given.tensor.str());
   }
   Value value;
@@ -97,8 +123,11 @@ std::vector<Value> GraphExecutor::forward(const std::vector<Value>& inputs) {
                           std::to_string(inputs.size()));
   }
   std::map<std::string, Value> values;
+  layouts_.clear();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    values[graph_.inputs[i].name] = input_value(inputs[i], graph_.inputs[i]);
+    const GraphValue& declared = graph_.inputs[i];
+    values[declared.name] = input_value(inputs[i], declared, placement_ ? placement_->local_input_shape(i) : declared.shape);
+    if (placement_) layouts_[declared.name] = placement_->input_layout(i);
   }
   for (const auto& entry : parameters_) values[entry.first] = Value::floating(entry.second.value);
   forward_shapes_.clear();
@@ -108,7 +137,21 @@ std::vector<Value> GraphExecutor::forward(const std::vector<Value>& inputs) {
     std::vector<Value> node_inputs;
     node_inputs.reserve(node.inputs.size());
     for (const std::string& in : node.inputs) node_inputs.push_back(in.empty() ? Value{} : lookup(values, in));
+    std::vector<Layout> layouts;
+    if (placement_) {
+      layouts = input_layouts(node);
+      if (!placed_[n]) {
+        ops_[n] = placement_->place(node, ops_[n], node_inputs, layouts);
+        placed_[n] = true;
+      }
+    }
     std::vector<Value> outs = ops_[n]->forward(node_inputs);
+    if (placement_) {
+      const std::vector<Layout> out_layouts = placement_->output_layouts(*ops_[n], layouts, node.outputs.size());
+      for (std::size_t k = 0; k < node.outputs.size(); ++k) {
+        if (!node.outputs[k].empty()) layouts_[node.outputs[k]] = out_layouts[k];
+      }
+    }
     for (std::size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k].empty()) continue;
       if (k >= outs.size() || !outs[k].defined()) {
@@ -194,7 +237,7 @@ std::vector<Tensor> GraphExecutor::backward(const std::vector<Tensor>& grad_outp
     if (it != grads.end()) {
       grad_inputs.push_back(it->second.grad);
     } else if (is_floating(input.type)) {
-      grad_inputs.push_back(Tensor::zeros(input.shape, storage_dtype(input.type)));
+      grad_inputs.push_back(Tensor::zeros(forward_shapes_.at(input.name), storage_dtype(input.type)));
     } else {
       grad_inputs.emplace_back();
     }

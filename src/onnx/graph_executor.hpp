@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "onnx/domain_layout.hpp"
+#include "onnx/domain_placement.hpp"
 #include "onnx/graph.hpp"
 #include "onnx/op.hpp"
 #include "tessera/parameter.hpp"
@@ -25,7 +27,16 @@ namespace tessera::onnx {
 class GraphExecutor {
  public:
   // Creates every node's Op (an op outside `registry` is refused here, naming the node).
+  // `registry` must outlive the executor (a split run rebuilds ops from it).
   GraphExecutor(Graph graph, const OpRegistry& registry);
+
+  // Runs on this rank's part of a split field from the next forward on: the forward
+  // lets `placement` replace each node's op (domain_placement.hpp) the first time it
+  // runs, and tracks every value's layout.
+  void split_over(const domain::Decomposition& decomposition, std::vector<SplitInput> inputs);
+  bool is_split() const { return placement_ != nullptr; }
+  // One line per node of how it ran in the last forward (placed ops only).
+  std::string placement_summary() const;
 
   // The graph's outputs from its inputs (in the order of graph().inputs), each checked
   // against the input's declared element type and shape.
@@ -49,7 +60,8 @@ class GraphExecutor {
   void find_parameters();
   void plan_backward();
   void plan_frees();
-  Value input_value(const Value& given, const GraphValue& declared) const;
+  Value input_value(const Value& given, const GraphValue& declared, const Shape& expected_shape) const;
+  std::vector<Layout> input_layouts(const NodeSpec& node) const;
   const Value& lookup(const std::map<std::string, Value>& values, const std::string& name) const;
   void accumulate(std::map<std::string, GradSlot>& grads, const std::string& name, const Tensor& grad,
                   const std::string& from) const;
@@ -63,6 +75,10 @@ class GraphExecutor {
   std::vector<std::vector<std::string>> frees_after_;  // values dropped after node n ran
   std::map<std::string, Shape> forward_shapes_;        // every value's shape in the last forward
   bool forward_done_ = false;
+  const OpRegistry* registry_;
+  std::unique_ptr<DomainPlacement> placement_;  // null: every value is whole
+  std::vector<bool> placed_;
+  std::map<std::string, Layout> layouts_;      // split runs: every value's layout
 };
 
 }  // namespace tessera::onnx

@@ -90,6 +90,12 @@ std::vector<DType> OnnxModel::output_dtypes() const {
   return dtypes;
 }
 
+void OnnxModel::split_over(const domain::Decomposition& decomposition, std::vector<SplitInput> inputs) {
+  executor_->split_over(decomposition, std::move(inputs));
+}
+
+std::string OnnxModel::placement_summary() const { return executor_->placement_summary(); }
+
 const std::string& OnnxModel::source() const { return executor_->graph().source; }
 
 namespace {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/domain/decomposition.hpp"
 #include "tessera/nn/module.hpp"
 #include "tessera/tensor.hpp"
 
@@ -39,6 +40,17 @@ struct LoadOptions {
   // Keep the other symbolic dims unresolved (-1) instead of refusing them: for looking at
   // a model (info); running it then refuses every input of a symbolic shape.
   bool defer_symbolic_inputs = false;
+};
+
+// A graph input that holds a field split over a decomposition: its axes lat_axis and
+// lon_axis (counted from the end when negative) hold the decomposition's latitudes and
+// longitudes. has_lon false: the input is split along lat_axis only (the columns of a
+// per-column model), over a decomposition of global shape (columns, 1).
+struct SplitInput {
+  std::string input;
+  int lat_axis = -2;
+  int lon_axis = -1;
+  bool has_lon = true;
 };
 
 class OnnxModel : public nn::Module {
@@ -63,6 +75,21 @@ class OnnxModel : public nn::Module {
   // gradients and returns the inputs' (zeros for a floating input no gradient reaches,
   // undefined for an integer input).
   std::vector<Tensor> backward_all(const std::vector<Tensor>& grad_outputs);
+
+  // Domain-parallel from the next forward on (docs/onnx.md, "Domain-parallel
+  // execution"): each input in `inputs` (by default the first, along its last two axes)
+  // takes this rank's block of the field `decomposition` splits, as the code holds it;
+  // the other inputs stay whole. Every node that reads a split value runs on the block:
+  // locally, with a halo from the neighbours (Conv, pools, linear Resize, a periodic
+  // wrap or Pad before them), or with sums over the ranks (reductions, normalisations);
+  // a node that cannot is refused on the first forward, on every rank, by an
+  // UnsupportedError naming it. Outputs come back as this rank's block of a split
+  // output or the whole value. Parameter gradients are the full ones on every rank.
+  // `decomposition` must outlive the model. Collective on the first forward after it.
+  void split_over(const domain::Decomposition& decomposition, std::vector<SplitInput> inputs = {});
+  // How each node ran in the last forward of a split model ("local", "halo lat 1+1, lon
+  // 1+1", "sum over ranks", ...): what `tessera-onnx info --domain` prints.
+  std::string placement_summary() const;
 
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
