@@ -69,9 +69,13 @@ const Layout* first_split(const std::vector<Layout>& layouts) {
   return nullptr;
 }
 
+bool same_grid(const Grid& a, const Grid& b) {
+  return a == b || (a && b && a->global_lat() == b->global_lat() && a->global_lon() == b->global_lon());
+}
+
 bool same_split(const Layout& a, const Layout& b) {
   return a.kind == b.kind && a.lat_axis == b.lat_axis && a.lon_axis == b.lon_axis && a.flat_axis == b.flat_axis &&
-         a.grid == b.grid;
+         same_grid(a.grid, b.grid);
 }
 
 std::unique_ptr<Op> rebuilt(const OpRegistry& registry, NodeSpec node) { return registry.create(node); }
@@ -512,7 +516,9 @@ class Placer {
   // the last axis (GroupNorm's [N, C, lat, lon] -> [N, G, C/G * lat * lon]: each row of
   // the result is whole blocks of this rank's field); or back to the shape it had.
   Builder reshape() {
-    require_whole(1);
+    // The target shape may be read off this rank's block (Shape of it): that is what
+    // makes the Reshape back after a GroupNorm local.
+    if (layouts_.size() > 1 && layouts_[1].is_split_family()) refuse(node_, "its shape input is a split value");
     const Layout l = x();
     if (l.kind != Layout::Kind::split && l.kind != Layout::Kind::flat) refuse(node_, "X is " + l.str());
     const NodeSpec node = node_;
@@ -696,6 +702,7 @@ DomainPlacement::DomainPlacement(const domain::Decomposition& decomposition, std
                                  const std::vector<GraphValue>& graph_inputs, const OpRegistry& registry)
     : decomposition_(&decomposition), registry_(&registry),
       base_(std::shared_ptr<const domain::Decomposition>(std::shared_ptr<void>{}, &decomposition)) {
+  grids_[std::to_string(decomposition.global_lat()) + " x " + std::to_string(decomposition.global_lon())] = base_;
   if (inputs.empty() && !graph_inputs.empty()) inputs.push_back(SplitInput{graph_inputs[0].name});
   for (const SplitInput& s : inputs) {
     if (std::none_of(graph_inputs.begin(), graph_inputs.end(), [&](const GraphValue& v) { return v.name == s.input; })) {

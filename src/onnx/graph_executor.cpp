@@ -81,6 +81,11 @@ std::string GraphExecutor::placement_summary() const {
   return out;
 }
 
+Layout GraphExecutor::layout_of(const std::string& name) const {
+  auto it = layouts_.find(name);
+  return it == layouts_.end() ? Layout::whole() : it->second;
+}
+
 std::vector<Layout> GraphExecutor::input_layouts(const NodeSpec& node) const {
   std::vector<Layout> layouts;
   layouts.reserve(node.inputs.size());

@@ -37,6 +37,8 @@ class GraphExecutor {
   bool is_split() const { return placement_ != nullptr; }
   // One line per node of how it ran in the last forward (placed ops only).
   std::string placement_summary() const;
+  // A value's layout in the last forward (whole when the graph is not split).
+  Layout layout_of(const std::string& name) const;
 
   // The graph's outputs from its inputs (in the order of graph().inputs), each checked
   // against the input's declared element type and shape.

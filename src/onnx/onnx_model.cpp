@@ -96,6 +96,28 @@ void OnnxModel::split_over(const domain::Decomposition& decomposition, std::vect
 
 std::string OnnxModel::placement_summary() const { return executor_->placement_summary(); }
 
+OnnxModel::OutputSplit OnnxModel::output_split(std::size_t index) const {
+  const Graph& graph = executor_->graph();
+  if (index >= graph.outputs.size()) {
+    throw InvalidArgument(graph.where() + " has " + std::to_string(graph.outputs.size()) + " outputs, asked for output " +
+                          std::to_string(index));
+  }
+  const Layout layout = executor_->layout_of(graph.outputs[index].name);
+  OutputSplit out;
+  if (layout.kind == Layout::Kind::whole) return out;
+  if (layout.kind != Layout::Kind::split) {
+    throw UnsupportedError(graph.where() + ": output '" + graph.outputs[index].name + "' is " + layout.str() +
+                           ", which cannot be returned split");
+  }
+  out.split = true;
+  out.lat_axis = layout.lat_axis;
+  out.lon_axis = layout.lon_axis;
+  out.global_lat = layout.grid->global_lat();
+  out.global_lon = layout.grid->global_lon();
+  out.box = layout.grid->box();
+  return out;
+}
+
 const std::string& OnnxModel::source() const { return executor_->graph().source; }
 
 namespace {

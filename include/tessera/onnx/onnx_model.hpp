@@ -90,6 +90,15 @@ class OnnxModel : public nn::Module {
   // How each node ran in the last forward of a split model ("local", "halo lat 1+1, lon
   // 1+1", "sum over ranks", ...): what `tessera-onnx info --domain` prints.
   std::string placement_summary() const;
+  // After a forward of a split model: how output `index` is split (split false: the
+  // whole value on every rank), so a caller can gather it.
+  struct OutputSplit {
+    bool split = false;
+    int lat_axis = -1, lon_axis = -1;  // lon_axis -1: split along lat_axis only
+    std::int64_t global_lat = 0, global_lon = 0;
+    domain::LocalBox box;  // this rank's
+  };
+  OutputSplit output_split(std::size_t index) const;
 
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tessera against PyTorch on the ONNX test zoo (issue 42).
 
-    check_zoo.py TESSERA_ONNX WORKDIR
+    check_zoo.py TESSERA_ONNX WORKDIR [MPIEXEC RANKS...]
 
 Exports the zoo with PyTorch's own exporter (make_zoo.py, beside this script), then for
 each model runs `tessera-onnx run` and `tessera-onnx grad` and holds them to PyTorch: the
@@ -11,6 +11,12 @@ magnitude (f32 throughout). The gradients are keyed by initializer name on both 
 a parameter tessera does not see, or sees under another name, fails the check. Where
 ONNX Runtime is reachable (node and the npm package onnxruntime-node on NODE_PATH), the
 output is held to ONNX Runtime's too, within the same bound (ort_run.js).
+
+With MPIEXEC and rank counts, the same checks run domain-parallel instead
+(`mpiexec -n N tessera-onnx ... --domain N`, DOMAIN_OPTIONS below): the field split over
+N ranks, the output gathered, the gradients the full ones. The ViT cannot run split (its
+attention mixes every patch of the field): there the check is that tessera refuses it
+with an error naming the node, on every rank, instead of computing something else.
 Exit 77 (skipped) without torch.
 """
 import os
@@ -27,10 +33,37 @@ def relative_error(got, want):
     return float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()) / scale
 
 
+# Per model and rank count, how the field is split: the zoo's fields are small (8 x 8),
+# so the U-Net's two 2x2 poolings need 2 x 2 blocks of even extents at 4 ranks; the column
+# MLP's input is [columns, features], split along the columns.
+DOMAIN_OPTIONS = {
+    ("unet", 4): ["--grid", "2x2"],
+    ("column_mlp", 2): ["--split-axis", "0"],
+    ("column_mlp", 4): ["--split-axis", "0"],
+}
+REFUSED_SPLIT = {"vit"}
+
+
 def run(cmd):
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         sys.exit(f"FAIL: {' '.join(cmd)} exited {result.returncode}:\n{result.stdout}{result.stderr}")
+
+
+def check_refused(launch, tool, folder):
+    """tessera refuses to split the model: exit 2, every rank naming the node."""
+    model, x = os.path.join(folder, "model.onnx"), os.path.join(folder, "x.npy")
+    result = subprocess.run(launch + [tool, "run", model, x, os.path.join(folder, "refused.npy")] + launch_options(launch),
+                            capture_output=True, text=True, timeout=300)
+    message = result.stdout + result.stderr
+    if result.returncode == 0 or "cannot run domain-parallel" not in message or "node '" not in message:
+        return [f"split run not refused by name (exit {result.returncode}): {message.strip()}"]
+    print(f"  refused split: {message.strip().splitlines()[0]}")
+    return []
+
+
+def launch_options(launch):
+    return ["--domain", launch[2]] if launch else []
 
 
 def onnx_runtime_available():
@@ -53,12 +86,17 @@ def check_against_onnx_runtime(folder, y):
     return [f"output off ONNX Runtime's by {error:.2e}"] if error > TOLERANCE else []
 
 
-def check_model(tool, folder, with_onnx_runtime):
+def check_model(tool, folder, with_onnx_runtime, launch=()):
+    launch = list(launch)
+    name = os.path.basename(folder)
+    if launch and name in REFUSED_SPLIT:
+        return check_refused(launch, tool, folder)
+    options = launch_options(launch) + (DOMAIN_OPTIONS.get((name, int(launch[2])), []) if launch else [])
     model = os.path.join(folder, "model.onnx")
     x, w = os.path.join(folder, "x.npy"), os.path.join(folder, "w.npy")
     y_path, grads_path = os.path.join(folder, "tessera_y.npy"), os.path.join(folder, "tessera_grads.npz")
-    run([tool, "run", model, x, y_path])
-    run([tool, "grad", model, x, w, grads_path])
+    run(launch + [tool, "run", model, x, y_path] + options)
+    run(launch + [tool, "grad", model, x, w, grads_path] + options)
     failures = []
     y, y_ref = np.load(y_path), np.load(os.path.join(folder, "y.npy"))
     if y.shape != y_ref.shape:
@@ -89,6 +127,7 @@ def check_model(tool, folder, with_onnx_runtime):
 
 def main():
     tool, workdir = sys.argv[1], sys.argv[2]
+    mpiexec, rank_counts = (sys.argv[3], sys.argv[4:]) if len(sys.argv) > 3 else (None, [])
     try:
         import torch  # noqa: F401  (the zoo is exported by PyTorch)
     except ImportError:
@@ -96,18 +135,21 @@ def main():
         sys.exit(77)
     here = os.path.dirname(os.path.abspath(__file__))
     run([sys.executable, os.path.join(here, "make_zoo.py"), workdir])
-    with_onnx_runtime = onnx_runtime_available()
-    if not with_onnx_runtime:
+    with_onnx_runtime = onnx_runtime_available() and not mpiexec
+    if not with_onnx_runtime and not mpiexec:
         print("ONNX Runtime (onnxruntime-node) not reachable: outputs held to PyTorch only")
     failed = 0
     models = sorted(d for d in os.listdir(workdir) if os.path.isdir(os.path.join(workdir, d)))
-    for name in models:
-        print(f"{name}:")
-        failures = check_model(tool, os.path.join(workdir, name), with_onnx_runtime)
-        for failure in failures:
-            print(f"  FAIL {failure}")
-        failed += bool(failures)
-    print(f"{len(models) - failed} of {len(models)} zoo models match PyTorch")
+    launches = [[mpiexec, "-n", n] for n in rank_counts] if mpiexec else [[]]
+    for launch in launches:
+        for name in models:
+            print(f"{name}" + (f" split over {launch[2]} ranks:" if launch else ":"))
+            failures = check_model(tool, os.path.join(workdir, name), with_onnx_runtime, launch)
+            for failure in failures:
+                print(f"  FAIL {failure}")
+            failed += bool(failures)
+    total = len(models) * len(launches)
+    print(f"{total - failed} of {total} zoo checks pass" + (f" (split over {', '.join(rank_counts)} ranks)" if mpiexec else ""))
     sys.exit(1 if failed or not models else 0)
 
 
