@@ -121,7 +121,9 @@ void SplitHalo::fill_edge_adjoint(Tensor& grad, int edge) const {
 
 Tensor SplitHalo::pad(const Tensor& block) {
   const Shape leading(block.shape().begin(), block.shape().end() - 2);
-  Tensor padded = exchange_->allocate(block.dtype(), leading);
+  // Not zero-filled: every halo cell is written below (by the exchange, or by an edge
+  // fill on the ranks at the field's edge), and the interior by the copy.
+  Tensor padded = Tensor::empty(exchange_->padded_shape(leading), block.dtype());
   exchange_->interior(padded).copy_from(block);
   exchange_->exchange(padded);
   for (int edge : {lon_before, lon_after, lat_before, lat_after}) fill_edge(padded, edge);
