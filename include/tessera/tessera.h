@@ -528,9 +528,10 @@ int tessera_model_forward(tessera_model_t* model, const void* input, void* outpu
  * Your own model: an ONNX file (docs/onnx.md), e.g. written by torch.onnx.export.
  *
  * Every rank loads the whole graph and runs it on its own data (each rank its own batch:
- * data parallel). The graph must have one input and one output with static shapes, f32 or
- * f64. Split execution of an imported graph (tensor, domain or pipeline > 1) is not there
- * yet: such a mesh is TESSERA_ERR_UNSUPPORTED. tessera_model_type gives
+ * data parallel), or, after tessera_model_split_onnx, on its block of a field split over a
+ * decomposition (domain parallel). The graph must have one input and one output with
+ * static shapes, f32 or f64. A mesh with tensor, domain or pipeline > 1 is
+ * TESSERA_ERR_UNSUPPORTED (split the field with a decomposition instead). tessera_model_type gives
  * TESSERA_MODEL_ONNX; the field-emulator and decoder calls on it are
  * TESSERA_ERR_INVALID_ARGUMENT naming tessera_model_run, and tessera_model_run on those
  * models names theirs.
@@ -540,11 +541,21 @@ int tessera_model_forward(tessera_model_t* model, const void* input, void* outpu
  * with that rank's message (an op outside the supported set names the node, the op and
  * the opset). A build without ONNX support is TESSERA_ERR_UNSUPPORTED. */
 int tessera_model_load_onnx(const tessera_mesh_t* mesh, const char* path, tessera_model_t** model);
+/* Collective over the decomposition's communicator: from now on tessera_model_run takes
+ * this rank's block of the field `decomp` splits, as the graph input's last two axes (in
+ * C order [N, C, lat, lon]; in Fortran order x(lon, lat, C, N)), and writes this rank's
+ * block of a split output, or the whole output when the graph reduces the field (docs/
+ * onnx.md, "Domain-parallel execution"). A node that cannot run split is
+ * TESSERA_ERR_UNSUPPORTED naming it, on every rank, at the first run. `decomp` must outlive
+ * the model; the graph input's last two extents must be the decomposition's global grid
+ * (TESSERA_ERR_INVALID_ARGUMENT otherwise). Once per model. */
+int tessera_model_split_onnx(tessera_model_t* model, const tessera_decomp_t* decomp);
 /* The graph's input (which = 0) or output (which = 1): its dtype, rank and extents in
  * the caller's order (TESSERA_ORDER_FORTRAN: reversed, as a Fortran array declares them).
  * `shape` has room for 8 extents. The output's are those of one forward of zeros of the
  * input's shape (what the graph computes, not what the file declares): call it once,
- * before the time loop. */
+ * before the time loop. On a split model these are this rank's blocks, and the call is
+ * collective (the forward is). */
 int tessera_model_onnx_shape(const tessera_model_t* model, int which, tessera_order_t order, tessera_dtype_t* dtype,
                              int* ndim, int64_t* shape);
 /* Local, no communication: output = graph(input). Both arrays are contiguous in `order`

@@ -18,10 +18,12 @@ struct tessera_model {
   std::unique_ptr<tessera::models::FieldEmulator> model;
   // A decoder instead (tessera_model_load of a decoder checkpoint).
   std::unique_ptr<tessera::models::LoadedDecoder> decoder;
-  // A coupled model instead (tessera_model_load_coupled): its decomposition is kept alive.
+  // The decomposition a coupled model or a split ONNX graph refers to, kept alive with it
+  // (declared before both, so it outlives their plans).
   std::shared_ptr<tessera_decomp_state> decomp;
+  // A coupled model instead (tessera_model_load_coupled).
   std::unique_ptr<tessera::models::CoupledModel> coupled;
-  // An imported ONNX graph instead (tessera_model_load_onnx).
+  // An imported ONNX graph instead (tessera_model_load_onnx; tessera_model_split_onnx).
   std::unique_ptr<tessera::onnx::OnnxModel> onnx;
 };
 
@@ -277,7 +279,7 @@ int tessera_model_load_onnx(const tessera_mesh_t* mesh, const char* path, tesser
         throw UnsupportedError("tessera_model_load_onnx: an imported graph runs whole on every rank (data "
                                "parallel); this mesh has tensor " + std::to_string(m.tp_size()) + ", domain " +
                                std::to_string(m.domain_size()) + ", pipeline " + std::to_string(m.pp_size()) +
-                               " and split execution of ONNX graphs is not there yet (docs/onnx.md, Limits)");
+                               "; split the field with a decomposition instead (tessera_model_split_onnx)");
       }
       handle->onnx = onnx::load_onnx(path);
       if (handle->onnx->input_names().size() != 1 || handle->onnx->output_names().size() != 1) {
@@ -288,6 +290,16 @@ int tessera_model_load_onnx(const tessera_mesh_t* mesh, const char* path, tesser
       }
     });
     *model = handle.release();
+  });
+}
+
+int tessera_model_split_onnx(tessera_model_t* model, const tessera_decomp_t* decomp) {
+  return guarded("tessera_model_split_onnx", [&] {
+    onnx::OnnxModel& m = onnx_of(model);
+    require(decomp, "the decomposition handle");
+    if (!decomp->state || !decomp->state->d) throw InvalidArgument("the decomposition handle is not initialised");
+    m.split_over(*decomp->state->d);
+    model->decomp = decomp->state;  // kept alive with the model
   });
 }
 
@@ -306,12 +318,12 @@ int tessera_model_onnx_shape(const tessera_model_t* model, int which, tessera_or
     Shape extents;
     DType type;
     if (which == 0) {
-      extents = m.input_shapes().front();
+      extents = m.block_input_shapes().front();
       type = m.input_dtypes().front();
     } else {
       // The output's extents follow from a forward of the declared input, as the
       // executor computes them (a file's declared output shape may be absent).
-      Tensor probe = Tensor::zeros(m.input_shapes().front(), m.input_dtypes().front());
+      Tensor probe = Tensor::zeros(m.block_input_shapes().front(), m.input_dtypes().front());
       const Tensor y = m.forward(probe);
       extents = y.shape();
       type = y.dtype();
@@ -332,7 +344,7 @@ int tessera_model_run(tessera_model_t* model, const void* input, int input_ndim,
                       tessera_order_t order) {
   return guarded("tessera_model_run", [&] {
     onnx::OnnxModel& m = onnx_of(model);
-    const Tensor x = onnx_array(input, input_ndim, input_shape, dtype, order, m.input_shapes().front(),
+    const Tensor x = onnx_array(input, input_ndim, input_shape, dtype, order, m.block_input_shapes().front(),
                                 m.input_dtypes().front(), "model input")
                          .clone();  // the caller's output array may be the input
     const Tensor y = m.forward(x);

@@ -110,7 +110,7 @@ module tessera
     tessera_checkpoint_step, tessera_checkpoint_metadata, tessera_checkpoint_destroy
   public :: tessera_model_load, tessera_model_destroy, tessera_model_info, tessera_model_box, &
     tessera_model_predict, tessera_model_forward, tessera_model_type, tessera_model_vocab, tessera_model_logits, &
-    tessera_model_load_onnx, tessera_model_run
+    tessera_model_load_onnx, tessera_model_split_onnx, tessera_model_run
   public :: tessera_redist_create, tessera_redist_destroy, tessera_redist_model_size, tessera_redist_model_rank, &
     tessera_redist_model_box, tessera_redist_model_comm, tessera_redist_add_field, tessera_redist_clear_fields, &
     tessera_redist_num_fields, tessera_redist_to_model, tessera_redist_to_code, tessera_redist_start_to_model, &

@@ -35,6 +35,10 @@ class GraphExecutor {
   // runs, and tracks every value's layout.
   void split_over(const domain::Decomposition& decomposition, std::vector<SplitInput> inputs);
   bool is_split() const { return placement_ != nullptr; }
+  // Graph input `index`'s shape on this rank (its block when split).
+  const Shape& block_input_shape(std::size_t index) const {
+    return placement_ ? placement_->local_input_shape(index) : graph_.inputs.at(index).shape;
+  }
   // One line per node of how it ran in the last forward (placed ops only).
   std::string placement_summary() const;
   // A value's layout in the last forward (whole when the graph is not split).

@@ -78,6 +78,13 @@ std::vector<Shape> OnnxModel::input_shapes() const {
   return shapes;
 }
 
+std::vector<Shape> OnnxModel::block_input_shapes() const {
+  std::vector<Shape> shapes;
+  const std::vector<GraphValue>& inputs = executor_->graph().inputs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) shapes.push_back(executor_->block_input_shape(i));
+  return shapes;
+}
+
 std::vector<DType> OnnxModel::input_dtypes() const {
   std::vector<DType> dtypes;
   for (const GraphValue& v : executor_->graph().inputs) dtypes.push_back(storage_dtype(v.type));

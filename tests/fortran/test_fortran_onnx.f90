@@ -2,7 +2,10 @@
 ! y = tanh(x W + b) that tests/onnx/make_capi_model.py writes (x float64[2, 3] in the
 ! graph's order, so x(3, 2) here), against the same graph by hand; a shape that is not
 ! the graph's is TESSERA_ERR_SHAPE, real32 arrays for an f64 graph are refused (mixed kinds
-! in one call have no specific procedure: the compiler refuses them).
+! in one call have no specific procedure: the compiler refuses them). Then the field model
+! y = tanh(conv3x3(x) + b) (capi_field.onnx, x(8, 7, 2, 1) here) split over the ranks as a
+! code splits its grid, the remainder latitude rows on the last rank
+! (tessera_model_split_onnx), against the same model run whole.
 program test_fortran_onnx
   use mpi
   use tessera
@@ -16,6 +19,10 @@ program test_fortran_onnx
   type(tessera_model) :: model
   real(real64) :: x(3, 2), y(4, 2), want(4, 2), wrong(2, 3)
   real(real32) :: y32(4, 2)
+  real(real64) :: field(8, 7, 2, 1), whole(8, 7, 2, 1)
+  real(real64), allocatable :: block(:, :, :, :), out(:, :, :, :)
+  type(tessera_decomp) :: decomp
+  integer :: rows, first, count, c
   character(len=512) :: path
   integer :: nranks, status, kind, i, j
 
@@ -47,6 +54,38 @@ program test_fortran_onnx
   call check(status == TESSERA_ERR_INVALID_ARGUMENT, 'real32 arrays for an f64 graph are refused')
 
   call tessera_model_destroy(model)
+
+  ! The field model, whole and split.
+  call get_command_argument(2, path)
+  do c = 1, 2
+    do j = 1, 7
+      do i = 1, 8
+        field(i, j, c, 1) = sin(0.3d0 * (j - 1) + 0.7d0 * (i - 1) + (c - 1))
+      end do
+    end do
+  end do
+  call tessera_model_load_onnx(model, mesh, trim(path), status)
+  call check(status == TESSERA_OK, 'load_onnx: ' // trim(path))
+  call tessera_model_run(model, field, whole, status)
+  call check(status == TESSERA_OK, 'whole field run')
+  call tessera_model_destroy(model)
+  rows = 7 / nranks
+  first = rank * rows + 1
+  count = rows
+  if (rank == nranks - 1) count = 7 - rank * rows
+  call tessera_decomp_create_boxes(decomp, MPI_COMM_WORLD, [8, 7], [1, first], [8, count], status)
+  call check(status == TESSERA_OK, 'decomp from boxes')
+  call tessera_model_load_onnx(model, mesh, trim(path), status)
+  call tessera_model_split_onnx(model, decomp, status)
+  call check(status == TESSERA_OK, 'split_onnx')
+  allocate(block(8, count, 2, 1), out(8, count, 2, 1))
+  block = field(:, first:first + count - 1, :, :)
+  call tessera_model_run(model, block, out, status)
+  call check(status == TESSERA_OK, 'split field run')
+  call check(maxval(abs(out - whole(:, first:first + count - 1, :, :))) < 1d-13, &
+             'the split output is the whole output''s block')
+  call tessera_model_destroy(model)
+  call tessera_decomp_destroy(decomp)
   call tessera_mesh_destroy(mesh)
   call finish_test('test_fortran_onnx', nranks)
 end program

@@ -101,6 +101,78 @@ static void check_refusals(tessera_model_t* model, const char* path) {
   }
 }
 
+/* The field model split over the ranks as a code splits its grid (remainder rows on the
+ * last rank), against the same model run whole on every rank: this rank's block of the
+ * output, in C and Fortran order. The MLP split over [2, 3] is refused naming its MatMul. */
+static void check_split(tessera_mesh_t* mesh, const char* field_path, const char* mlp_path) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  enum { C = 2, H = 7, W = 8 };
+  double x[C][H][W], whole[C][H][W];
+  for (int c = 0; c < C; ++c)
+    for (int i = 0; i < H; ++i)
+      for (int j = 0; j < W; ++j) x[c][i][j] = sin(0.3 * i + 0.7 * j + c);
+  const int64_t shape[4] = {1, C, H, W};
+  tessera_model_t* model = NULL;
+  CHECK(tessera_model_load_onnx(mesh, field_path, &model) == 0, "load field: %s", tessera_last_error());
+  CHECK(tessera_model_run(model, x, 4, shape, whole, 4, shape, TESSERA_F64, TESSERA_ORDER_C) == 0, "whole run: %s",
+        tessera_last_error());
+  tessera_model_destroy(&model);
+  /* Rows: H / size each, the remainder on the last rank. */
+  const int64_t rows = H / size, first = rank * rows, count = rank == size - 1 ? H - first : rows;
+  tessera_decomp_t* decomp = NULL;
+  CHECK(tessera_decomp_create_boxes(MPI_COMM_WORLD, H, W, first, count, 0, W, &decomp) == 0, "boxes: %s",
+        tessera_last_error());
+  CHECK(tessera_model_load_onnx(mesh, field_path, &model) == 0, "load field: %s", tessera_last_error());
+  CHECK(tessera_model_split_onnx(model, decomp) == 0, "split: %s", tessera_last_error());
+  tessera_dtype_t dtype;
+  int ndim = 0;
+  int64_t extents[8];
+  CHECK(tessera_model_onnx_shape(model, 1, TESSERA_ORDER_C, &dtype, &ndim, extents) == 0 && ndim == 4 &&
+            extents[2] == count && extents[3] == W,
+        "split output shape: rank %d, ndim %d, %lld x %lld", rank, ndim, (long long)extents[2], (long long)extents[3]);
+  const int64_t local[4] = {1, C, count, W};
+  double b[C * H * W], o[C * H * W]; /* [1, C, count, W], C order */
+  for (int c = 0; c < C; ++c)
+    for (int k = 0; k < count * W; ++k) b[c * count * W + k] = x[c][first + k / W][k % W];
+  int rc = tessera_model_run(model, b, 4, local, o, 4, local, TESSERA_F64, TESSERA_ORDER_C);
+  CHECK(rc == 0, "split run: rc %d %s", rc, tessera_last_error());
+  double worst = 0;
+  for (int c = 0; c < C; ++c)
+    for (int k = 0; k < count * W; ++k) worst = fmax(worst, fabs(o[c * count * W + k] - whole[c][first + k / W][k % W]));
+  CHECK(worst < 1e-13, "split output off the whole model's by %g on rank %d", worst, rank);
+  /* Fortran order: x(lon, lat, C, N), the same memory read the other way round. */
+  const int64_t fortran[4] = {W, count, C, 1};
+  double f_in[C * H * W], f_out[C * H * W];
+  for (int c = 0; c < C; ++c)
+    for (int i = 0; i < count; ++i)
+      for (int j = 0; j < W; ++j) f_in[j + W * (i + count * c)] = x[c][first + i][j];
+  rc = tessera_model_run(model, f_in, 4, fortran, f_out, 4, fortran, TESSERA_F64, TESSERA_ORDER_FORTRAN);
+  CHECK(rc == 0, "split run, Fortran order: rc %d %s", rc, tessera_last_error());
+  worst = 0;
+  for (int c = 0; c < C; ++c)
+    for (int i = 0; i < count; ++i)
+      for (int j = 0; j < W; ++j) worst = fmax(worst, fabs(f_out[j + W * (i + count * c)] - whole[c][first + i][j]));
+  CHECK(worst < 1e-13, "split output (Fortran order) off by %g on rank %d", worst, rank);
+  tessera_model_destroy(&model);
+  tessera_decomp_destroy(&decomp);
+
+  /* The MLP's x [2, 3] split as a 2 x 3 field: its MatMul contracts the split axis. */
+  if (size <= 2) {
+    CHECK(tessera_decomp_create(MPI_COMM_WORLD, 2, 3, size, 1, &decomp) == 0, "mlp decomp: %s", tessera_last_error());
+    CHECK(tessera_model_load_onnx(mesh, mlp_path, &model) == 0, "load mlp: %s", tessera_last_error());
+    CHECK(tessera_model_split_onnx(model, decomp) == 0, "split mlp: %s", tessera_last_error());
+    double mx[2][3] = {{0}}, my[2][4];
+    const int64_t in_shape[2] = {2 / size, 3}, out_shape[2] = {2 / size, 4};
+    rc = tessera_model_run(model, mx, 2, in_shape, my, 2, out_shape, TESSERA_F64, TESSERA_ORDER_C);
+    CHECK(rc == TESSERA_ERR_UNSUPPORTED && strstr(tessera_last_error(), "/matmul") != NULL &&
+              strstr(tessera_last_error(), "cannot run domain-parallel") != NULL,
+          "split MLP: rc %d, %s", rc, tessera_last_error());
+    tessera_model_destroy(&model);
+    tessera_decomp_destroy(&decomp);
+  }
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -119,6 +191,7 @@ int main(int argc, char** argv) {
     check_refusals(model, argv[1]);
     CHECK(tessera_model_destroy(&model) == 0 && model == NULL, "destroy");
   }
+  if (argc > 2) check_split(mesh, argv[2], argv[1]);
   /* A file missing on one rank fails on every rank, with that rank's message. */
   char missing[4096];
   snprintf(missing, sizeof missing, "%s%s", argv[1], rank == 0 ? ".missing" : "");

@@ -103,6 +103,9 @@ class OnnxModel : public nn::Module {
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   std::vector<Shape> input_shapes() const;
+  // This rank's shape of each input: input_shapes() unless the model is split, then the
+  // block of each split input.
+  std::vector<Shape> block_input_shapes() const;
   // The tessera dtype each graph input and output is stored in: f32 or f64 for floating
   // values, i64 for integer and boolean ones.
   std::vector<DType> input_dtypes() const;
