@@ -11,6 +11,7 @@
 #include "onnx/graph.hpp"
 #include "onnx/op.hpp"
 #include "tessera/dp/data_parallel.hpp"
+#include "tessera/io/checkpoint.hpp"
 #include "tessera/mesh.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/optim.hpp"
@@ -161,6 +162,40 @@ TEST(OnnxTraining, DdpTracksTheSerialGraphStepByStep) {
     for (std::size_t k = 0; k < first[i].size(); ++k) moved = std::max(moved, std::abs(first[i][k] - last[i][k]));
   }
   EXPECT_GT(moved, 1e-3);
+
+  // A checkpoint of the trained graph and its optimizer, in both layouts, resumes at this
+  // rank count and on one rank alone (another layout): the same values, and one more
+  // step of the whole batch from it lands where the serial twin's next step does.
+  serial_optimizer.zero_grad();
+  const Tensor y_serial = serial.forward(samples(0, kSamples, kSteps, false));
+  serial.backward(mse_grad(y_serial, samples(0, kSamples, kSteps, true)));
+  serial_optimizer.step();
+  const auto serial_next = values(serial);
+  for (io::CheckpointLayout layout : {io::CheckpointLayout::per_rank, io::CheckpointLayout::shared}) {
+    const std::string name(io::checkpoint_layout_name(layout));
+    const std::string root = testing::scratch_dir("onnx_" + name);
+    io::save_checkpoint(root, mesh, model, &optimizer, io::SaveOptions{.layout = layout, .step = kSteps});
+    OnnxModel resumed(cnn_graph(local));
+    AdamW resumed_optimizer(resumed.named_parameters(), AdamWOptions{.lr = 1e-2});
+    io::load_checkpoint(root, mesh, resumed, &resumed_optimizer);
+    EXPECT_EQ(values(resumed), values(model)) << name;
+    if (rank != 0) continue;
+    Mesh alone(MPI_COMM_SELF, ParallelismConfig{DataParallelMode::ddp, 1, 1});
+    OnnxModel single(cnn_graph(kSamples));
+    AdamW single_optimizer(single.named_parameters(), AdamWOptions{.lr = 1e-2});
+    io::load_checkpoint(root, alone, single, &single_optimizer);
+    EXPECT_EQ(values(single), values(model)) << name << ", loaded on one rank";
+    single_optimizer.zero_grad();
+    const Tensor y = single.forward(samples(0, kSamples, kSteps, false));
+    single.backward(mse_grad(y, samples(0, kSamples, kSteps, true)));
+    single_optimizer.step();
+    const auto got = values(single);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      for (std::size_t k = 0; k < got[i].size(); ++k) {
+        EXPECT_NEAR(got[i][k], serial_next[i][k], 1e-12) << name << ", the step after the checkpoint";
+      }
+    }
+  }
 }
 
 }  // namespace
