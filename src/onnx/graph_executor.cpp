@@ -76,7 +76,10 @@ void GraphExecutor::split_over(const domain::Decomposition& decomposition, std::
 std::string GraphExecutor::placement_summary() const {
   std::string out;
   for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
-    out += graph_.nodes[n].where() + ": " + DomainPlacement::describe(*ops_[n]) + "\n";
+    const NodeSpec& node = graph_.nodes[n];
+    const bool per_rank = !node.outputs.empty() && layout_of(node.outputs[0]).kind == Layout::Kind::per_rank;
+    out += node.where() + ": " +
+           (per_rank ? std::string("per rank (read off this rank's block)") : DomainPlacement::describe(*ops_[n])) + "\n";
   }
   return out;
 }

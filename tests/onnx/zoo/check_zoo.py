@@ -98,6 +98,13 @@ def check_model(tool, folder, with_onnx_runtime, launch=()):
     run(launch + [tool, "run", model, x, y_path] + options)
     run(launch + [tool, "grad", model, x, w, grads_path] + options)
     failures = []
+    if launch:
+        # `info IN.npy --domain N` lists how each node ran; a CNN's convolutions exchange halos.
+        info = subprocess.run(launch + [tool, "info", model, x] + options, capture_output=True, text=True, timeout=300)
+        if info.returncode != 0 or "split over" not in info.stdout:
+            failures.append(f"info --domain: exit {info.returncode}: {info.stdout}{info.stderr}")
+        elif name in ("unet", "resnet", "periodic") and "halo lat" not in info.stdout:
+            failures.append(f"info --domain lists no halo exchange:\n{info.stdout}")
     y, y_ref = np.load(y_path), np.load(os.path.join(folder, "y.npy"))
     if y.shape != y_ref.shape:
         failures.append(f"output shape {y.shape}, PyTorch {y_ref.shape}")
