@@ -175,7 +175,17 @@ std::vector<Value> GraphExecutor::forward(const std::vector<Value>& inputs) {
   }
   std::vector<Value> outputs;
   outputs.reserve(graph_.outputs.size());
-  for (const GraphValue& output : graph_.outputs) outputs.push_back(lookup(values, output.name));
+  for (const GraphValue& output : graph_.outputs) {
+    // A split run passes padding on as a layout, not as values: an output still padded
+    // (or merged) is not this rank's block of anything the caller could use.
+    const Layout layout = layout_of(output.name);
+    if (layout.kind == Layout::Kind::padded || layout.kind == Layout::Kind::edge_slice ||
+        layout.kind == Layout::Kind::flat) {
+      throw UnsupportedError(graph_.where() + ": output '" + output.name + "' cannot run domain-parallel: it is " +
+                             layout.str() + ", not a block of the field");
+    }
+    outputs.push_back(lookup(values, output.name));
+  }
   forward_done_ = true;
   return outputs;
 }
