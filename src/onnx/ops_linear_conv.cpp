@@ -379,7 +379,8 @@ class ConvFamilyOp : public Op {
     Tensor b = checked_bias(node_, inputs, x_, out_channels);
     Shape y_shape{plan_.batch, out_channels};
     y_shape.insert(y_shape.end(), out_field.begin(), out_field.end());
-    Tensor y = Tensor::zeros(y_shape, x_.dtype());
+    // Conv overwrites y; ConvTranspose adds each input's window into it.
+    Tensor y = transposed() ? Tensor::zeros(y_shape, x_.dtype()) : Tensor::empty(y_shape, x_.dtype());
     visit_floating(x_.dtype(), [&](auto zero) {
       using T = decltype(zero);
       if (transposed())

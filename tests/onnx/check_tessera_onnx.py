@@ -79,8 +79,11 @@ expect_refusal(["run", model32, path("ints.npy"), path("o.npy")], ["ints.npy", "
 np.save(path("x64.npy"), rng.standard_normal((4, 3)))
 expect_refusal(["run", model32, path("x64.npy"), path("o.npy")], ["input 'x'", "float[4, 3]", "f64[4, 3]"],
                "f64 into an f32 model")
-expect_refusal(["run", model32, path("x64.npy"), path("o.npy"), "--domain", "2"], ["--domain", "not supported yet"],
-               "--domain")
+expect_refusal(["run", model32, path("x64.npy"), path("o.npy"), "--domain", "2"], ["--domain 2", "mpiexec -n 2"],
+               "--domain 2 in a 1-rank job")
+expect_refusal(["run", model32, path("x64.npy"), path("o.npy"), "--tensor", "2"], ["--tensor", "not supported yet"],
+               "--tensor")
+expect_refusal(["run", model32, path("x64.npy"), path("o.npy"), "--grid", "2"], ["--grid", "LATxLON"], "--grid 2")
 with open(path("truncated.npy"), "wb") as f:
     f.write(open(path("x64.npy"), "rb").read()[:-5])
 expect_refusal(["run", model32, path("truncated.npy"), path("o.npy")], ["truncated.npy", "bytes of data"],
