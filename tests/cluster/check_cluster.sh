@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The cluster checks (CTest label `cluster`, docs/cluster.md), against the namespace
+# cluster of scripts/cluster-local. Without one that answers, every check prints
+# "SKIPPED: <reason>" and exits 77, which CTest reports as skipped.
+#
+#   check_cluster.sh suite BINARY NODES      BINARY (an MPI gtest suite) at 4 ranks spread
+#                                            evenly over NODES nodes with srun, after
+#                                            checking that the ranks do land on NODES hosts
+#   check_cluster.sh resume SOURCE_DIR BUILD_DIR WORK_DIR MPIEXEC
+#                                            tessera-run on 2 nodes killed in the middle of
+#                                            a save, resumed on 4 nodes: bit-identical to an
+#                                            uninterrupted run on the host
+set -euo pipefail
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+: "${SLURM_CONF:=${TESSERA_CLUSTER_DIR:-/tmp/tessera-cluster-local}/slurm.conf}"
+export SLURM_CONF
+command -v srun >/dev/null 2>&1 || skip "Slurm is not installed (scripts/cluster-local up installs it)"
+[[ -f $SLURM_CONF ]] || skip "no cluster up: $SLURM_CONF does not exist (scripts/cluster-local up)"
+grep -q '^ClusterName=tessera-cluster' "$SLURM_CONF" || skip "$SLURM_CONF is not a scripts/cluster-local cluster"
+nodes_up=$(timeout 15 sinfo -h -N -t idle,alloc,mix -o %N 2>/dev/null | sort -u | wc -l) || true
+
+# spread NODES: srun options for 4 ranks over NODES nodes, the same count on each.
+spread() {
+  local nodes=$1
+  ((nodes_up >= nodes)) || skip "the cluster has $nodes_up usable nodes, this check needs $nodes"
+  echo "-N $nodes -n 4 --ntasks-per-node=$((4 / nodes)) --mpi=pmi2 --time=00:05:00"
+}
+
+case ${1:-} in
+suite)
+  binary=$2 nodes=$3
+  opts=$(spread "$nodes")
+  # shellcheck disable=SC2086
+  hosts=$(timeout 60 srun $opts hostname | sort -u | wc -l)
+  ((hosts == nodes)) || fail "srun $opts ran on $hosts hosts, not $nodes"
+  # shellcheck disable=SC2086
+  timeout 240 srun $opts "$binary" || fail "srun $opts $binary"
+  echo "$(basename "$binary"): passed on $nodes nodes, $((4 / nodes)) ranks each"
+  ;;
+resume)
+  src=$2 build=$3 work=$4 mpiexec=$5
+  run=$build/bin/tessera-run ckpt=$build/bin/tessera-ckpt
+  tiny=tests/driver/tiny.yaml data="--set=data.path=$src/data/rossby_haurwitz.h5"
+  two=$(spread 2) four=$(spread 4)
+  rm -rf "$work" && mkdir -p "$work" && cd "$src"
+  "$mpiexec" -n 4 "$run" $tiny "$data" "--set=checkpoint.dir=$work/reference" > "$work/reference.log" 2>&1 ||
+    fail "the uninterrupted run: $(cat "$work/reference.log")"
+  # Killed (SIGKILL on every rank) in the middle of the step-6 save, on 2 nodes.
+  # shellcheck disable=SC2086
+  if timeout 120 srun $two "$run" $tiny "$data" "--set=checkpoint.dir=$work/ckpt" --kill-during-save 6 \
+      > "$work/killed.log" 2>&1; then
+    fail "the run killed during its step-6 save exited 0: $(cat "$work/killed.log")"
+  fi
+  # Resumed on 4 nodes, one rank each: from step 3 (the step-6 save never committed).
+  # shellcheck disable=SC2086
+  timeout 120 srun $four "$run" $tiny "$data" "--set=checkpoint.dir=$work/ckpt" --set resume=latest_or_start \
+    > "$work/resumed.log" 2>&1 ||
+    fail "the resumed run: $(cat "$work/resumed.log")"
+  grep -q 'resumed from .*step_00000003.* at step 3' "$work/resumed.log" || fail "the resumed run did not resume from step 3: $(cat "$work/resumed.log")"
+  out=$("$ckpt" diff "$work/reference/step_00000008" "$work/ckpt/step_00000008" 2>&1) || true
+  [[ $out == *"diff: identical"* ]] || fail "tessera-ckpt diff: $out"
+  echo "killed on 2 nodes, resumed on 4: step 8 identical to the uninterrupted run"
+  ;;
+*) echo "usage: check_cluster.sh suite BINARY NODES | resume SRC BUILD WORK MPIEXEC" >&2; exit 2 ;;
+esac
