@@ -10,6 +10,12 @@
 #                                            tessera-run on 2 nodes killed in the middle of
 #                                            a save, resumed on 4 nodes: bit-identical to an
 #                                            uninterrupted run on the host
+#   check_cluster.sh node_loss SOURCE_DIR BUILD_DIR WORK_DIR
+#                                            every tessera-run process of node 2 killed
+#                                            mid-run (srun told not to end the step): the
+#                                            ranks on the other node end by themselves
+#                                            within the collective timeout, naming a lost
+#                                            rank, and `latest` stays a valid checkpoint
 set -euo pipefail
 
 skip() { echo "SKIPPED: $*"; exit 77; }
@@ -17,6 +23,8 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 
 : "${SLURM_CONF:=${TESSERA_CLUSTER_DIR:-/tmp/tessera-cluster-local}/slurm.conf}"
 export SLURM_CONF
+# Between nodes over the shaped links, not UCX's shared memory (scripts/cluster-local).
+export UCX_TLS=tcp,self
 command -v srun >/dev/null 2>&1 || skip "Slurm is not installed (scripts/cluster-local up installs it)"
 [[ -f $SLURM_CONF ]] || skip "no cluster up: $SLURM_CONF does not exist (scripts/cluster-local up)"
 grep -q '^ClusterName=tessera-cluster' "$SLURM_CONF" || skip "$SLURM_CONF is not a scripts/cluster-local cluster"
@@ -64,5 +72,38 @@ resume)
   [[ $out == *"diff: identical"* ]] || fail "tessera-ckpt diff: $out"
   echo "killed on 2 nodes, resumed on 4: step 8 identical to the uninterrupted run"
   ;;
-*) echo "usage: check_cluster.sh suite BINARY NODES | resume SRC BUILD WORK MPIEXEC" >&2; exit 2 ;;
+node_loss)
+  src=$2 build=$3 work=$4
+  run=$build/bin/tessera-run ckpt=$build/bin/tessera-ckpt
+  two=$(spread 2)
+  rm -rf "$work" && mkdir -p "$work" && cd "$src"
+  # --kill-on-bad-exit=0: Slurm leaves the surviving tasks alone, so ending is tessera's job.
+  # shellcheck disable=SC2086
+  timeout 200 srun $two --kill-on-bad-exit=0 "$run" tests/driver/tiny.yaml "--set=data.path=$src/data/rossby_haurwitz.h5" \
+    "--set=checkpoint.dir=$work/ckpt" --set schedule.steps=400 --set checkpoint.interval=2 --set collective_timeout=20 \
+    > "$work/run.log" 2>&1 &
+  job=$!
+  for ((i = 0; i < 240; ++i)); do
+    grep -q '^checkpoint: .*step_00000004' "$work/run.log" 2>/dev/null && break
+    kill -0 "$job" 2>/dev/null || fail "the run ended before its step-4 checkpoint: $(cat "$work/run.log")"
+    sleep 0.5
+  done
+  victims=()
+  for pid in $(ip netns pids tessera-node2); do
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tessera-run ]] && victims+=("$pid")
+  done
+  ((${#victims[@]} > 0)) || fail "no tessera-run process found on node2"
+  killed_at=$SECONDS
+  kill -KILL "${victims[@]}"
+  status=0
+  wait "$job" || status=$?
+  took=$((SECONDS - killed_at))
+  ((status != 0 && status != 124)) || fail "after node2's ranks were killed the job exited $status (124: it hung until the timeout): $(tail -20 "$work/run.log")"
+  ((took <= 60)) || fail "the surviving ranks took ${took} s to end"
+  grep -Eqi 'rank [0-9]|lost|abort|peer' "$work/run.log" || fail "no message names what was lost: $(tail -20 "$work/run.log")"
+  "$ckpt" verify "$work/ckpt" > "$work/verify.log" 2>&1 || fail "latest is not a valid checkpoint: $(cat "$work/verify.log")"
+  echo "node2's ranks killed: the job ended in ${took} s (exit $status), latest verified"
+  grep -Ei 'rank [0-9]|lost|abort|peer' "$work/run.log" | head -3
+  ;;
+*) echo "usage: check_cluster.sh suite BINARY NODES | resume SRC BUILD WORK MPIEXEC | node_loss SRC BUILD WORK" >&2; exit 2 ;;
 esac
