@@ -16,6 +16,11 @@
 #                                            ranks on the other node end by themselves
 #                                            within the collective timeout, naming a lost
 #                                            rank, and `latest` stays a valid checkpoint
+#   check_cluster.sh link_cut SOURCE_DIR BUILD_DIR WORK_DIR
+#                                            node 2's link taken down mid-run (its ranks
+#                                            alive but unreachable): every rank ends within
+#                                            the collective timeout (20 s here) with
+#                                            tessera's message, none hangs
 set -euo pipefail
 
 skip() { echo "SKIPPED: $*"; exit 77; }
@@ -72,8 +77,8 @@ resume)
   [[ $out == *"diff: identical"* ]] || fail "tessera-ckpt diff: $out"
   echo "killed on 2 nodes, resumed on 4: step 8 identical to the uninterrupted run"
   ;;
-node_loss)
-  src=$2 build=$3 work=$4
+node_loss | link_cut)
+  mode=$1 src=$2 build=$3 work=$4
   run=$build/bin/tessera-run ckpt=$build/bin/tessera-ckpt
   two=$(spread 2)
   rm -rf "$work" && mkdir -p "$work" && cd "$src"
@@ -88,22 +93,28 @@ node_loss)
     kill -0 "$job" 2>/dev/null || fail "the run ended before its step-4 checkpoint: $(cat "$work/run.log")"
     sleep 0.5
   done
-  victims=()
-  for pid in $(ip netns pids tessera-node2); do
-    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tessera-run ]] && victims+=("$pid")
-  done
-  ((${#victims[@]} > 0)) || fail "no tessera-run process found on node2"
-  killed_at=$SECONDS
-  kill -KILL "${victims[@]}"
+  if [[ $mode == node_loss ]]; then
+    victims=()
+    for pid in $(ip netns pids tessera-node2); do
+      [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tessera-run ]] && victims+=("$pid")
+    done
+    ((${#victims[@]} > 0)) || fail "no tessera-run process found on node2"
+    hit_at=$SECONDS
+    kill -KILL "${victims[@]}"
+  else
+    hit_at=$SECONDS
+    ip link set tsveth2 down
+  fi
   status=0
   wait "$job" || status=$?
-  took=$((SECONDS - killed_at))
-  ((status != 0 && status != 124)) || fail "after node2's ranks were killed the job exited $status (124: it hung until the timeout): $(tail -20 "$work/run.log")"
-  ((took <= 60)) || fail "the surviving ranks took ${took} s to end"
-  grep -Eqi 'rank [0-9]|lost|abort|peer' "$work/run.log" || fail "no message names what was lost: $(tail -20 "$work/run.log")"
+  took=$((SECONDS - hit_at))
+  [[ $mode == link_cut ]] && ip link set tsveth2 up
+  ((status != 0 && status != 124)) || fail "after the $mode the job exited $status (124: it hung until the timeout): $(tail -20 "$work/run.log")"
+  ((took <= 60)) || fail "after the $mode the ranks took ${took} s to end"
+  grep -Eqi 'rank [0-9]|lost|abort|peer|timed out|timeout' "$work/run.log" || fail "no message names what was lost: $(tail -20 "$work/run.log")"
   "$ckpt" verify "$work/ckpt" > "$work/verify.log" 2>&1 || fail "latest is not a valid checkpoint: $(cat "$work/verify.log")"
-  echo "node2's ranks killed: the job ended in ${took} s (exit $status), latest verified"
-  grep -Ei 'rank [0-9]|lost|abort|peer' "$work/run.log" | head -3
+  echo "$mode: the job ended in ${took} s (exit $status), latest verified"
+  grep -Ei 'rank [0-9]|lost|abort|peer|timed out|timeout' "$work/run.log" | head -3
   ;;
-*) echo "usage: check_cluster.sh suite BINARY NODES | resume SRC BUILD WORK MPIEXEC | node_loss SRC BUILD WORK" >&2; exit 2 ;;
+*) echo "usage: check_cluster.sh suite BINARY NODES | resume SRC BUILD WORK MPIEXEC | node_loss|link_cut SRC BUILD WORK" >&2; exit 2 ;;
 esac
