@@ -12,10 +12,15 @@ MODE
            variable is an error naming it and the file; a netCDF-3 file is refused with
            the nccopy command; data.normalize without data.stats names data.stats.
   predict  a checkpoint rolled forward 12 steps at 1 rank, domain 2 and tp 2 x domain 2
-           from netCDF input (and at 1 rank from the HDF5 file): every output holds the
-           initial state exactly and equals the 1-rank rollout within fp32 rounding
-           (1e-5 of each variable's largest magnitude); the time axis is the input's plus
-           the model's step; the CF attributes and the provenance are there (read with h5py).
+           from netCDF input stored south first with longitudes -180..180 (and at 1 rank
+           from the HDF5 file): the netCDF forecasts keep the input's grid (latitudes south
+           first, longitudes from -180, the same values), the HDF5 one is north first from
+           0; read back in one orientation every output holds the initial state exactly
+           and equals the 1-rank rollout within fp32 rounding (1e-5 of each variable's
+           largest magnitude); the time axis is the input's plus the model's step; the CF
+           attributes and the provenance are there (read with h5py). predict refuses an
+           existing output without --force (exit 1, naming it, the file untouched) and
+           replaces it with --force; --force outside predict is a usage error.
   readers  ncdump and xarray (netCDF4 engine) open the committed twin and a prediction;
            exits 77 (CTest: skipped) when either is not installed.
   levels   a variable on a level axis (t(time, level, lat, lon) beside h(time, lat, lon),
@@ -23,6 +28,17 @@ MODE
            at 1 and 2 ranks, named t@<level>; training runs on it; predict writes
            t(time, level, lat, lon) with the level coordinate, which xarray reads back with
            the input's time index as its initial state. Exits 77 without netCDF4/xarray.
+  conventions  a forecast keeps its input's conventions: from an ERA5-like file (dimensions
+           latitude/longitude, latitudes south first in float32, longitudes -180..174.375,
+           an int32 time in hours since 1900, an int32 level with its attributes, a NaN
+           _FillValue on the longitudes as xarray writes it) at 1
+           and 4 ranks, the forecast has the input's coordinate and dimension names, values,
+           order, dtypes and attributes (read with netCDF4 and xarray); xarray aligns it with
+           the input exactly (`forecast - input` has the input's dimensions, no others) and
+           the initial state minus the input is zero everywhere; every step equals, at
+           each coordinate, the forecast from the same data stored north first on 0..360
+           with lat/lon names, re-indexed by its coordinates (bit for bit at each rank
+           count). Exits 77 without netCDF4/xarray.
   regional a regional grid (86.5-65 N every 0.5 degrees, written with netCDF4-python) is
            weighted by its own latitudes, not as a slice of a global grid: the log names
            explicit_rows, the checkpoint's model keeps the 44 latitudes, and training at
@@ -134,6 +150,14 @@ def mode_input():
     print("errors: a missing variable, a netCDF-3 file, no data.stats, an empty glob: each named")
 
 
+def north_first_0_360(f, v):
+    """Variable v of the open file f re-indexed by its own coordinates to tessera's
+    orientation: latitudes north first, longitudes eastward from the smallest in [0, 360)."""
+    rows = np.argsort(-f["lat"][()], kind="stable")
+    cols = np.argsort(np.mod(f["lon"][()], 360.0), kind="stable")
+    return f[v][()][..., rows, :][..., cols]
+
+
 def mode_predict():
     sn = make_variants()
     stats = os.path.join(WORK, "stats.yaml")
@@ -168,16 +192,23 @@ def mode_predict():
                 fail(f"no global attribute {key}")
         if ref["lat"].attrs["units"] != b"degrees_north" or ref["lon"].attrs["units"] != b"degrees_east":
             fail("lat/lon units")
-        if not (np.all(np.diff(ref["lat"][()]) < 0) and ref["lon"][0] == 0.0):
-            fail("the output grid is not north first from longitude 0")
-        want = {v: ref[v][()] for v in ("h", "u", "v")}
+        with h5py.File(sn, "r") as src:
+            for axis in ("lat", "lon"):
+                if ref[axis].dtype != src[axis].dtype or not np.array_equal(ref[axis][()], src[axis][()]):
+                    fail(f"the forecast's {axis} {ref[axis][()]} is not the input's {src[axis][()]}")
+        if not (ref["lat"][0] < 0 and ref["lon"][0] == -180.0):
+            fail("the forecast from a south-first, -180..180 input is not south first from longitude -180")
+        want = {v: north_first_0_360(ref, v) for v in ("h", "u", "v")}
+    with h5py.File(outputs["1_h5"], "r") as f:
+        if not (np.all(np.diff(f["lat"][()]) < 0) and f["lon"][0] == 0.0):
+            fail("the forecast from tessera's HDF5 layout is not north first from longitude 0")
     for c, v in enumerate(("h", "u", "v")):
         if not np.array_equal(want[v][0], initial[c]):
             fail(f"{v}: the initial state of the output is not the data's time index 3")
     for name, path in outputs.items():
         with h5py.File(path, "r") as f:
             for v in ("h", "u", "v"):
-                got = f[v][()]
+                got = north_first_0_360(f, v)
                 if got.shape != (13, 32, 64):
                     fail(f"{path}: {v} has shape {got.shape}")
                 scale = float(np.abs(want[v]).max())
@@ -187,6 +218,27 @@ def mode_predict():
                 print(f"predict {name}: {v} max |diff| vs 1 rank {diff:.3g} ({diff / scale:.2g} of its scale)")
         if name != "1_nc" and not os.path.exists(path):
             fail(f"{path} missing")
+
+    # An existing output is refused without --force, and left as it was.
+    target = outputs["1_nc"]
+    with open(target, "rb") as f:
+        before = f.read()
+    again = ["predict", TINY, f"--set=parallelism={LAYOUT[1]}", f"--set=data.path={sn}", f"--set=data.stats={stats}",
+             f"--set=predict.checkpoint={ck}", "--set=predict.steps=2", f"--set=predict.output={target}"]
+    out = run(1, *again, expect=1)
+    if f"tessera-run: error: predict.output '{target}' exists; give --force to replace it" not in out:
+        fail(f"predict over an existing output: expected an error naming it and --force:\n{out}")
+    with open(target, "rb") as f:
+        if f.read() != before:
+            fail("a refused predict changed the existing output")
+    run(1, *again, "--force")
+    with h5py.File(target, "r") as f:
+        if f["time"].shape != (3,):
+            fail(f"predict --force did not replace the output: time {f['time'][()]}")
+    out = run(1, "stats", TINY, f"--set=data.path={sn}", f"--set=data.stats={stats}", "--force", expect=1)
+    if "tessera-run: error: --force is for predict only" not in out:
+        fail(f"--force outside predict: expected a usage error:\n{out}")
+    print("predict: an existing output refused without --force (untouched), replaced with it")
     if glob.glob(os.path.join(WORK, "*.tmp")):
         fail("a temporary output file was left behind")
 
@@ -287,6 +339,163 @@ def mode_levels():
     print(f"levels: channels h, t@850, t@500; predict wrote t{out.t.dims} and xarray read it back")
 
 
+def same_attributes(a, b):
+    """Whether two attribute dicts (netCDF4 or xarray) hold the same names in the same
+    order and the same values, numbers of the same dtype bit for bit (a NaN too)."""
+    if list(a) != list(b):
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, str) or isinstance(y, str):
+            if x != y:
+                return False
+        elif np.asarray(x).dtype != np.asarray(y).dtype or np.asarray(x).tobytes() != np.asarray(y).tobytes():
+            return False
+    return True
+
+
+def mode_conventions():
+    try:
+        import netCDF4
+        import xarray as xr
+    except ImportError:
+        print("SKIPPED: python3-netcdf4 or python3-xarray is not installed")
+        sys.exit(77)
+    nt, nlat, nlon = 12, 32, 64
+    rng = np.random.default_rng(11)
+    lat = 90.0 - (np.arange(nlat) + 0.5) * 180.0 / nlat  # north first, cell centres
+    lon = np.arange(nlon) * (360.0 / nlon)                # 0 .. 354.375
+    phase = np.arange(nt)[:, None, None] * 0.3
+    wave = np.sin(np.radians(lon)[None, None, :] * 2 + phase) * np.cos(np.radians(lat))[None, :, None]
+    h = (1000.0 + 50.0 * wave + rng.normal(0, 1, (nt, nlat, nlon))).astype(np.float32)
+    t = np.stack([280.0 + 5.0 * wave, 250.0 + 3.0 * np.roll(wave, 3, axis=2)], axis=1).astype(np.float32)
+
+    # The same data twice: tessera's orientation with lat/lon names and float64 axes, and
+    # as ERA5 files come (south first in float32, -180..180, int32 time and level).
+    north = os.path.join(WORK, "north.nc")
+    with netCDF4.Dataset(north, "w", format="NETCDF4") as ds:
+        for name, size in (("time", nt), ("level", 2), ("lat", nlat), ("lon", nlon)):
+            ds.createDimension(name, size)
+        for name, units, values in (("time", "hours since 2000-01-01 00:00:00", 6.0 * np.arange(nt)),
+                                    ("level", "hPa", np.array([850.0, 500.0])),
+                                    ("lat", "degrees_north", lat), ("lon", "degrees_east", lon)):
+            v = ds.createVariable(name, "f8", (name,))
+            v.units = units
+            v[:] = values
+        ds.createVariable("h", "f4", ("time", "lat", "lon"))[:] = h
+        ds.createVariable("t", "f4", ("time", "level", "lat", "lon"))[:] = t
+    era5 = os.path.join(WORK, "era5.nc")
+    rows = np.arange(nlat)[::-1]                                   # south first
+    era5_lon = -180.0 + np.arange(nlon) * (360.0 / nlon)           # -180 .. 174.375
+    cols = np.rint(np.mod(era5_lon, 360.0) / (360.0 / nlon)).astype(int)
+    with netCDF4.Dataset(era5, "w", format="NETCDF4") as ds:
+        for name, size in (("time", nt), ("level", 2), ("latitude", nlat), ("longitude", nlon)):
+            ds.createDimension(name, size)
+        v = ds.createVariable("time", "i4", ("time",))
+        v.long_name, v.units, v.calendar = "time", "hours since 1900-01-01 00:00:00", "gregorian"
+        v[:] = 876576 + 6 * np.arange(nt)  # 2000-01-01 00:00 onwards
+        v = ds.createVariable("level", "i4", ("level",))
+        v.units, v.long_name, v.standard_name, v.positive = "millibars", "pressure_level", "air_pressure", "down"
+        v.axis = "Z"
+        v.valid_range = np.array([1, 1000], dtype=np.int32)
+        v[:] = np.array([850, 500], dtype=np.int32)
+        v = ds.createVariable("latitude", "f4", ("latitude",))
+        v.units, v.long_name, v.standard_name, v.axis = "degrees_north", "latitude", "latitude", "Y"
+        v.valid_range = np.array([-90, 90], dtype=np.float32)
+        v[:] = lat[rows].astype(np.float32)
+        v = ds.createVariable("longitude", "f8", ("longitude",), fill_value=np.nan)  # as xarray writes it
+        v.units, v.long_name, v.standard_name, v.axis = "degrees_east", "longitude", "longitude", "X"
+        v[:] = era5_lon
+        v = ds.createVariable("h", "f4", ("time", "latitude", "longitude"))
+        v.units, v.long_name = "m", "geopotential height"
+        v[:] = h[:, rows][..., cols]
+        v = ds.createVariable("t", "f4", ("time", "level", "latitude", "longitude"))
+        v.units, v.long_name = "K", "temperature"
+        v[:] = t[:, :, rows][..., cols]
+    if not np.array_equal(lat[rows].astype(np.float32), lat[rows]):
+        fail("the fixture's latitudes are not exact in float32")
+
+    cfg = [TINY, "--set=data.variables=[h, t]"]
+    stats = os.path.join(WORK, "stats.yaml")
+    run(1, "stats", *cfg, f"--set=data.path={north}", f"--set=data.stats={stats}")
+    ck = os.path.join(WORK, "ck")
+    run(2, *cfg, f"--set=parallelism={LAYOUT[2]}", f"--set=data.path={north}", f"--set=data.stats={stats}",
+        f"--set=checkpoint.dir={ck}", "--set=schedule.steps=2")
+    first, steps = 4, 3
+    for np_ in (1, 4):
+        forecasts = {}
+        for name, path in (("north", north), ("era5", era5)):
+            forecasts[name] = os.path.join(WORK, f"forecast_{name}_{np_}.nc")
+            run(np_, "predict", *cfg, f"--set=parallelism={LAYOUT[np_]}", f"--set=data.path={path}",
+                f"--set=data.stats={stats}", f"--set=predict.checkpoint={ck}", f"--set=predict.steps={steps}",
+                f"--set=predict.initial_time={first}", f"--set=predict.output={forecasts[name]}")
+        what = f"the forecast from the ERA5-like file at {np_} ranks"
+
+        # The coordinate variables as the input holds them: names, dimensions, values,
+        # dtypes, attributes and their order; time in the input's dtype and units.
+        with netCDF4.Dataset(era5) as src, netCDF4.Dataset(forecasts["era5"]) as out:
+            if list(out.dimensions) != list(src.dimensions):
+                fail(f"{what}: dimensions {list(out.dimensions)}, the input's are {list(src.dimensions)}")
+            for name in ("time", "level", "latitude", "longitude"):
+                a, b = src[name], out[name]
+                b.set_auto_maskandscale(False)
+                a.set_auto_maskandscale(False)
+                if b.dtype != a.dtype or b.dimensions != a.dimensions:
+                    fail(f"{what}: coordinate {name} is {b.dtype}{b.dimensions}, the input's {a.dtype}{a.dimensions}")
+                got = {k: b.getncattr(k) for k in b.ncattrs()}
+                want = {k: a.getncattr(k) for k in a.ncattrs()}
+                if not same_attributes(got, want):
+                    fail(f"{what}: coordinate {name} has attributes {got}, the input's are {want}")
+                expected = a[first:first + steps + 1] if name == "time" else a[:]
+                if not np.array_equal(b[:], expected):
+                    fail(f"{what}: coordinate {name} is {b[:]}, expected {expected}")
+            for v in ("h", "t"):
+                if out[v].dimensions != src[v].dimensions:
+                    fail(f"{what}: {v}{out[v].dimensions}, the input's is {v}{src[v].dimensions}")
+
+        # xarray: the forecast aligns with the input exactly, and the difference has
+        # the input's dimensions (no broadcast over a second set of coordinates).
+        fc = xr.open_dataset(forecasts["era5"], engine="netcdf4")
+        inp = xr.open_dataset(era5, engine="netcdf4")
+        for name in ("level", "latitude", "longitude"):
+            if fc[name].dtype != inp[name].dtype or not same_attributes(fc[name].attrs, inp[name].attrs):
+                fail(f"{what}: xarray reads {name} as {fc[name].dtype} {fc[name].attrs}, the input as "
+                     f"{inp[name].dtype} {inp[name].attrs}")
+        try:
+            xr.align(fc, inp.isel(time=slice(first, first + steps + 1)), join="exact")
+        except ValueError as e:
+            fail(f"{what}: xarray cannot align it exactly with the input: {e}")
+        diff = fc - inp
+        for v in ("h", "t"):
+            if diff[v].dims != inp[v].dims:
+                fail(f"{what}: forecast - input has {v}{diff[v].dims}, the input {v}{inp[v].dims}")
+        want_sizes = {"time": steps + 1, "level": 2, "latitude": nlat, "longitude": nlon}
+        if dict(diff.sizes) != want_sizes:
+            fail(f"{what}: forecast - input has sizes {dict(diff.sizes)}, expected {want_sizes}")
+        for v in ("h", "t"):
+            if float(np.abs(diff[v].isel(time=0)).max()) != 0.0:
+                fail(f"{what}: its initial state minus the input at the same coordinates is not zero ({v})")
+
+        # Values at coordinates: the forecast from the north-first, 0..360 copy, re-indexed
+        # by its coordinates onto the ERA5 grid, is the same forecast bit for bit.
+        ref = xr.open_dataset(forecasts["north"], engine="netcdf4")
+        if ref.h.dims != ("time", "lat", "lon") or not (float(ref.lat[0]) > 0 and float(ref.lon[0]) == 0.0):
+            fail(f"the forecast from the north-first file is not north first on lat/lon from 0: {ref}")
+        ref = ref.rename({"lat": "latitude", "lon": "longitude"})
+        ref = ref.assign_coords(longitude=np.mod(ref.longitude.values + 180.0, 360.0) - 180.0)
+        ref = ref.sel(latitude=fc.latitude.values.astype(np.float64), longitude=fc.longitude.values)
+        for v in ("h", "t"):
+            if not np.array_equal(fc[v].values, ref[v].values):
+                worst = float(np.abs(fc[v].values - ref[v].values).max())
+                fail(f"{what}: {v} differs from the north-first forecast at the same coordinates by {worst}")
+        if not (float(np.abs(fc.t.isel(time=steps) - fc.t.isel(time=0)).max()) > 0):
+            fail(f"{what}: the model did not change the state (the comparison would prove nothing)")
+        for ds in (fc, inp, ref):
+            ds.close()
+        print(f"conventions: {np_} rank(s): coordinates, dtypes and attributes kept; forecast - input "
+              f"{dict(diff.sizes)}; every value at its coordinates equals the north-first forecast's")
+
+
 def mode_regional():
     try:
         import netCDF4
@@ -329,5 +538,5 @@ os.makedirs(WORK, exist_ok=True)
 for old in glob.glob(os.path.join(WORK, "*")):
     shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
 {"input": mode_input, "predict": mode_predict, "readers": mode_readers, "levels": mode_levels,
- "regional": mode_regional}[MODE]()
+ "regional": mode_regional, "conventions": mode_conventions}[MODE]()
 print(f"netcdf {MODE}: passed")

@@ -24,6 +24,7 @@ struct Options {
   std::string config;
   std::vector<std::string> overrides;
   bool dry_run = false;
+  bool force = false;  // predict: replace an existing predict.output
   bool help = false;
   std::int64_t kill_after_step = -1;
 };

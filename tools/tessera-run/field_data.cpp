@@ -9,6 +9,7 @@
 #include <glob.h>
 #include <memory>
 #include <sstream>
+#include <utility>
 
 #include "driver_common.hpp"
 #include "field_stats.hpp"
@@ -54,6 +55,14 @@ std::vector<double> optional_axis(hid_t file, const char* name, std::int64_t n) 
                                              std::string("the coordinate '") + name + "'"));
   if (H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) return {};
   return v;
+}
+
+// An f64 coordinate variable with text attributes.
+CoordinateVariable text_axis(const std::string& name, const std::vector<double>& values,
+                             const std::vector<std::pair<std::string, std::string>>& attributes) {
+  CoordinateVariable axis{name, NumberType::f64, values, {}, {}};
+  for (const auto& [key, text] : attributes) axis.attributes.push_back(AxisAttribute{key, true, text, {}, {}});
+  return axis;
 }
 
 // The header of tessera's own layout (without normalisation statistics).
@@ -181,6 +190,18 @@ FieldDataInfo read_tessera_info(const DataConfig& c) {
   // The layout's time is seconds from the start of the series, which carries no date.
   k.time_units = "seconds since 2000-01-01 00:00:00";
   k.calendar = "proleptic_gregorian";
+  info.orientation = GridOrientation{info.nlat, info.nlon, false, 0};
+  // A forecast from this layout is written with CF's names and attributes (the layout
+  // has no conventions of its own to keep).
+  info.axes.time = text_axis("time", k.time,
+                             {{"standard_name", "time"}, {"long_name", "time"}, {"units", k.time_units},
+                              {"calendar", k.calendar}, {"axis", "T"}});
+  info.axes.lat = text_axis("lat", k.lat,
+                            {{"standard_name", "latitude"}, {"long_name", "latitude"}, {"units", "degrees_north"},
+                             {"axis", "Y"}});
+  info.axes.lon = text_axis("lon", k.lon,
+                            {{"standard_name", "longitude"}, {"long_name", "longitude"}, {"units", "degrees_east"},
+                             {"axis", "X"}});
   return info;
 }
 

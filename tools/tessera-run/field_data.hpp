@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "cf_axes.hpp"
 #include "run_config.hpp"
 #include "tessera/domain/loss.hpp"
 #include "tessera/tensor.hpp"
@@ -53,9 +54,7 @@ struct FieldCoordinates {
   std::string time_units;          // "hours since 2000-01-01 00:00:00"
   std::string calendar = "standard";
   double time_unit_seconds = 1;    // seconds per unit of `time`
-  std::string level_name;          // "" when no variable has a level dimension
-  std::vector<double> level;
-  std::string level_units, level_positive, level_standard_name;
+  std::vector<double> level;       // empty when no variable has a level dimension
 };
 
 // What every rank learns from the file header (identical everywhere).
@@ -74,9 +73,12 @@ struct FieldDataInfo {
   std::vector<FieldVariable> sources;        // netCDF: the selected variables; tessera: one per channel
   std::vector<std::int64_t> channel_level;   // netCDF: channel -> level index (-1: none); channel_index
                                              // is then channel -> index into `sources`
-  bool south_first = false;                  // netCDF: the files' latitudes run south to north
-  std::int64_t lon_offset = 0;               // netCDF: internal longitude j is the file's (j + lon_offset) % nlon
+  GridOrientation orientation;               // where the internal grid lies in the files (netCDF: either
+                                             // latitude order, any longitude origin; tessera: as inside)
   FieldCoordinates coords;
+  // The coordinate variables as a forecast should write them: netCDF input's own (names,
+  // file order, element types, attributes); for tessera's layout, CF's time/lat/lon.
+  FileAxes axes;
 
   std::string describe_files() const;        // "a.nc" or "a.nc .. d.nc (4 files)"
   // The loss weights' geometry: the grid, with the file's own (north-first) latitudes

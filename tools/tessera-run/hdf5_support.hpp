@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cf_axes.hpp"
 #include "io/hdf5_handles.hpp"
 
 namespace tessera::run {
@@ -34,5 +35,16 @@ std::string string_attribute_or_empty(hid_t obj, const char* name);
 void write_string_attribute(hid_t obj, const char* name, const std::string& value, const std::string& what);
 void write_double_attribute(hid_t obj, const char* name, const std::vector<double>& values, const std::string& what);
 void write_int_attribute(hid_t obj, const char* name, int value, const std::string& what);
+
+// The little-endian HDF5 type of a netCDF number type, and the number type of an HDF5
+// type (false for anything else: strings, compounds, 16-bit floats ...).
+hid_t standard_type(NumberType type);
+bool number_type_of(hid_t type, NumberType& out);
+// `axis.type` and `axis.attributes` from the coordinate variable `dset` (attributes in
+// creation order where the file tracks it, else by name), leaving out the ones that
+// describe the file's own structure (dimension-scale links, netCDF-4's hidden ones);
+// attributes of other shapes or types are named in `axis.not_copied`.
+void read_axis_metadata(hid_t dset, CoordinateVariable& axis, const std::string& what);
+void write_axis_attribute(hid_t obj, const AxisAttribute& attribute, const std::string& what);
 
 }  // namespace tessera::run

@@ -3,7 +3,7 @@
 //   tessera-run [train] CONFIG.yaml [--dry-run] [--set KEY=VALUE ...] [--kill-after-step N]
 //               [--kill-during-save N]
 //   tessera-run stats CONFIG.yaml [--set KEY=VALUE ...]     (field_stats.hpp)
-//   tessera-run predict CONFIG.yaml [--set KEY=VALUE ...]   (predict_field_emulator.hpp)
+//   tessera-run predict CONFIG.yaml [--set KEY=VALUE ...] [--force]   (predict_field_emulator.hpp)
 //
 // Trains the field emulator (train_field_emulator.cpp) to predict the next state of a
 // gridded dataset on a (dp, tp, domain) mesh, or (model.type: decoder, train_decoder.cpp)
@@ -44,13 +44,16 @@ constexpr int kExitUsage = 2;
 const char* kUsage =
     "usage: tessera-run [train] CONFIG.yaml [--dry-run] [--set KEY=VALUE ...] [--kill-after-step N]\n"
     "       tessera-run stats CONFIG.yaml [--set KEY=VALUE ...]\n"
-    "       tessera-run predict CONFIG.yaml [--set KEY=VALUE ...]\n"
+    "       tessera-run predict CONFIG.yaml [--set KEY=VALUE ...] [--force]\n"
     "  train (the default)  train the config's model\n"
     "  stats                write the per-channel mean and std of data.path to data.stats\n"
     "  predict              roll a field-emulator checkpoint forward predict.steps steps from\n"
     "                       predict.initial_time and write a CF netCDF file (predict.output)\n"
+    "                       on the input's grid, coordinates and orientation\n"
     "  --dry-run            validate the config and the data, print the mesh and the per-rank\n"
     "                       memory plan, and exit without training\n"
+    "  --force              predict: replace predict.output if it exists (without it, an\n"
+    "                       existing predict.output is an error and nothing is written)\n"
     "  --set KEY=VALUE      override a config key (dotted path, VALUE as YAML), e.g.\n"
     "                       --set parallelism.tensor=2 --set resume=latest\n"
     "  --kill-after-step N  test hook: every rank kills itself (SIGKILL) after step N, as a\n"
@@ -79,6 +82,8 @@ Options parse_args(int argc, char** argv, std::int64_t& kill_during_save, std::v
       o.help = true;
     } else if (a == "--dry-run") {
       o.dry_run = true;
+    } else if (a == "--force") {
+      o.force = true;
     } else if (a == "--set") {
       o.overrides.push_back(value(a));
     } else if (a.rfind("--set=", 0) == 0) {
@@ -134,6 +139,7 @@ int main(int argc, char** argv) {
   try {
     opts = parse_args(argc, argv, kill_during_save, stop_signals, mode);
     if (!mode.empty() && mode != "train" && opts.dry_run) throw InvalidArgument("--dry-run is for training only");
+    if (mode != "predict" && opts.force) throw InvalidArgument("--force is for predict only (it replaces predict.output)");
     if (!opts.help) cfg = parse_run_config(opts.config, opts.overrides);
   } catch (const InvalidArgument& e) {
     error = e.what();

@@ -49,7 +49,8 @@ struct Scale {
   std::string name;
   Axis axis = Axis::none;
   std::vector<double> values;
-  std::string units, calendar, positive, standard_name;
+  std::string units, calendar, standard_name;
+  CoordinateVariable variable;  // as the file holds it (without values: `values` has them)
 };
 
 Axis classify(const std::string& name, const std::string& axis, const std::string& standard_name,
@@ -123,12 +124,15 @@ FileHeader read_header(const std::string& path) {
       s.name = name;
       s.units = string_attribute_or_empty(d.get(), "units");
       s.calendar = string_attribute_or_empty(d.get(), "calendar");
-      s.positive = string_attribute_or_empty(d.get(), "positive");
       s.standard_name = string_attribute_or_empty(d.get(), "standard_name");
       s.axis = classify(name, string_attribute_or_empty(d.get(), "axis"), s.standard_name, s.units);
       // A dimension without a coordinate variable has no values worth reading.
       const std::string label = string_attribute_or_empty(d.get(), "NAME");
-      if (label.rfind("This is a netCDF dimension but not a netCDF variable", 0) != 0) s.values = read_1d(d.get(), what);
+      if (label.rfind("This is a netCDF dimension but not a netCDF variable", 0) != 0) {
+        s.values = read_1d(d.get(), what);
+        s.variable.name = name;
+        read_axis_metadata(d.get(), s.variable, what);
+      }
       h.scales[name] = std::move(s);
       continue;
     }
@@ -279,9 +283,11 @@ FieldDataInfo read_netcdf_info(const DataConfig& c, const std::vector<std::strin
     increasing = increasing && la[i] > la[i - 1];
   }
   if (!decreasing && !increasing) throw IoError(grid_what + ": latitude '" + lat.name + "' is not monotonic");
-  info.south_first = increasing;
+  info.orientation.nlat = info.nlat;
+  info.orientation.nlon = info.nlon;
+  info.orientation.south_first = increasing;
   info.coords.lat = la;
-  if (info.south_first) std::reverse(info.coords.lat.begin(), info.coords.lat.end());
+  if (increasing) std::reverse(info.coords.lat.begin(), info.coords.lat.end());
   // A global grid is one of the two built-in ones; anything else (a regional or
   // limited-area grid, uneven spacing) is weighted by its own latitudes, never as if it
   // were global.
@@ -309,10 +315,16 @@ FieldDataInfo read_netcdf_info(const DataConfig& c, const std::vector<std::strin
   for (std::int64_t j = 1; j < info.nlon; ++j) {
     if (wrap(lo[static_cast<std::size_t>(j)]) < wrap(lo[static_cast<std::size_t>(start)])) start = j;
   }
-  info.lon_offset = start;
+  info.orientation.lon_offset = start;
   for (std::int64_t j = 0; j < info.nlon; ++j) {
-    info.coords.lon.push_back(wrap(lo[static_cast<std::size_t>((j + start) % info.nlon)]));
+    info.coords.lon.push_back(wrap(lo[static_cast<std::size_t>(info.orientation.file_column(j))]));
   }
+  // A forecast writes the grid back as the file holds it: the same names, order, values
+  // and attributes.
+  info.axes.lat = lat.variable;
+  info.axes.lat.values = la;
+  info.axes.lon = lon.variable;
+  info.axes.lon.values = lo;
 
   // The level axis.
   if (!level_scale.empty()) {
@@ -320,11 +332,9 @@ FieldDataInfo read_netcdf_info(const DataConfig& c, const std::vector<std::strin
     if (lev.values.empty()) {
       throw IoError(grid_what + ": dimension '" + lev.name + "' (level) has no coordinate variable");
     }
-    info.coords.level_name = lev.name;
     info.coords.level = lev.values;
-    info.coords.level_units = lev.units;
-    info.coords.level_positive = lev.positive;
-    info.coords.level_standard_name = lev.standard_name;
+    info.axes.level = lev.variable;
+    info.axes.level.values = lev.values;
     for (const auto& h : headers) {
       const auto it = h.scales.find(level_scale);
       if (it == h.scales.end() || it->second.values != lev.values) {
@@ -392,6 +402,8 @@ FieldDataInfo read_netcdf_info(const DataConfig& c, const std::vector<std::strin
     }
   }
   info.times = static_cast<std::int64_t>(info.coords.time.size());
+  info.axes.time = t0.variable;
+  info.axes.time.values = info.coords.time;
   if (info.times >= 2) {
     info.dt_seconds = (info.coords.time[1] - info.coords.time[0]) * info.coords.time_unit_seconds;
   }
@@ -403,8 +415,9 @@ void read_netcdf_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t n
   tessera::detail::hdf5_errors_as_exceptions();
   const std::int64_t nlon = info.nlon, nlev = static_cast<std::int64_t>(info.coords.level.size());
   // The file rows of the band: the same rows counted from the other pole when the file
-  // runs south to north (read in one hyperslab, reversed in memory).
-  const std::int64_t row0 = info.south_first ? info.nlat - lat_start - lat_count : lat_start;
+  // runs south to north (read in one hyperslab, reordered in memory).
+  const GridOrientation& o = info.orientation;
+  const std::int64_t row0 = o.first_file_row(lat_start, lat_count);
   std::vector<double> slab;
   std::int64_t file_first = 0;  // global index of the file's first time
   for (std::size_t f = 0; f < info.files.size(); file_first += info.file_times[f], ++f) {
@@ -441,9 +454,9 @@ void read_netcdf_band(const FieldDataInfo& info, std::int64_t t0, std::int64_t n
           float* dst = out + ((t - t0) * info.channels + channel + l) * lat_count * nlon;
           const double* src = slab.data() + ((t - a) * levels + l) * lat_count * nlon;
           for (std::int64_t r = 0; r < lat_count; ++r) {
-            const double* row = src + (info.south_first ? lat_count - 1 - r : r) * nlon;
+            const double* row = src + (o.file_row(lat_start + r) - row0) * nlon;
             for (std::int64_t j = 0; j < nlon; ++j) {
-              const double raw = row[(j + info.lon_offset) % nlon];
+              const double raw = row[o.file_column(j)];
               if (var.has_fill && std::find(var.fill.begin(), var.fill.end(), raw) != var.fill.end()) {
                 throw IoError(what + ": a missing value (_FillValue/missing_value) at time index " +
                               std::to_string(t - file_first) + ": the emulator needs complete fields");

@@ -18,7 +18,10 @@
 //   flipped), `lon`/`longitude` (any origin, e.g. -180..180: rotated so that the
 //   smallest longitude in [0, 360) comes first), an optional level coordinate;
 // - units, long_name, standard_name; packing (scale_factor, add_offset) is undone and a
-//   _FillValue / missing_value in the data is an error naming the variable, file and time.
+//   _FillValue / missing_value in the data is an error naming the variable, file and time;
+// - the coordinate variables as the file holds them (FieldDataInfo::axes: names, order,
+//   element types, attributes) and the mapping of the internal grid onto the file's
+//   (FieldDataInfo::orientation), which predict's writer uses to write the input's grid back.
 // Several files (a list or a glob) are ordered by their first time and must share the
 // variables, the grid and the time units.
 

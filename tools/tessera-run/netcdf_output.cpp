@@ -28,19 +28,30 @@ void check(herr_t status, const std::string& what) {
   if (status < 0) throw IoError(what);
 }
 
-// A coordinate variable: a 1-D f64 dataset that is the dimension scale of its name.
-H5Dataset create_axis(hid_t file, const std::string& name, const std::vector<double>& values, int dimid,
-                      const std::string& what) {
-  const hsize_t n = values.size();
+// A coordinate variable: a 1-D dataset of the axis' element type that is the dimension
+// scale of its name, with the axis' attributes in their order. HDF5 converts the values
+// (doubles) to that type, exactly: they came from it, or were checked to fit it.
+H5Dataset create_axis(hid_t file, const CoordinateVariable& axis, int dimid, const std::string& what) {
+  const hsize_t n = axis.values.size();
+  const std::string& name = axis.name;
   H5Space space(H5Screate_simple(1, &n, nullptr));
   H5Plist dcpl(H5Pcreate(H5P_DATASET_CREATE));
   check(H5Pset_attr_creation_order(dcpl.get(), kOrder), what);
-  H5Dataset d(H5Dcreate2(file, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  // netCDF-C keeps a _FillValue attribute and the dataset's fill value equal (xarray
+  // writes NaN on float coordinates): the copy does the same.
+  for (const auto& a : axis.attributes) {
+    if (a.name == "_FillValue" && !a.is_text && a.type == axis.type && !a.bytes.empty()) {
+      check(H5Pset_fill_value(dcpl.get(), standard_type(a.type), a.bytes.data()), what + ": _FillValue of '" + name + "'");
+    }
+  }
+  H5Dataset d(H5Dcreate2(file, name.c_str(), standard_type(axis.type), space.get(), H5P_DEFAULT, dcpl.get(),
+                         H5P_DEFAULT));
   if (!d) throw IoError(what + ": cannot create coordinate '" + name + "'");
-  check(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+  check(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, axis.values.data()),
         what + ": writing '" + name + "'");
   check(H5DSset_scale(d.get(), name.c_str()), what + ": '" + name + "' as a dimension scale");
   write_int_attribute(d.get(), "_Netcdf4Dimid", dimid, what);
+  for (const auto& a : axis.attributes) write_axis_attribute(d.get(), a, what + ", coordinate '" + name + "'");
   return d;
 }
 
@@ -53,11 +64,12 @@ void text(hid_t obj, const char* name, const std::string& value, const std::stri
 // The space of the whole file (the variables' bytes and room for the metadata) is
 // reserved once and released; a disk that fills in between still fails the writes.
 void check_space(const CfOutputLayout& L, const std::string& tmp, const std::string& what) {
-  const long double plane = static_cast<long double>(L.coords.lat.size()) * L.coords.lon.size() * sizeof(float);
+  const auto& a = L.axes;
+  const long double plane = static_cast<long double>(a.lat.values.size()) * a.lon.values.size() * sizeof(float);
   long double bytes = 1 << 20;  // the metadata: attributes (the config), coordinates, B-trees
   for (const auto& v : L.variables) {
-    bytes += plane * static_cast<long double>(L.coords.time.size()) *
-             static_cast<long double>(v.has_level ? L.coords.level.size() : 1);
+    bytes += plane * static_cast<long double>(a.time.values.size()) *
+             static_cast<long double>(v.has_level ? a.level.values.size() : 1);
   }
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError(what + ": cannot create '" + tmp + "': " + std::strerror(errno));
@@ -95,42 +107,23 @@ std::vector<std::uint64_t> lay_out(const CfOutputLayout& L, const std::string& t
                          what);
   for (const auto& [k, v] : L.global_attributes) write_string_attribute(file.get(), k.c_str(), v, what);
 
-  const auto& c = L.coords;
+  const auto& c = L.axes;
   int dimid = 0;
-  const H5Dataset time = create_axis(file.get(), "time", c.time, dimid++, what);
-  text(time.get(), "standard_name", "time", what);
-  text(time.get(), "long_name", "time", what);
-  text(time.get(), "units", c.time_units, what);
-  text(time.get(), "calendar", c.calendar, what);
-  text(time.get(), "axis", "T", what);
+  const H5Dataset time = create_axis(file.get(), c.time, dimid++, what);
   H5Dataset level;
-  if (!c.level.empty()) {
-    level = create_axis(file.get(), c.level_name, c.level, dimid++, what);
-    text(level.get(), "standard_name", c.level_standard_name, what);
-    text(level.get(), "units", c.level_units, what);
-    text(level.get(), "positive", c.level_positive, what);
-    text(level.get(), "axis", "Z", what);
-  }
-  const H5Dataset lat = create_axis(file.get(), "lat", c.lat, dimid++, what);
-  text(lat.get(), "standard_name", "latitude", what);
-  text(lat.get(), "long_name", "latitude", what);
-  text(lat.get(), "units", "degrees_north", what);
-  text(lat.get(), "axis", "Y", what);
-  const H5Dataset lon = create_axis(file.get(), "lon", c.lon, dimid++, what);
-  text(lon.get(), "standard_name", "longitude", what);
-  text(lon.get(), "long_name", "longitude", what);
-  text(lon.get(), "units", "degrees_east", what);
-  text(lon.get(), "axis", "X", what);
+  if (!c.level.name.empty()) level = create_axis(file.get(), c.level, dimid++, what);
+  const H5Dataset lat = create_axis(file.get(), c.lat, dimid++, what);
+  const H5Dataset lon = create_axis(file.get(), c.lon, dimid++, what);
 
   std::vector<std::uint64_t> offsets;
   for (const auto& v : L.variables) {
-    std::vector<hsize_t> dims{c.time.size()};
+    std::vector<hsize_t> dims{c.time.values.size()};
     std::vector<hid_t> scales{time.get()};
     if (v.has_level) {
-      dims.push_back(c.level.size());
+      dims.push_back(c.level.values.size());
       scales.push_back(level.get());
     }
-    dims.insert(dims.end(), {c.lat.size(), c.lon.size()});
+    dims.insert(dims.end(), {c.lat.values.size(), c.lon.values.size()});
     scales.insert(scales.end(), {lat.get(), lon.get()});
     H5Space space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
     H5Plist dcpl(H5Pcreate(H5P_DATASET_CREATE));
@@ -158,9 +151,10 @@ std::vector<std::uint64_t> lay_out(const CfOutputLayout& L, const std::string& t
 }  // namespace
 
 CfWriter::CfWriter(const CfOutputLayout& L, Communicator& comm) : comm_(comm), path_(L.path), tmp_(L.path + ".tmp") {
-  nlat_ = static_cast<std::int64_t>(L.coords.lat.size());
-  nlon_ = static_cast<std::int64_t>(L.coords.lon.size());
-  nlev_ = static_cast<std::int64_t>(L.coords.level.size());
+  nlat_ = static_cast<std::int64_t>(L.axes.lat.values.size());
+  nlon_ = static_cast<std::int64_t>(L.axes.lon.values.size());
+  nlev_ = static_cast<std::int64_t>(L.axes.level.values.size());
+  orientation_ = L.orientation;
   std::vector<std::uint64_t> offsets(L.variables.size());
   try {
     agree_on_success(comm.mpi_comm(), [&] {
@@ -205,12 +199,22 @@ void CfWriter::write(std::int64_t time_index, std::int64_t lat_start, std::int64
     return;
   }
   const std::uint64_t row_bytes = static_cast<std::uint64_t>(nlon_) * sizeof(float);
+  // The band's rows are contiguous in the file too (reversed when it runs south to
+  // north): each channel's band is put in the file's order and written in one piece.
+  const GridOrientation& o = orientation_;
+  const std::int64_t row0 = o.first_file_row(lat_start, lat_count);
+  file_order_.resize(static_cast<std::size_t>(lat_count * nlon_));
   for (std::int64_t c = 0; c < channels_; ++c) {
-    const auto* p = reinterpret_cast<const unsigned char*>(band + c * lat_count * nlon_);
+    const float* src = band + c * lat_count * nlon_;
+    for (std::int64_t r = 0; r < lat_count; ++r) {
+      float* dst = file_order_.data() + (o.file_row(lat_start + r) - row0) * nlon_;
+      for (std::int64_t j = 0; j < nlon_; ++j) dst[o.file_column(j)] = src[r * nlon_ + j];
+    }
+    const auto* p = reinterpret_cast<const unsigned char*>(file_order_.data());
     std::uint64_t bytes = static_cast<std::uint64_t>(lat_count) * row_bytes;
     std::uint64_t at = channel_offset_[static_cast<std::size_t>(c)] +
                        static_cast<std::uint64_t>(time_index) * channel_stride_[static_cast<std::size_t>(c)] +
-                       static_cast<std::uint64_t>(lat_start) * row_bytes;
+                       static_cast<std::uint64_t>(row0) * row_bytes;
     while (bytes > 0) {
       const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(at));
       if (n < 0 && errno == EINTR) continue;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,43 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
+// A forecast replaces no file unless --force asks for it: an earlier forecast (or the
+// input itself, named as the output by mistake) would otherwise be lost without a word.
+// A dangling symbolic link counts as existing: the rename would replace it.
+void refuse_existing_output(const std::string& path, bool force) {
+  std::error_code ec;
+  if (force || !std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return;
+  throw IoError("predict.output '" + path + "' exists; give --force to replace it, or name another predict.output");
+}
+
+// The input's axes as the forecast writes them: the grid and the level as they are,
+// the time with the output times in the input's units, in the input's element type
+// when it holds them exactly (float64 otherwise, with a warning). A `bounds` attribute
+// is left out (its variable is not written, and CF forbids one that names nothing), and
+// so is time's `actual_range` (it describes the input's times, not the forecast's).
+FileAxes output_axes(const FieldDataInfo& info, std::vector<double> times, const Log& log) {
+  FileAxes axes = info.axes;
+  axes.time.values = std::move(times);
+  if (!holds_exactly(axes.time.type, axes.time.values)) {
+    log.warn("predict.output: the output times are not all " + std::string(number_type_name(axes.time.type)) +
+             " values in '" + info.coords.time_units + "'; coordinate '" + axes.time.name +
+             "' is written as float64 (the input's is " + number_type_name(axes.time.type) + ")");
+    axes.time.type = NumberType::f64;
+  }
+  auto drop = [](CoordinateVariable& axis, const char* name) {
+    std::erase_if(axis.attributes, [&](const AxisAttribute& a) { return a.name == name; });
+  };
+  drop(axes.time, "actual_range");
+  for (CoordinateVariable* axis : {&axes.time, &axes.level, &axes.lat, &axes.lon}) {
+    drop(*axis, "bounds");
+    for (const auto& name : axis->not_copied) {
+      log.warn("predict.output: attribute '" + name + "' of coordinate '" + axis->name +
+               "' is not copied (tessera copies text and numeric attributes only)");
+    }
+  }
+  return axes;
+}
+
 // Throws ConfigError naming the step, the variable and the checkpoint where the band
 // `out` f32 [1, channels, lat, lon] holds a value that is not finite.
 void check_forecast_finite(const Tensor& out, std::int64_t step, const FieldDataInfo& info,
@@ -82,7 +120,10 @@ int predict_field_emulator(const RunConfig& cfg, const Options& opts) {
     throw ConfigError(cfg.source + ": tessera-run predict rolls out the field emulator; model.type is " + cfg.model_type);
   }
   const PredictConfig& pc = cfg.predict;
-  agree_on_success(MPI_COMM_WORLD, [&] { tessera::detail::require_replaceable_file(pc.output, "predict.output"); });
+  agree_on_success(MPI_COMM_WORLD, [&] {
+    tessera::detail::require_replaceable_file(pc.output, "predict.output");
+    refuse_existing_output(pc.output, opts.force);
+  });
   Mesh mesh(MPI_COMM_WORLD, cfg.parallelism, run_device(cfg));
   const MPI_Comm world = mesh.world().mpi_comm();
   const Log log(mesh.global_rank() == 0, cfg.log_level);
@@ -142,11 +183,12 @@ int predict_field_emulator(const RunConfig& cfg, const Options& opts) {
 
   CfOutputLayout layout;
   layout.path = pc.output;
-  layout.coords = info.coords;
-  layout.coords.time.clear();
+  std::vector<double> output_times;
   for (std::int64_t k = 0; k <= pc.steps; ++k) {
-    layout.coords.time.push_back(time[static_cast<std::size_t>(pc.initial_time)] + static_cast<double>(k) * step_units);
+    output_times.push_back(time[static_cast<std::size_t>(pc.initial_time)] + static_cast<double>(k) * step_units);
   }
+  layout.axes = output_axes(info, std::move(output_times), log);
+  layout.orientation = info.orientation;
   layout.variables = info.sources;
   const std::string initial = info.describe_files() + ", time index " + std::to_string(pc.initial_time);
   layout.global_attributes = {

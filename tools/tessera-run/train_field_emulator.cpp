@@ -197,8 +197,8 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
              std::to_string(arch.n_blocks) + " blocks recompute their forward in backward)");
   }
   const std::string source = info.format == FieldFormat::netcdf
-                                 ? info.describe_files() + " (netCDF" + (info.south_first ? ", south first" : "") +
-                                       (info.lon_offset != 0 ? ", longitudes rotated" : "") + ")"
+                                 ? info.describe_files() + " (netCDF" + (info.orientation.south_first ? ", south first" : "") +
+                                       (info.orientation.lon_offset != 0 ? ", longitudes rotated" : "") + ")"
                                  : cfg.data.path + " [" + cfg.data.dataset + "]";
   log.info("data: " + source + ": " + std::to_string(info.times) + " times x " +
            variables + " on " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) + " (" +
