@@ -281,18 +281,33 @@ def mode_readers():
     print(f"readers: ncdump and xarray open the twin and a prediction ({dict(ds.sizes)})")
 
 
-def mode_levels():
+def import_netcdf4_xarray():
+    """netCDF4 and xarray; exits 77 (CTest: skipped) when either is not installed."""
     try:
         import netCDF4
-        import xarray as xr
+        import xarray
     except ImportError:
         print("SKIPPED: python3-netcdf4 or python3-xarray is not installed")
         sys.exit(77)
-    path = os.path.join(WORK, "levels.nc")
-    nt, nlev, nlat, nlon = 12, 2, 32, 64
+    return netCDF4, xarray
+
+
+LEVELS_SHAPE = (12, 2, 32, 64)  # time, level, lat, lon of write_levels_file
+
+
+def write_levels_file(path):
+    """h(time, lat, lon) and t(time, level, lat, lon) on levels 850 and 500 hPa, written with
+    netCDF4-python in tessera's orientation (lat north first on cell centres, lon from 0,
+    float64 axes); returns lat, lon and the f32 values of h and t as stored."""
+    import netCDF4
+    nt, nlev, nlat, nlon = LEVELS_SHAPE
     rng = np.random.default_rng(7)
     lat = np.linspace(87.1875, -87.1875, nlat)
     lon = np.arange(nlon) * (360.0 / nlon)
+    phase = np.arange(nt)[:, None, None] * 0.3
+    wave = np.sin(np.radians(lon)[None, None, :] * 2 + phase) * np.cos(np.radians(lat))[None, :, None]
+    h = (1000.0 + 50.0 * wave + rng.normal(0, 1, (nt, nlat, nlon))).astype(np.float32)
+    t = np.stack([280.0 + 5.0 * wave, 250.0 + 3.0 * np.roll(wave, 3, axis=2)], axis=1).astype(np.float32)
     with netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
         for name, size in (("time", nt), ("level", nlev), ("lat", nlat), ("lon", nlon)):
             ds.createDimension(name, size)
@@ -303,12 +318,16 @@ def mode_levels():
             v.units = units
             v[:] = values
         ds["time"].calendar = "standard"
-        phase = np.arange(nt)[:, None, None] * 0.3
-        wave = np.sin(np.radians(lon)[None, None, :] * 2 + phase) * np.cos(np.radians(lat))[None, :, None]
-        h = ds.createVariable("h", "f4", ("time", "lat", "lon"))
-        h[:] = 1000.0 + 50.0 * wave + rng.normal(0, 1, (nt, nlat, nlon))
-        t = ds.createVariable("t", "f4", ("time", "level", "lat", "lon"))
-        t[:] = np.stack([280.0 + 5.0 * wave, 250.0 + 3.0 * np.roll(wave, 3, axis=2)], axis=1)
+        ds.createVariable("h", "f4", ("time", "lat", "lon"))[:] = h
+        ds.createVariable("t", "f4", ("time", "level", "lat", "lon"))[:] = t
+    return lat, lon, h, t
+
+
+def mode_levels():
+    netCDF4, xr = import_netcdf4_xarray()
+    path = os.path.join(WORK, "levels.nc")
+    write_levels_file(path)
+    nt, nlev, nlat, nlon = LEVELS_SHAPE
     cfg = [TINY, f"--set=data.path={path}", "--set=data.variables=[h, t]"]
     stats = {}
     for np_ in (1, 2):
@@ -355,35 +374,12 @@ def same_attributes(a, b):
 
 
 def mode_conventions():
-    try:
-        import netCDF4
-        import xarray as xr
-    except ImportError:
-        print("SKIPPED: python3-netcdf4 or python3-xarray is not installed")
-        sys.exit(77)
-    nt, nlat, nlon = 12, 32, 64
-    rng = np.random.default_rng(11)
-    lat = 90.0 - (np.arange(nlat) + 0.5) * 180.0 / nlat  # north first, cell centres
-    lon = np.arange(nlon) * (360.0 / nlon)                # 0 .. 354.375
-    phase = np.arange(nt)[:, None, None] * 0.3
-    wave = np.sin(np.radians(lon)[None, None, :] * 2 + phase) * np.cos(np.radians(lat))[None, :, None]
-    h = (1000.0 + 50.0 * wave + rng.normal(0, 1, (nt, nlat, nlon))).astype(np.float32)
-    t = np.stack([280.0 + 5.0 * wave, 250.0 + 3.0 * np.roll(wave, 3, axis=2)], axis=1).astype(np.float32)
-
+    netCDF4, xr = import_netcdf4_xarray()
     # The same data twice: tessera's orientation with lat/lon names and float64 axes, and
     # as ERA5 files come (south first in float32, -180..180, int32 time and level).
     north = os.path.join(WORK, "north.nc")
-    with netCDF4.Dataset(north, "w", format="NETCDF4") as ds:
-        for name, size in (("time", nt), ("level", 2), ("lat", nlat), ("lon", nlon)):
-            ds.createDimension(name, size)
-        for name, units, values in (("time", "hours since 2000-01-01 00:00:00", 6.0 * np.arange(nt)),
-                                    ("level", "hPa", np.array([850.0, 500.0])),
-                                    ("lat", "degrees_north", lat), ("lon", "degrees_east", lon)):
-            v = ds.createVariable(name, "f8", (name,))
-            v.units = units
-            v[:] = values
-        ds.createVariable("h", "f4", ("time", "lat", "lon"))[:] = h
-        ds.createVariable("t", "f4", ("time", "level", "lat", "lon"))[:] = t
+    lat, lon, h, t = write_levels_file(north)
+    nt, _, nlat, nlon = LEVELS_SHAPE
     era5 = os.path.join(WORK, "era5.nc")
     rows = np.arange(nlat)[::-1]                                   # south first
     era5_lon = -180.0 + np.arange(nlon) * (360.0 / nlon)           # -180 .. 174.375
