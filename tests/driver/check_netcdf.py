@@ -38,7 +38,8 @@ MODE
            the initial state minus the input is zero everywhere; every step equals, at
            each coordinate, the forecast from the same data stored north first on 0..360
            with lat/lon names, re-indexed by its coordinates (bit for bit at each rank
-           count). Exits 77 without netCDF4/xarray.
+           count). An int32 time in days, which cannot hold the 6-hour steps, is written as
+           float64 with a warning. Exits 77 without netCDF4/xarray.
   regional a regional grid (86.5-65 N every 0.5 degrees, written with netCDF4-python) is
            weighted by its own latitudes, not as a slice of a global grid: the log names
            explicit_rows, the checkpoint's model keeps the 44 latitudes, and training at
@@ -490,6 +491,25 @@ def mode_conventions():
             ds.close()
         print(f"conventions: {np_} rank(s): coordinates, dtypes and attributes kept; forecast - input "
               f"{dict(diff.sizes)}; every value at its coordinates equals the north-first forecast's")
+
+    # An int32 time in days cannot hold the 6-hour steps: float64, with a warning, the
+    # input's units kept.
+    days = os.path.join(WORK, "era5_days.nc")
+    shutil.copy(era5, days)
+    with netCDF4.Dataset(days, "a") as ds:
+        ds["time"].units = "days since 2000-01-01 00:00:00"
+        ds["time"][:] = np.arange(nt, dtype=np.int32)
+    out_days = os.path.join(WORK, "forecast_days.nc")
+    out = run(1, "predict", *cfg, f"--set=parallelism={LAYOUT[1]}", f"--set=data.path={days}",
+              f"--set=data.stats={stats}", f"--set=predict.checkpoint={ck}", f"--set=predict.steps={steps}",
+              f"--set=predict.initial_time={first}", f"--set=predict.output={out_days}")
+    if "warning: predict.output: the output times are not all int32 values" not in out:
+        fail(f"an int32 time in days with 6-hour steps: expected a warning:\n{out}")
+    with netCDF4.Dataset(out_days) as f:
+        if f["time"].dtype != np.float64 or f["time"].units != "days since 2000-01-01 00:00:00" or \
+                not np.array_equal(f["time"][:], first + 0.25 * np.arange(steps + 1)):
+            fail(f"an int32 time in days with 6-hour steps: time is {f['time'].dtype} {f['time'][:]}")
+    print("conventions: an int32 time that cannot hold the steps is written as float64, with a warning")
 
 
 def mode_regional():

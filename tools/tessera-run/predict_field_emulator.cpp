@@ -78,15 +78,19 @@ void refuse_existing_output(const std::string& path, bool force) {
 FileAxes output_axes(const FieldDataInfo& info, std::vector<double> times, const Log& log) {
   FileAxes axes = info.axes;
   axes.time.values = std::move(times);
+  auto drop = [](CoordinateVariable& axis, const char* name) {
+    std::erase_if(axis.attributes, [&](const AxisAttribute& a) { return a.name == name; });
+  };
   if (!holds_exactly(axes.time.type, axes.time.values)) {
     log.warn("predict.output: the output times are not all " + std::string(number_type_name(axes.time.type)) +
              " values in '" + info.coords.time_units + "'; coordinate '" + axes.time.name +
              "' is written as float64 (the input's is " + number_type_name(axes.time.type) + ")");
     axes.time.type = NumberType::f64;
+    // A fill value of the input's type no longer matches the variable's, and the
+    // forecast's times have no gaps to mark.
+    drop(axes.time, "_FillValue");
+    drop(axes.time, "missing_value");
   }
-  auto drop = [](CoordinateVariable& axis, const char* name) {
-    std::erase_if(axis.attributes, [&](const AxisAttribute& a) { return a.name == name; });
-  };
   drop(axes.time, "actual_range");
   for (CoordinateVariable* axis : {&axes.time, &axes.level, &axes.lat, &axes.lon}) {
     drop(*axis, "bounds");
