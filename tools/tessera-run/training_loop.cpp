@@ -171,312 +171,423 @@ void check_loaded_weights(nn::Module& model, const std::string& key, const std::
   });
 }
 
-}  // namespace
+// Resumes from the checkpoint `resume` names (its step, optimizer state and weights,
+// after the task checked the saved architecture). Returns the step to continue after.
+std::int64_t resume_from(const std::string& path, const Log& log, const Mesh& mesh, TrainingTask& task,
+                         Optimizer* optimizer) {
+  const io::CheckpointMetadata header = io::read_checkpoint_metadata(path, mesh.world());
+  task.check_saved_model(header);
+  const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, task.model(), optimizer);
+  check_loaded_weights(task.model(), "resume", loaded.file, mesh);
+  log.info("resumed from " + loaded.file + " at step " + std::to_string(loaded.step) + " (saved at " +
+           loaded.saved_mesh.str() + " on " + std::to_string(loaded.saved_world_size) + " ranks; now " +
+           mesh.config().str() + " on " + std::to_string(mesh.world_size()) + ")");
+  return loaded.step;
+}
 
+// init_weights: the weights only. The architecture must match; the optimizer state and
+// the step start fresh.
+void init_weights_from(const std::string& path, const Log& log, const Mesh& mesh, TrainingTask& task) {
+  const io::CheckpointMetadata header = io::read_checkpoint_metadata(path, mesh.world());
+  try {
+    task.check_saved_model(header);
+  } catch (const ConfigError& e) {
+    // The tasks word their architecture check for resume; name the key used here.
+    std::string what = e.what();
+    if (what.rfind("resume: ", 0) == 0) what.erase(0, 8);
+    throw ConfigError("init_weights: " + what);
+  }
+  // A pretrained base holds everything but LoRA adapters: those keep their init.
+  io::LoadOptions lo;
+  lo.strict = false;
+  const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, task.model(), nullptr, lo);
+  // Agreed: with a pipeline each rank checks only its own stage's parameters, and a
+  // stage failing alone would leave the others waiting in the first step.
+  agree_on_success(mesh.world().mpi_comm(), [&] {
+    for (const std::string& name : loaded.missing) {
+      if (!tp::is_lora_adapter(name)) throw ConfigError("init_weights: '" + loaded.file + "' lacks " + name);
+    }
+    if (!loaded.unexpected.empty()) {
+      throw ConfigError("init_weights: '" + loaded.file + "' holds " + loaded.unexpected.front() +
+                        ", which the model lacks");
+    }
+  });
+  check_loaded_weights(task.model(), "init_weights", loaded.file, mesh);
+  log.info("init_weights: model weights from " + loaded.file + " (its step " + std::to_string(loaded.step) +
+           ", saved at " + loaded.saved_mesh.str() + "); optimizer state fresh, starting at step 0");
+}
 
-int run_training(const RunConfig& cfg, const Options& opts, const Log& log, const Mesh& mesh, TrainingTask& task,
-                 dp::DataParallel* data_parallel) {
-  nn::Module& model = task.model();
-  // The step itself is the library's, the same as the C/Fortran trainer's.
-  train::TrainingStep training_step(cfg.optimizer, cfg.schedule.steps, mesh, model, data_parallel);
-  Optimizer* const optimizer = &training_step.optimizer();
-  const std::int64_t local_batch = cfg.data.batch_size / mesh.dp_size();  // one micro-batch
-  const std::int64_t accumulate = cfg.optimizer.accumulate;
-  const std::int64_t samples_per_step = cfg.data.batch_size * accumulate;
-  check_checkpoint_dir_writable(cfg, mesh);
-
-  // ---- resume
-  std::int64_t start_step = 0;
+// The step the run continues after: a resumed checkpoint's, else 0 (after init_weights
+// when given).
+std::int64_t resume_or_init(const RunConfig& cfg, const Log& log, const Mesh& mesh, TrainingTask& task,
+                            Optimizer* optimizer) {
   std::optional<std::string> path;
   agree_on_success(mesh.world().mpi_comm(), [&] { path = resume_path(cfg, log); });
-  if (path) {
-    const io::CheckpointMetadata header = io::read_checkpoint_metadata(*path, mesh.world());
-    task.check_saved_model(header);
-    const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, optimizer);
-    start_step = loaded.step;
-    check_loaded_weights(model, "resume", loaded.file, mesh);
-    log.info("resumed from " + loaded.file + " at step " + std::to_string(loaded.step) + " (saved at " +
-             loaded.saved_mesh.str() + " on " + std::to_string(loaded.saved_world_size) + " ranks; now " +
-             mesh.config().str() + " on " + std::to_string(mesh.world_size()) + ")");
-  } else if (!cfg.init_weights.empty()) {
-    // Weights only: the architecture must match, the optimizer state and step start fresh.
-    const io::CheckpointMetadata header = io::read_checkpoint_metadata(cfg.init_weights, mesh.world());
-    try {
-      task.check_saved_model(header);
-    } catch (const ConfigError& e) {
-      // The tasks word their architecture check for resume; name the key used here.
-      std::string what = e.what();
-      if (what.rfind("resume: ", 0) == 0) what.erase(0, 8);
-      throw ConfigError("init_weights: " + what);
-    }
-    // A pretrained base holds everything but LoRA adapters: those keep their init.
-    io::LoadOptions lo;
-    lo.strict = false;
-    const io::LoadResult loaded = io::load_checkpoint(header.file, mesh, model, nullptr, lo);
-    // Agreed: with a pipeline each rank checks only its own stage's parameters, and a
-    // stage failing alone would leave the others waiting in the first step.
-    agree_on_success(mesh.world().mpi_comm(), [&] {
-      for (const std::string& name : loaded.missing) {
-        if (!tp::is_lora_adapter(name)) throw ConfigError("init_weights: '" + loaded.file + "' lacks " + name);
-      }
-      if (!loaded.unexpected.empty()) {
-        throw ConfigError("init_weights: '" + loaded.file + "' holds " + loaded.unexpected.front() +
-                          ", which the model lacks");
-      }
-    });
-    check_loaded_weights(model, "init_weights", loaded.file, mesh);
-    log.info("init_weights: model weights from " + loaded.file + " (its step " + std::to_string(loaded.step) +
-             ", saved at " + loaded.saved_mesh.str() + "); optimizer state fresh, starting at step 0");
+  if (path) return resume_from(*path, log, mesh, task, optimizer);
+  if (!cfg.init_weights.empty()) init_weights_from(cfg.init_weights, log, mesh, task);
+  return 0;
+}
+
+// The "run:" mapping of the checkpoint metadata (the task appends its own keys). Its
+// bytes are part of every checkpoint: keep the order and spelling.
+std::string run_section(const RunConfig& cfg, const TrainingTask& task) {
+  return "run:\n  config: \"" + cfg.source + "\"\n  seed: " + std::to_string(cfg.schedule.seed) +
+         "\n  batch_size: " + std::to_string(cfg.data.batch_size) +
+         "\n  accumulate: " + std::to_string(cfg.optimizer.accumulate) +
+         "\n  precision: " + std::string(precision_name(cfg.precision)) +
+         "\n  reduce_dtype: " + reduce_dtype_key(cfg.optimizer.reduce_dtype) + "\n" + task.extra_run_keys();
+}
+
+// What one training step yields for the progress lines.
+struct StepOutcome {
+  double loss = 0, baseline = 0;  // means over the step's micro-batches, this rank's
+  double seconds = 0;             // timed compute and communication
+  double lr = 0, grad_norm = NAN;
+  bool logged = false;            // a progress line follows this step
+};
+
+// The steps since the last progress line. Each dp replica saw its own part of the
+// global batches, so the means are averaged over dp.
+class ProgressWindow {
+ public:
+  void add(const StepOutcome& s) {
+    loss_ += s.loss;
+    baseline_ += s.baseline;
+    seconds_ += s.seconds;
+    ++steps_;
   }
-  if (start_step >= cfg.schedule.steps) {
-    log.info("nothing to do: the run is at step " + std::to_string(start_step) + " of " +
-             std::to_string(cfg.schedule.steps));
+  struct Means {
+    double loss, baseline, step_time;
+  };
+  // Collective over dp; empties the window.
+  Means close(const Mesh& mesh) {
+    Tensor sums = Tensor::from_vector(std::vector<double>{loss_, baseline_}, {2});
+    mesh.dp().all_reduce(sums, ReduceOp::avg);
+    const auto v = sums.to_vector<double>();
+    const auto n = static_cast<double>(steps_);
+    const Means means{v[0] / n, v[1] / n, seconds_ / n};
+    loss_ = baseline_ = seconds_ = 0;
+    steps_ = 0;
+    return means;
+  }
+
+ private:
+  double loss_ = 0, baseline_ = 0, seconds_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+// One run of the loop: set up once by run(), then step by step. The member functions
+// are the loop's phases, in the order each step runs them.
+class TrainingRun {
+ public:
+  TrainingRun(const RunConfig& cfg, const Options& opts, const Log& log, const Mesh& mesh, TrainingTask& task,
+              dp::DataParallel* data_parallel)
+      : cfg_(cfg),
+        opts_(opts),
+        log_(log),
+        mesh_(mesh),
+        task_(task),
+        data_parallel_(data_parallel),
+        // The step itself is the library's, the same as the C/Fortran trainer's.
+        training_step_(cfg.optimizer, cfg.schedule.steps, mesh, task.model(), data_parallel),
+        local_batch_(cfg.data.batch_size / mesh.dp_size()),  // one micro-batch
+        accumulate_(cfg.optimizer.accumulate),
+        samples_per_step_(cfg.data.batch_size * cfg.optimizer.accumulate) {}
+
+  int run() {
+    check_checkpoint_dir_writable(cfg_, mesh_);
+    start_step_ = resume_or_init(cfg_, log_, mesh_, task_, &training_step_.optimizer());
+    if (start_step_ >= cfg_.schedule.steps) {
+      log_.info("nothing to do: the run is at step " + std::to_string(start_step_) + " of " +
+                std::to_string(cfg_.schedule.steps));
+      return 0;
+    }
+    prepare();
+    if (const int signal = train()) return report_stop(signal);
+    report_summary();
     return 0;
   }
 
-  dp::DistributedSampler sampler(task.samples(), mesh,
-                                 {.shuffle = cfg.data.shuffle, .seed = cfg.schedule.seed, .drop_last = true});
-  // A step takes `accumulate` consecutive micro-batches of the rank's epoch order: the
-  // same samples as one batch of batch_size x accumulate.
-  const std::int64_t steps_per_epoch = sampler.num_batches(local_batch * accumulate, /*drop_last_batch=*/true);
-  if (steps_per_epoch < 1) {
-    throw ConfigError(cfg.source + ": data.batch_size " + std::to_string(cfg.data.batch_size) +
-                      (accumulate > 1 ? " x optimizer.accumulate " + std::to_string(accumulate) : std::string()) +
-                      " leaves no full step per epoch of the " + std::to_string(task.samples()) + " training samples");
-  }
-  const Validation validation = plan_validation(cfg, mesh, task);
-
-  // The metrics file: appended to by a resumed run, started afresh otherwise.
-  MetricsFile metrics;
-  if (!cfg.metrics_file.empty()) {
-    agree_on_success(mesh.world().mpi_comm(),
-                     [&] { metrics.open(cfg.metrics_file, mesh.global_rank() == 0, start_step > 0); });
-  }
-
-  const auto save = [&](std::int64_t step) {
-    io::SaveOptions so;
-    so.layout = cfg.checkpoint.layout;
-    so.step = step;
-    so.keep_last = cfg.checkpoint.keep_last;
-    so.metadata = task.checkpoint_metadata("run:\n  config: \"" + cfg.source + "\"\n  seed: " +
-                                           std::to_string(cfg.schedule.seed) + "\n  batch_size: " +
-                                           std::to_string(cfg.data.batch_size) + "\n  accumulate: " +
-                                           std::to_string(accumulate) + "\n  precision: " +
-                                           std::string(precision_name(cfg.precision)) + "\n  reduce_dtype: " +
-                                           reduce_dtype_key(cfg.optimizer.reduce_dtype) + "\n" +
-                                           task.extra_run_keys());
-    if (kill_during_save_due(step)) {
-      log.info("--kill-during-save " + std::to_string(step) + ": killing every rank during this save");
-      arm_kill_during_save(cfg.checkpoint.dir, step);
+ private:
+  // The sampler, the validation plan, the metrics file and the run's first lines.
+  void prepare() {
+    sampler_.emplace(task_.samples(), mesh_,
+                     dp::SamplerOptions{.shuffle = cfg_.data.shuffle, .seed = cfg_.schedule.seed, .drop_last = true});
+    // A step takes `accumulate` consecutive micro-batches of the rank's epoch order: the
+    // same samples as one batch of batch_size x accumulate.
+    steps_per_epoch_ = sampler_->num_batches(local_batch_ * accumulate_, /*drop_last_batch=*/true);
+    if (steps_per_epoch_ < 1) {
+      throw ConfigError(cfg_.source + ": data.batch_size " + std::to_string(cfg_.data.batch_size) +
+                        (accumulate_ > 1 ? " x optimizer.accumulate " + std::to_string(accumulate_) : std::string()) +
+                        " leaves no full step per epoch of the " + std::to_string(task_.samples()) +
+                        " training samples");
     }
-    const std::string dir = io::save_checkpoint(cfg.checkpoint.dir, mesh, model, optimizer, so);
-    log.info("checkpoint: " + dir + " (" + std::string(io::checkpoint_layout_name(cfg.checkpoint.layout)) + ")");
-    return dir;
-  };
+    validation_ = plan_validation(cfg_, mesh_, task_);
 
-  log.info("training: steps " + std::to_string(start_step + 1) + ".." + std::to_string(cfg.schedule.steps) + ", " +
-           cfg.optimizer.type + " lr " + fmt("%g", cfg.optimizer.lr) + ", seed " +
-           std::to_string(cfg.schedule.seed) +
-           (accumulate > 1 ? ", " + std::to_string(accumulate) + " micro-batches of " +
-                                 std::to_string(cfg.data.batch_size) + " per step (" +
-                                 std::to_string(samples_per_step) + " samples)"
-                           : std::string()));
+    // The metrics file: appended to by a resumed run, started afresh otherwise.
+    if (!cfg_.metrics_file.empty()) {
+      agree_on_success(mesh_.world().mpi_comm(),
+                       [&] { metrics_.open(cfg_.metrics_file, mesh_.global_rank() == 0, start_step_ > 0); });
+    }
+    log_.info("training: steps " + std::to_string(start_step_ + 1) + ".." + std::to_string(cfg_.schedule.steps) +
+              ", " + cfg_.optimizer.type + " lr " + fmt("%g", cfg_.optimizer.lr) + ", seed " +
+              std::to_string(cfg_.schedule.seed) +
+              (accumulate_ > 1 ? ", " + std::to_string(accumulate_) + " micro-batches of " +
+                                     std::to_string(cfg_.data.batch_size) + " per step (" +
+                                     std::to_string(samples_per_step_) + " samples)"
+                               : std::string()));
 
-  const std::string baseline = task.baseline_name(), unit = task.throughput_unit();
-  const std::string unit_key = json_key(unit) + "_per_s";
-  const double units_per_step = task.units_per_sample() * static_cast<double>(samples_per_step);
-  metrics.write(JsonRecord("run")
-                    .add("model", cfg.model_type)
-                    .add("config", cfg.source)
-                    .add("start_step", start_step)
-                    .add("steps", cfg.schedule.steps)
-                    .add("world_size", mesh.world_size())
-                    .add("dp", mesh.dp_size())
-                    .add("tp", mesh.tp_size())
-                    .add("domain", mesh.domain_size())
-                    .add("batch_size", cfg.data.batch_size)
-                    .add("accumulate", accumulate)
-                    .add("precision", std::string(precision_name(cfg.precision)))
-                    .add("reduce_dtype", reduce_dtype_key(cfg.optimizer.reduce_dtype))
-                    .add("samples_per_step", samples_per_step)
-                    .add("train_samples", task.samples())
-                    .add("validation_samples", validation.samples)
-                    .add("baseline_name", baseline));
-  // A file that cannot take one line (a full disk, /dev/full) fails before any step.
-  agree_on_success(mesh.world().mpi_comm(), [&] { metrics.check_complete(); });
+    baseline_ = task_.baseline_name();
+    unit_ = task_.throughput_unit();
+    unit_key_ = json_key(unit_) + "_per_s";
+    units_per_step_ = task_.units_per_sample() * static_cast<double>(samples_per_step_);
+    metrics_.write(JsonRecord("run")
+                       .add("model", cfg_.model_type)
+                       .add("config", cfg_.source)
+                       .add("start_step", start_step_)
+                       .add("steps", cfg_.schedule.steps)
+                       .add("world_size", mesh_.world_size())
+                       .add("dp", mesh_.dp_size())
+                       .add("tp", mesh_.tp_size())
+                       .add("domain", mesh_.domain_size())
+                       .add("batch_size", cfg_.data.batch_size)
+                       .add("accumulate", accumulate_)
+                       .add("precision", std::string(precision_name(cfg_.precision)))
+                       .add("reduce_dtype", reduce_dtype_key(cfg_.optimizer.reduce_dtype))
+                       .add("samples_per_step", samples_per_step_)
+                       .add("train_samples", task_.samples())
+                       .add("validation_samples", validation_.samples)
+                       .add("baseline_name", baseline_));
+    // A file that cannot take one line (a full disk, /dev/full) fails before any step.
+    agree_on_success(mesh_.world().mpi_comm(), [&] { metrics_.check_complete(); });
+  }
 
-  double window_loss = 0, window_baseline = 0, window_time = 0, run_time = 0;
-  std::int64_t window_steps = 0;
-  double last_loss = NAN, last_baseline = NAN, first_loss = NAN, first_baseline = NAN, last_val_loss = NAN;
-  std::string last_checkpoint;
-  std::int64_t last_saved_step = -1;
-  int stopped_by = 0;  // the agreed stop signal (0: none)
-  std::int64_t stopped_at_step = 0;
-  char line[512];
-  const auto loop_start = std::chrono::steady_clock::now();
+  // The steps; returns the agreed stop signal (0: ran to the end).
+  int train() {
+    loop_start_ = std::chrono::steady_clock::now();
+    for (std::int64_t step = start_step_ + 1; step <= cfg_.schedule.steps; ++step) {
+      const StepOutcome outcome = run_step(step);
+      window_.add(outcome);
+      run_time_ += outcome.seconds;
+      if (outcome.logged) report_progress(step, outcome);
+      const bool final_step = step == cfg_.schedule.steps;
+      maybe_validate(step, final_step);
+      maybe_checkpoint(step, final_step);
+      if (opts_.kill_after_step == step) {
+        log_.info("--kill-after-step " + std::to_string(step) + ": killing every rank");
+        std::raise(SIGKILL);
+      }
+      if (final_step) break;
+      if (const int signal = agree_stop(step)) return signal;
+    }
+    return 0;
+  }
 
-  for (std::int64_t step = start_step + 1; step <= cfg.schedule.steps; ++step) {
+  // One optimizer step: `accumulate` micro-batches of forward/backward, then the
+  // reductions, clipping and update.
+  StepOutcome run_step(std::int64_t step) {
     const std::int64_t position = step - 1;
-    sampler.set_epoch(position / steps_per_epoch);
-    const std::int64_t first_micro_batch = (position % steps_per_epoch) * accumulate;
+    sampler_->set_epoch(position / steps_per_epoch_);
+    const std::int64_t first_micro_batch = (position % steps_per_epoch_) * accumulate_;
 
     // Timed: the compute and communication of the step, not the reading of its batches
     // nor the baselines. The barrier makes it the slowest rank's time, not rank 0's share.
-    double seconds = 0, loss = 0, step_baseline = 0;
+    StepOutcome s;
     const auto timed = [&](auto&& work) {
       const auto t0 = std::chrono::steady_clock::now();
       work();
-      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
-    mesh.world().barrier();
-    timed([&] { training_step.begin(); });
-    for (std::int64_t micro = 0; micro < accumulate; ++micro) {
-      task.load_batch(sampler.batch(first_micro_batch + micro, local_batch));
-      training_step.before_backward(micro);
+    mesh_.world().barrier();
+    timed([&] { training_step_.begin(); });
+    for (std::int64_t micro = 0; micro < accumulate_; ++micro) {
+      task_.load_batch(sampler_->batch(first_micro_batch + micro, local_batch_));
+      training_step_.before_backward(micro);
       double micro_loss = 0;
-      timed([&] { micro_loss = task.forward_backward(); });
-      loss += micro_loss;
+      timed([&] { micro_loss = task_.forward_backward(); });
+      s.loss += micro_loss;
       // Named now, while the batch is loaded: a divergence report blames it, not the lr.
-      if (!std::isfinite(micro_loss)) training_step.note_non_finite_loss(step, task.batch_problem(step));
-      step_baseline += task.baseline();
+      if (!std::isfinite(micro_loss)) training_step_.note_non_finite_loss(step, task_.batch_problem(step));
+      s.baseline += task_.baseline();
     }
-    double grad_norm = NAN;
-    const bool log_step = step % cfg.schedule.log_every == 0 || step == cfg.schedule.steps;
-    const double lr = training_step.learning_rate(step);
-    timed([&] { grad_norm = training_step.finish(step, log_step); });
-    loss /= static_cast<double>(accumulate);
-    step_baseline /= static_cast<double>(accumulate);
-
-    window_loss += loss;
-    window_baseline += step_baseline;
-    window_time += seconds;
-    run_time += seconds;
-    ++window_steps;
-
-    if (log_step) {
-      // Each dp replica saw its own part of the global batches: average over dp.
-      Tensor sums = Tensor::from_vector(std::vector<double>{window_loss, window_baseline}, {2});
-      mesh.dp().all_reduce(sums, ReduceOp::avg);
-      const auto v = sums.to_vector<double>();
-      last_loss = v[0] / static_cast<double>(window_steps);
-      last_baseline = v[1] / static_cast<double>(window_steps);
-      if (std::isnan(first_loss)) {
-        first_loss = last_loss;
-        first_baseline = last_baseline;
-      }
-      const double step_time = window_time / static_cast<double>(window_steps);
-      // The ETA from the wall time of the steps so far (evaluations and saves included).
-      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
-      const double eta = wall / static_cast<double>(step - start_step) * static_cast<double>(cfg.schedule.steps - step);
-      const double samples_per_s = static_cast<double>(samples_per_step) / step_time;
-      std::snprintf(line, sizeof line,
-                    "step %6lld/%lld  loss %.6e  %s %.6e  lr %.3e  grad_norm %.3e  step %.1f ms  %.1f samples/s  "
-                    "%.3e %s/s  eta %s",
-                    static_cast<long long>(step), static_cast<long long>(cfg.schedule.steps), last_loss,
-                    baseline.c_str(), last_baseline, lr, grad_norm, 1e3 * step_time, samples_per_s,
-                    units_per_step / step_time, unit.c_str(), format_duration(eta).c_str());
-      log.info(line);
-      metrics.write(JsonRecord("train")
-                        .add("step", step)
-                        .add("loss", last_loss)
-                        .add("baseline", last_baseline)
-                        .add("lr", lr)
-                        .add("grad_norm", grad_norm)
-                        .add("step_time_s", step_time)
-                        .add("samples_per_s", samples_per_s)
-                        .add(unit_key, units_per_step / step_time)
-                        .add("eta_s", eta)
-                        .add("epoch", position / steps_per_epoch));
-      window_loss = window_baseline = window_time = 0;
-      window_steps = 0;
-    }
-
-    const bool final_step = step == cfg.schedule.steps;
-    if (validation.samples > 0 &&
-        (final_step || (cfg.schedule.eval_every > 0 && step % cfg.schedule.eval_every == 0))) {
-      const auto e0 = std::chrono::steady_clock::now();
-      const TrainingTask::Evaluation e = evaluate(validation, mesh, task, local_batch);
-      if (data_parallel) data_parallel->finish_evaluation();
-      const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
-      last_val_loss = e.loss;
-      std::snprintf(line, sizeof line, "validation step %lld/%lld  val_loss %.6e  %s %.6e  (%lld samples, %.1f ms)",
-                    static_cast<long long>(step), static_cast<long long>(cfg.schedule.steps), e.loss,
-                    baseline.c_str(), e.baseline, static_cast<long long>(validation.evaluated), 1e3 * eval_seconds);
-      log.info(line);
-      metrics.write(JsonRecord("validation")
-                        .add("step", step)
-                        .add("val_loss", e.loss)
-                        .add("baseline", e.baseline)
-                        .add("samples", validation.evaluated)
-                        .add("time_s", eval_seconds));
-    }
-
-    if (!cfg.checkpoint.dir.empty() &&
-        (final_step || (cfg.checkpoint.interval > 0 && step % cfg.checkpoint.interval == 0))) {
-      last_checkpoint = save(step);
-      last_saved_step = step;
-    }
-    if (opts.kill_after_step == step) {
-      log.info("--kill-after-step " + std::to_string(step) + ": killing every rank");
-      std::raise(SIGKILL);
-    }
-
-    // The step boundary: did any rank get a stop signal? One MAX all-reduce of one value,
-    // so every rank stops after this same step (a rank signalled a moment later than the
-    // others stops with them, not one step later).
-    if (!final_step) {
-      Tensor flag = Tensor::from_vector(std::vector<double>{static_cast<double>(stop_signal_received())}, {1});
-      mesh.world().all_reduce(flag, ReduceOp::max);
-      stopped_by = static_cast<int>(flag.to_vector<double>()[0]);
-      if (stopped_by != 0) {
-        log.info(std::string("signal: ") + signal_name(stopped_by) + " received; stopping after step " +
-                 std::to_string(step) + " of " + std::to_string(cfg.schedule.steps));
-        if (!cfg.checkpoint.dir.empty() && last_saved_step != step) {
-          last_checkpoint = save(step);
-          last_saved_step = step;
-        }
-        stopped_at_step = step;
-        break;
-      }
-    }
+    s.logged = step % cfg_.schedule.log_every == 0 || step == cfg_.schedule.steps;
+    s.lr = training_step_.learning_rate(step);
+    timed([&] { s.grad_norm = training_step_.finish(step, s.logged); });
+    s.loss /= static_cast<double>(accumulate_);
+    s.baseline /= static_cast<double>(accumulate_);
+    return s;
   }
 
-  if (stopped_by != 0) {
-    if (cfg.checkpoint.dir.empty()) {
-      log.warn(std::string("stopped by ") + signal_name(stopped_by) +
-               " with no checkpoint.dir: nothing saved; exiting with status " + std::to_string(128 + stopped_by));
+  // The progress line and the metrics record of the window that ends at `step`.
+  void report_progress(std::int64_t step, const StepOutcome& s) {
+    const ProgressWindow::Means means = window_.close(mesh_);
+    last_loss_ = means.loss;
+    last_baseline_ = means.baseline;
+    if (std::isnan(first_loss_)) {
+      first_loss_ = last_loss_;
+      first_baseline_ = last_baseline_;
+    }
+    const double step_time = means.step_time;
+    // The ETA from the wall time of the steps so far (evaluations and saves included).
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start_).count();
+    const double eta =
+        wall / static_cast<double>(step - start_step_) * static_cast<double>(cfg_.schedule.steps - step);
+    const double samples_per_s = static_cast<double>(samples_per_step_) / step_time;
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "step %6lld/%lld  loss %.6e  %s %.6e  lr %.3e  grad_norm %.3e  step %.1f ms  %.1f samples/s  "
+                  "%.3e %s/s  eta %s",
+                  static_cast<long long>(step), static_cast<long long>(cfg_.schedule.steps), last_loss_,
+                  baseline_.c_str(), last_baseline_, s.lr, s.grad_norm, 1e3 * step_time, samples_per_s,
+                  units_per_step_ / step_time, unit_.c_str(), format_duration(eta).c_str());
+    log_.info(line);
+    metrics_.write(JsonRecord("train")
+                       .add("step", step)
+                       .add("loss", last_loss_)
+                       .add("baseline", last_baseline_)
+                       .add("lr", s.lr)
+                       .add("grad_norm", s.grad_norm)
+                       .add("step_time_s", step_time)
+                       .add("samples_per_s", samples_per_s)
+                       .add(unit_key_, units_per_step_ / step_time)
+                       .add("eta_s", eta)
+                       .add("epoch", (step - 1) / steps_per_epoch_));
+  }
+
+  // Validation after the final step and every schedule.eval_every steps.
+  void maybe_validate(std::int64_t step, bool final_step) {
+    if (validation_.samples == 0) return;
+    if (!final_step && (cfg_.schedule.eval_every <= 0 || step % cfg_.schedule.eval_every != 0)) return;
+    const auto e0 = std::chrono::steady_clock::now();
+    const TrainingTask::Evaluation e = evaluate(validation_, mesh_, task_, local_batch_);
+    if (data_parallel_) data_parallel_->finish_evaluation();
+    const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+    last_val_loss_ = e.loss;
+    char line[512];
+    std::snprintf(line, sizeof line, "validation step %lld/%lld  val_loss %.6e  %s %.6e  (%lld samples, %.1f ms)",
+                  static_cast<long long>(step), static_cast<long long>(cfg_.schedule.steps), e.loss,
+                  baseline_.c_str(), e.baseline, static_cast<long long>(validation_.evaluated), 1e3 * eval_seconds);
+    log_.info(line);
+    metrics_.write(JsonRecord("validation")
+                       .add("step", step)
+                       .add("val_loss", e.loss)
+                       .add("baseline", e.baseline)
+                       .add("samples", validation_.evaluated)
+                       .add("time_s", eval_seconds));
+  }
+
+  // A checkpoint after the final step and every checkpoint.interval steps.
+  void maybe_checkpoint(std::int64_t step, bool final_step) {
+    if (cfg_.checkpoint.dir.empty()) return;
+    if (!final_step && (cfg_.checkpoint.interval <= 0 || step % cfg_.checkpoint.interval != 0)) return;
+    save(step);
+  }
+
+  void save(std::int64_t step) {
+    io::SaveOptions so;
+    so.layout = cfg_.checkpoint.layout;
+    so.step = step;
+    so.keep_last = cfg_.checkpoint.keep_last;
+    so.metadata = task_.checkpoint_metadata(run_section(cfg_, task_));
+    if (kill_during_save_due(step)) {
+      log_.info("--kill-during-save " + std::to_string(step) + ": killing every rank during this save");
+      arm_kill_during_save(cfg_.checkpoint.dir, step);
+    }
+    const std::string dir = io::save_checkpoint(cfg_.checkpoint.dir, mesh_, task_.model(),
+                                                &training_step_.optimizer(), so);
+    log_.info("checkpoint: " + dir + " (" + std::string(io::checkpoint_layout_name(cfg_.checkpoint.layout)) + ")");
+    last_checkpoint_ = dir;
+    last_saved_step_ = step;
+  }
+
+  // The step boundary: did any rank get a stop signal? One MAX all-reduce of one value,
+  // so every rank stops after this same step (a rank signalled a moment later than the
+  // others stops with them, not one step later). Saves the step when stopping. Returns
+  // the signal (0: none).
+  int agree_stop(std::int64_t step) {
+    Tensor flag = Tensor::from_vector(std::vector<double>{static_cast<double>(stop_signal_received())}, {1});
+    mesh_.world().all_reduce(flag, ReduceOp::max);
+    const int stopped_by = static_cast<int>(flag.to_vector<double>()[0]);
+    if (stopped_by == 0) return 0;
+    log_.info(std::string("signal: ") + signal_name(stopped_by) + " received; stopping after step " +
+              std::to_string(step) + " of " + std::to_string(cfg_.schedule.steps));
+    if (!cfg_.checkpoint.dir.empty() && last_saved_step_ != step) save(step);
+    stopped_at_step_ = step;
+    return stopped_by;
+  }
+
+  // The exit status after a stop signal: requeue when the stop step is saved.
+  int report_stop(int stopped_by) const {
+    if (cfg_.checkpoint.dir.empty()) {
+      log_.warn(std::string("stopped by ") + signal_name(stopped_by) +
+                " with no checkpoint.dir: nothing saved; exiting with status " + std::to_string(128 + stopped_by));
       return 128 + stopped_by;
     }
-    log.info("signal: stopped at step " + std::to_string(stopped_at_step) + " with checkpoint " + last_checkpoint +
-             "; exiting with status " + std::to_string(kExitRequeue) +
-             " (requeue me: resume: latest_or_start continues from it)");
+    log_.info("signal: stopped at step " + std::to_string(stopped_at_step_) + " with checkpoint " +
+              last_checkpoint_ + "; exiting with status " + std::to_string(kExitRequeue) +
+              " (requeue me: resume: latest_or_start continues from it)");
     return kExitRequeue;
   }
 
-  const std::int64_t steps_run = cfg.schedule.steps - start_step;
-  const double step_time = run_time / static_cast<double>(steps_run);
-  std::snprintf(line, sizeof line, "summary: %lld steps (%lld..%lld) in %.2f s: %.1f ms/step, %.1f samples/s, %.3e %s/s",
-                static_cast<long long>(steps_run), static_cast<long long>(start_step + 1),
-                static_cast<long long>(cfg.schedule.steps), run_time, 1e3 * step_time,
-                static_cast<double>(samples_per_step) / step_time, units_per_step / step_time, unit.c_str());
-  log.info(line);
-  log.info("summary: first logged loss " + fmt("%.6e", first_loss) + " (" + task.first_loss_context(first_baseline) +
-           ")");
-  std::snprintf(line, sizeof line,
-                "summary: final loss %.6e %s %.6e ratio %.4f (%s the %s baseline; mean of the last logged window)",
-                last_loss, baseline.c_str(), last_baseline, last_loss / last_baseline,
-                last_loss < last_baseline ? "below" : "NOT below", baseline.c_str());
-  log.info(line);
-  if (validation.samples > 0) log.info("summary: final validation loss " + fmt("%.6e", last_val_loss));
-  if (!last_checkpoint.empty()) log.info("summary: last checkpoint " + last_checkpoint);
-  metrics.write(JsonRecord("summary")
-                    .add("steps_run", steps_run)
-                    .add("time_s", run_time)
-                    .add("final_loss", last_loss)
-                    .add("final_baseline", last_baseline)
-                    .add("final_val_loss", last_val_loss));
-  agree_on_success(mesh.world().mpi_comm(), [&] { metrics.check_complete(); });
-  return 0;
+  void report_summary() {
+    const std::int64_t steps_run = cfg_.schedule.steps - start_step_;
+    const double step_time = run_time_ / static_cast<double>(steps_run);
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "summary: %lld steps (%lld..%lld) in %.2f s: %.1f ms/step, %.1f samples/s, %.3e %s/s",
+                  static_cast<long long>(steps_run), static_cast<long long>(start_step_ + 1),
+                  static_cast<long long>(cfg_.schedule.steps), run_time_, 1e3 * step_time,
+                  static_cast<double>(samples_per_step_) / step_time, units_per_step_ / step_time, unit_.c_str());
+    log_.info(line);
+    log_.info("summary: first logged loss " + fmt("%.6e", first_loss_) + " (" +
+              task_.first_loss_context(first_baseline_) + ")");
+    std::snprintf(line, sizeof line,
+                  "summary: final loss %.6e %s %.6e ratio %.4f (%s the %s baseline; mean of the last logged window)",
+                  last_loss_, baseline_.c_str(), last_baseline_, last_loss_ / last_baseline_,
+                  last_loss_ < last_baseline_ ? "below" : "NOT below", baseline_.c_str());
+    log_.info(line);
+    if (validation_.samples > 0) log_.info("summary: final validation loss " + fmt("%.6e", last_val_loss_));
+    if (!last_checkpoint_.empty()) log_.info("summary: last checkpoint " + last_checkpoint_);
+    metrics_.write(JsonRecord("summary")
+                       .add("steps_run", steps_run)
+                       .add("time_s", run_time_)
+                       .add("final_loss", last_loss_)
+                       .add("final_baseline", last_baseline_)
+                       .add("final_val_loss", last_val_loss_));
+    agree_on_success(mesh_.world().mpi_comm(), [&] { metrics_.check_complete(); });
+  }
+
+  const RunConfig& cfg_;
+  const Options& opts_;
+  const Log& log_;
+  const Mesh& mesh_;
+  TrainingTask& task_;
+  dp::DataParallel* const data_parallel_;
+  train::TrainingStep training_step_;
+  const std::int64_t local_batch_, accumulate_, samples_per_step_;
+
+  std::int64_t start_step_ = 0;
+  std::optional<dp::DistributedSampler> sampler_;
+  std::int64_t steps_per_epoch_ = 0;
+  Validation validation_;
+  MetricsFile metrics_;
+  std::string baseline_, unit_, unit_key_;
+  double units_per_step_ = 0;
+
+  std::chrono::steady_clock::time_point loop_start_;
+  ProgressWindow window_;
+  double run_time_ = 0;
+  double last_loss_ = NAN, last_baseline_ = NAN, first_loss_ = NAN, first_baseline_ = NAN, last_val_loss_ = NAN;
+  std::string last_checkpoint_;
+  std::int64_t last_saved_step_ = -1;
+  std::int64_t stopped_at_step_ = 0;
+};
+
+}  // namespace
+
+int run_training(const RunConfig& cfg, const Options& opts, const Log& log, const Mesh& mesh, TrainingTask& task,
+                 dp::DataParallel* data_parallel) {
+  return TrainingRun(cfg, opts, log, mesh, task, data_parallel).run();
 }
 
 }  // namespace tessera::run
