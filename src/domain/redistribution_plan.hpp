@@ -101,27 +101,34 @@ inline FieldKeys keys_of(const std::vector<Tensor>& code_fields, const std::vect
 }
 
 
-// Where the code's ranks run (model_ranks.cpp): each rank's node, named by its lowest
-// code rank, and, with count_gpus, the GPUs its node's ranks see (the most any of them
-// sees; 0 without count_gpus, so a CPU-only plan never loads the CUDA plugin), from
-// split_by_node (emulated nodes too) and one all-gather. Collective over `comm`; every
-// rank must pass the same count_gpus.
-struct CodeNodes {
-  std::vector<int> node_of, gpus_of;  // by code rank
+// The box model rank m holds: that of domain rank m % D of the model's grid
+// (D = grid.lat * grid.lon) over the global grid, whatever its replica.
+inline LocalBox box_of_model_rank(std::int64_t global_lat, std::int64_t global_lon, const ProcessGrid& grid, int m) {
+  const int d = m % (grid.lat * grid.lon);
+  return {shard_range(global_lat, grid.lat, d / grid.lon), shard_range(global_lon, grid.lon, d % grid.lon)};
+}
+
+// What the pattern is planned from: facts every rank of the code's communicator knows
+// alike (gathered and checked by the Redistribution constructor), and the rank it is for.
+struct PatternInputs {
+  std::int64_t global_lat = 0, global_lon = 0;
+  std::vector<LocalBox> code_boxes;  // by code rank
+  std::vector<int> node_of;          // by code rank: its node, named by the node's lowest code rank
+  std::vector<int> model_ranks;      // the code rank of each model rank
+  ProcessGrid grid;                  // the model's domain grid (resolved: lat, lon >= 1)
+  RedistributionOptions options;     // the route asked for and automatic's threshold
+  int me = 0;                        // the code rank the pattern is for
 };
-CodeNodes code_nodes(Communicator& comm, bool count_gpus);
 
-}  // namespace redistribution_detail
-
-using namespace redistribution_detail;
-
-struct Redistribution::Plan {
-  const Decomposition* code = nullptr;
-  std::vector<int> model_ranks;
-  ProcessGrid grid;
-  int replicas = 1;
-  int model_rank = -1;
-  std::optional<Communicator> model_comm;
+// One rank's part of the plan: which rectangles it sends and receives, to and from whom,
+// in each direction and on each route; no communicator, no buffer yet. Pure arithmetic,
+// separate from the exchange that runs it (redistribution_transfer.cpp), so it can be
+// tested without MPI. The direct lists end in ascending peer order on both ends (the
+// pack order of a message is fixed by the fields, so one rect per message is all the
+// ends must agree on); the relayed ones in model-rank order.
+struct RedistributionPattern {
+  RedistributionRoute route = RedistributionRoute::direct;  // direct or node_aware, never automatic
+  // Message counts, self cells, nodes and relays (the transfer adds its own counts).
   RedistributionStats stats;
 
   // Code -> model: sends as a code rank, receives as a model rank; self rects (both).
@@ -136,10 +143,40 @@ struct Redistribution::Plan {
   // into its buffer, then sent on), the model rank's receipt of them. Model -> code: the
   // model rank's combined messages, the relay's receipt (relay_to_code: then handed on
   // piece by piece), each code rank's pieces from its relays (scatter_recvs).
-  RedistributionRoute route = RedistributionRoute::direct;
   std::vector<Transfer> gather_sends, scatter_recvs;
   std::vector<Relayed> relay_to_model, relayed_to_model_recvs;
   std::vector<Relayed> relayed_to_code_sends, relay_to_code;
+};
+
+// Plans `in.me`'s part of the redistribution (redistribution_pattern.cpp). The route:
+// automatic becomes node_aware when the code ranks span several nodes and some node
+// holds at least options.node_aware_senders code ranks with a piece for one model rank
+// on another node, direct otherwise.
+RedistributionPattern make_redistribution_pattern(const PatternInputs& in);
+
+// Where the code's ranks run (model_ranks.cpp): each rank's node, named by its lowest
+// code rank, and, with count_gpus, the GPUs its node's ranks see (the most any of them
+// sees; 0 without count_gpus, so a CPU-only plan never loads the CUDA plugin), from
+// split_by_node (emulated nodes too) and one all-gather. Collective over `comm`; every
+// rank must pass the same count_gpus.
+struct CodeNodes {
+  std::vector<int> node_of, gpus_of;  // by code rank
+};
+CodeNodes code_nodes(Communicator& comm, bool count_gpus);
+
+}  // namespace redistribution_detail
+
+using namespace redistribution_detail;
+
+// The pattern and what running it needs: the communicators, the transfer in flight.
+struct Redistribution::Plan : RedistributionPattern {
+  const Decomposition* code = nullptr;
+  std::vector<int> model_ranks;
+  ProcessGrid grid;
+  int replicas = 1;
+  int model_rank = -1;
+  std::optional<Communicator> model_comm;
+
   std::vector<MPI_Request> relay_requests;  // a relay's first stage in flight
 
   enum class Mode { idle, to_model, to_code } mode = Mode::idle;
@@ -148,10 +185,7 @@ struct Redistribution::Plan {
   std::optional<FieldKeys> validated;
 
   int domain_ranks() const { return grid.lat * grid.lon; }
-  LocalBox box_of_model(int m) const {
-    const int d = m % domain_ranks();
-    return {shard_range(code->global_lat(), grid.lat, d / grid.lon), shard_range(code->global_lon(), grid.lon, d % grid.lon)};
-  }
+  LocalBox box_of_model(int m) const { return box_of_model_rank(code->global_lat(), code->global_lon(), grid, m); }
   std::string str() const {
     return shape_str(code->global_shape()) + " over " + code->grid().str() + " -> " +
            std::to_string(model_ranks.size()) + " model ranks " + ranks_str(model_ranks) + " on " + grid.str() +
