@@ -222,22 +222,161 @@ Tensor Pipeline::stage_backward(const Tensor& grad_output) {
   return g;
 }
 
-double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
-  using Clock = std::chrono::steady_clock;
-  const auto step_start = Clock::now();
-  Communicator& pp = mesh_.pp();
-  const int m = options_.microbatches;
-  const int prev = stage_ - 1, next = stage_ + 1;
-  times_ = {};
-  recomputes_ = 0;
-  restores_ = 0;
-  const bool stash = options_.activations == StageActivations::stash;
+namespace detail {
 
+// What train_step and evaluate share: the stage's neighbours, the messages in flight,
+// the step's first error, the refusal of a batch, the activations sent on and the end of
+// the step. `who` names the call in refusals; a refusal is of `refusal_microbatches`
+// (0 for evaluate) and passed on as `refusal_headers` headers (see refuse_batch).
+class StepRun {
+ public:
+  StepRun(Pipeline& pipeline, nn::Module& model, const Mesh& mesh, StageTies& ties, std::string who,
+          int refusal_microbatches, int refusal_headers)
+      : pipeline_(pipeline),
+        model_(model),
+        mesh_(mesh),
+        ties_(ties),
+        pp_(mesh.pp()),
+        prev_(pipeline.stage() - 1),
+        next_(pipeline.stage() + 1),
+        who_(std::move(who)),
+        refusal_microbatches_(refusal_microbatches),
+        refusal_headers_(refusal_headers) {
+    ties_.post_values(pp_, sends_);
+  }
+
+  // Stage 0: the batch's rows, or the agreed refusal of a batch the step cannot take
+  // (after receiving the tied values, so nothing is left in flight).
+  std::int64_t rows_or_refuse(const Tensor& batch) {
+    const std::int64_t rows = batch_rows(batch);
+    if (!batch_refusal(rows, refusal_microbatches_).empty()) {
+      ties_.receive_values();
+      refuse(rows);
+    }
+    return rows;
+  }
+  // Raises stage 0's refusal of a batch of `rows` rows, passed on first.
+  [[noreturn]] void refuse(std::int64_t rows) {
+    refuse_batch(mesh_, pipeline_.stage(), pipeline_.stages(), who_, rows, refusal_microbatches_, refusal_headers_);
+  }
+
+  // The stage stops computing for the rest of the step: its own failure (in a catch
+  // block; the first error is kept) or a failure header from a stage before it.
+  void fail_here() {
+    if (!failure_) failure_ = std::current_exception();
+    failed_ = true;
+  }
+  void failed_upstream() { failed_ = true; }
+  bool failed() const { return failed_; }
+
+  // Sends microbatch `info`'s activation `y` (made contiguous) to the next stage, or a
+  // failure header in its place once the stage has failed. Returns whether `y` went (a
+  // gradient then comes back for it).
+  bool send_on(int j, Tensor& y, const Microbatch& info) {
+    if (failed_) {
+      sends_.push_back(pp_.isend(control_header(kFailedUpstream, info.batch_rows), next_, header_tag(j)));
+      return false;
+    }
+    y = y.contiguous();
+    sends_.push_back(pp_.isend(make_header(y, info), next_, header_tag(j)));
+    sends_.push_back(pp_.isend(y, next_, activation_tag(j)));
+    return true;
+  }
+
+  void wait_sends() {
+    for (CommRequest& r : sends_) r.wait();
+  }
+  // The error of the lowest failing rank raised on every rank (end_of_step).
+  void end() { end_of_step(model_, pipeline_.units(), mesh_, failure_, failed_); }
+  // The last stage's loss, on every rank of the pipeline.
+  double broadcast_loss(double loss_sum) {
+    Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
+    pp_.broadcast(loss, pipeline_.stages() - 1);
+    return loss.to_vector<double>()[0];
+  }
+
+ protected:
+  Pipeline& pipeline_;
+  nn::Module& model_;
+  const Mesh& mesh_;
+  StageTies& ties_;
+  Communicator& pp_;
+  const int prev_, next_;
+  std::vector<CommRequest> sends_;
+
+ private:
+  std::string who_;
+  int refusal_microbatches_, refusal_headers_;
+  std::exception_ptr failure_;
+  bool failed_ = false;
+};
+
+namespace {
+
+// train_step's schedule run: the microbatches in flight and the actions of the stage's
+// schedule, each a forward or a backward with the messages around it.
+class TrainStepRun : public StepRun {
+ public:
+  // The counters of the step (reset by the caller) are the pipeline's.
+  struct Counters {
+    StepTimes& times;
+    int& recomputes;
+    int& restores;
+  };
+  TrainStepRun(Pipeline& pipeline, nn::Module& model, const Mesh& mesh, StageTies& ties, Counters counters)
+      : StepRun(pipeline, model, mesh, ties, "Pipeline::train_step", pipeline.options().microbatches,
+                pipeline.options().microbatches),
+        m_(pipeline.options().microbatches),
+        stash_(pipeline.options().activations == StageActivations::stash),
+        counters_(counters),
+        mb_(static_cast<std::size_t>(m_)) {
+    // NCCL matches a peer's messages in the order they are posted (it has no tags), and
+    // the next stage sends the gradients in its backward order, which is this stage's:
+    // their receives are posted in that order, each once its activation is sent (1F1B:
+    // right after it; GPipe: all after the last forward, from the last microbatch down).
+    for (const Action& a : pipeline.actions()) {
+      if (a.kind == Action::Kind::backward) backward_order_.push_back(a.microbatch);
+    }
+  }
+
+  // Stage 0 cuts the batch into the microbatches; every later stage posts the receives
+  // of their headers.
+  void start(const Tensor& batch) {
+    if (pipeline_.is_first()) {
+      const std::int64_t rows = rows_or_refuse(batch);
+      for (int j = 0; j < m_; ++j) {
+        const ShardRange r = shard_range(rows, m_, j);
+        mb_[static_cast<std::size_t>(j)].info = {j, r.start, r.end(), rows};
+      }
+      return;
+    }
+    for (int j = 0; j < m_; ++j) {
+      auto& f = mb_[static_cast<std::size_t>(j)];
+      f.header = Tensor::empty({kHeaderSize}, DType::i64);
+      f.header_request = pp_.irecv(f.header, prev_, header_tag(j));
+    }
+  }
+
+  // Runs the stage's actions; returns this stage's share of the loss (the last stage's).
+  double run(const Tensor& batch, const LossFunction& loss_fn) {
+    for (const Action& action : pipeline_.actions()) {
+      progress_sends();
+      post_ready_inputs();
+      if (action.kind == Action::Kind::forward) {
+        forward(action.microbatch, batch, loss_fn);
+      } else {
+        backward(action.microbatch);
+      }
+    }
+    return loss_sum_;
+  }
+
+ private:
   struct InFlight {
     Microbatch info;
-    Tensor input;        // the stage's input (recompute: kept for the forward before backward)
+    Tensor input;                            // the stage's input (recompute: kept for the forward before backward)
     std::vector<nn::ActivationStash> stash;  // per unit: the caches of its forward (stash)
-    Tensor header;       // received header (stages after the first)
+    Tensor header;                           // received header (stages after the first)
     CommRequest header_request, input_request, grad_request;
     bool input_posted = false;
     bool failed_upstream = false;  // a failure header came instead: no activation, no gradient
@@ -247,40 +386,11 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     DType input_dtype = DType::f32;
     Tensor grad_output;  // received gradient, or the loss function's on the last stage
   };
-  // This stage's first error of the step, and whether it has stopped computing (its own
-  // failure, or a failure header from a stage before it).
-  std::exception_ptr failure;
-  bool failed = false;
-  auto fail_here = [&] {
-    if (!failure) failure = std::current_exception();
-    failed = true;
-  };
-  std::vector<CommRequest> sends;
-  ties_->post_values(pp, sends);
-  std::vector<InFlight> mb(static_cast<std::size_t>(m));
-
-  if (is_first()) {
-    const std::int64_t rows = batch_rows(batch);
-    if (!batch_refusal(rows, m).empty()) {
-      ties_->receive_values();  // nothing left in flight
-      refuse_batch(mesh_, stage_, stages(), "Pipeline::train_step", rows, m, m);
-    }
-    for (int j = 0; j < m; ++j) {
-      const ShardRange r = shard_range(rows, m, j);
-      mb[static_cast<std::size_t>(j)].info = {j, r.start, r.end(), rows};
-    }
-  } else {
-    for (int j = 0; j < m; ++j) {
-      auto& f = mb[static_cast<std::size_t>(j)];
-      f.header = Tensor::empty({kHeaderSize}, DType::i64);
-      f.header_request = pp.irecv(f.header, prev, header_tag(j));
-    }
-  }
 
   // Posts the receive of microbatch j's activation once its header is in (waiting for
-  // the header when `wait`).
-  auto post_input = [&](int j, bool wait) {
-    auto& f = mb[static_cast<std::size_t>(j)];
+  // the header when `wait`). Returns whether it is posted.
+  bool post_input(int j, bool wait) {
+    auto& f = mb_[static_cast<std::size_t>(j)];
     if (f.input_posted) return true;
     if (wait) {
       f.header_request.wait();
@@ -288,14 +398,14 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
       return false;
     }
     if (const auto refused = control_rows(f.header, kRefusedBatch)) {
-      for (InFlight& other : mb) other.header_request.wait();  // stage 0 sent all m headers
-      ties_->receive_values();
-      refuse_batch(mesh_, stage_, stages(), "Pipeline::train_step", *refused, m, m);
+      for (InFlight& other : mb_) other.header_request.wait();  // stage 0 sent all m headers
+      ties_.receive_values();
+      refuse(*refused);
     }
     f.input_posted = true;
     if (control_rows(f.header, kFailedUpstream)) {
       f.failed_upstream = true;
-      failed = true;
+      failed_upstream();
       return true;
     }
     Announced announced = read_header(f.header, j, mesh_.device());
@@ -303,181 +413,190 @@ double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
     f.input = std::move(announced.activation);
     f.input_shape = f.input.shape();
     f.input_dtype = f.input.dtype();
-    f.input_request = pp.irecv(f.input, prev, activation_tag(j));
+    f.input_request = pp_.irecv(f.input, prev_, activation_tag(j));
     return true;
-  };
-  // Posts every activation receive whose header has arrived, in order.
-  auto post_ready_inputs = [&] {
-    if (is_first()) return;
-    for (int j = 0; j < m && post_input(j, false); ++j) {
-    }
-  };
-
-  // NCCL matches a peer's messages in the order they are posted (it has no tags), and
-  // the next stage sends the gradients in its backward order, which is this stage's:
-  // their receives are posted in that order, each once its activation is sent (1F1B:
-  // right after it; GPipe: all after the last forward, from the last microbatch down).
-  // A microbatch whose activation was replaced by a failure header gets no gradient.
-  std::vector<int> backward_order;
-  for (const Action& a : actions_) {
-    if (a.kind == Action::Kind::backward) backward_order.push_back(a.microbatch);
   }
-  std::size_t gradients_posted = 0;
-  auto post_gradients = [&] {
-    for (; gradients_posted < backward_order.size(); ++gradients_posted) {
-      const int k = backward_order[gradients_posted];
-      auto& g = mb[static_cast<std::size_t>(k)];
-      if (!g.forward_done) return;  // its activation is not sent yet
-      if (g.activation_sent) g.grad_request = pp.irecv(g.grad_output, next, gradient_tag(k));
+  // Posts every activation receive whose header has arrived, in order.
+  void post_ready_inputs() {
+    if (pipeline_.is_first()) return;
+    for (int j = 0; j < m_ && post_input(j, false); ++j) {
     }
-  };
-
-  double loss_sum = 0;
-  int cached = -1;  // the microbatch whose forward the units' caches hold
+  }
+  // Posts the gradient receives, in backward order, up to the first microbatch whose
+  // activation is not sent yet. A microbatch whose activation was replaced by a failure
+  // header gets no gradient.
+  void post_gradients() {
+    for (; gradients_posted_ < backward_order_.size(); ++gradients_posted_) {
+      const int k = backward_order_[gradients_posted_];
+      auto& g = mb_[static_cast<std::size_t>(k)];
+      if (!g.forward_done) return;  // its activation is not sent yet
+      if (g.activation_sent) g.grad_request = pp_.irecv(g.grad_output, next_, gradient_tag(k));
+    }
+  }
   // stash: moves the caches of the microbatch they hold aside before another forward or
   // a restore would overwrite them.
-  auto set_aside = [&] {
-    if (!stash || cached < 0) return;
-    auto& held = mb[static_cast<std::size_t>(cached)].stash;
-    for (const std::string& path : units()) held.push_back(model_.at(path).stash_activations());
-    cached = -1;
-  };
-  auto restore = [&](InFlight& f) {
-    const auto& paths = units();
+  void set_aside() {
+    if (!stash_ || cached_ < 0) return;
+    auto& held = mb_[static_cast<std::size_t>(cached_)].stash;
+    for (const std::string& path : pipeline_.units()) held.push_back(model_.at(path).stash_activations());
+    cached_ = -1;
+  }
+  void restore(InFlight& f) {
+    const auto& paths = pipeline_.units();
     for (std::size_t u = 0; u < paths.size(); ++u) model_.at(paths[u]).restore_activations(std::move(f.stash[u]));
     f.stash.clear();
-    ++restores_;
-  };
+    ++counters_.restores;
+  }
   // Drives the sends still in flight: a large message moves in MPI's rendezvous
   // protocol, which advances only inside MPI calls on both sides; a stage that went on
   // computing would otherwise hold its neighbour's next input back until its next wait.
-  auto progress_sends = [&] {
-    for (CommRequest& r : sends) {
+  void progress_sends() {
+    for (CommRequest& r : sends_) {
       if (!r.done()) (void)r.test();
     }
-  };
-  bool values_received = false;
-  for (const Action& action : actions_) {
-    progress_sends();
-    post_ready_inputs();
-    const int j = action.microbatch;
-    auto& f = mb[static_cast<std::size_t>(j)];
-    if (action.kind == Action::Kind::forward) {
-      if (is_first()) {
-        f.input = batch.narrow(0, f.info.begin, f.info.end - f.info.begin).contiguous();
-      } else {
-        post_input(j, true);
-        if (!f.failed_upstream) f.input_request.wait();
-      }
-      if (!values_received) {
-        ties_->receive_values();  // the tied parameters' replicas, before they are read
-        values_received = true;
-      }
-      const auto compute_start = Clock::now();
-      Tensor y;
-      if (!failed) {
-        try {
-          set_aside();
-          y = stage_forward(f.input);
-          cached = j;
-          if (stash) f.input = Tensor();  // the units keep what they need
-          if (is_last()) {
-            Tensor grad;
-            loss_sum += loss_fn(y, f.info, grad);
-            if (!grad.defined() || grad.shape() != y.shape()) {
-              throw InvalidArgument(
-                  "Pipeline::train_step: the loss function must set the gradient to the output's shape " +
-                  shape_str(y.shape()) + ", got " +
-                  (grad.defined() ? shape_str(grad.shape()) : std::string("an undefined tensor")));
-            }
-            f.grad_output = grad;
-          }
-        } catch (...) {
-          fail_here();
-        }
-      }
-      times_.compute_seconds += seconds_since(compute_start);
-      if (!is_last()) {
-        if (failed) {
-          sends.push_back(pp.isend(control_header(kFailedUpstream, f.info.batch_rows), next, header_tag(j)));
-        } else {
-          y = y.contiguous();
-          sends.push_back(pp.isend(make_header(y, f.info), next, header_tag(j)));
-          sends.push_back(pp.isend(y, next, activation_tag(j)));
-          f.grad_output = Tensor::empty(y.shape(), y.dtype(), y.device());
-          f.activation_sent = true;
-        }
-        f.forward_done = true;
-        post_gradients();
-      }
-    } else {
-      if (f.activation_sent) f.grad_request.wait();
-      const auto compute_start = Clock::now();
-      Tensor dx;
-      if (!failed) {
-        try {
-          if (cached != j) {
-            if (stash) {
-              set_aside();
-              restore(f);
-            } else {
-              (void)stage_forward(f.input);  // bitwise the first forward: refills the caches
-              ++recomputes_;
-            }
-          }
-          dx = stage_backward(f.grad_output);
-          for (const std::string& path : units()) model_.at(path).release_activations();  // spent
-          cached = -1;
-        } catch (...) {
-          fail_here();
-        }
-      }
-      times_.compute_seconds += seconds_since(compute_start);
-      // The previous stage waits for the gradient of every activation it sent.
-      if (!is_first() && !f.failed_upstream) {
-        sends.push_back(pp.isend(failed ? Tensor::zeros(f.input_shape, f.input_dtype, mesh_.device()) : dx.contiguous(),
-                                 prev, gradient_tag(j)));
-      }
-      f.input = Tensor();
-      f.grad_output = Tensor();
-      f.stash.clear();
-    }
   }
-  for (CommRequest& r : sends) r.wait();
-  ties_->reduce_gradients(pp);  // the readers' shares into the owners' gradients
-  end_of_step(model_, units(), mesh_, failure, failed);
-  times_.total_seconds = seconds_since(step_start);
 
-  Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
-  pp.broadcast(loss, stages() - 1);
-  return loss.to_vector<double>()[0];
+  void forward(int j, const Tensor& batch, const LossFunction& loss_fn) {
+    auto& f = mb_[static_cast<std::size_t>(j)];
+    if (pipeline_.is_first()) {
+      f.input = batch.narrow(0, f.info.begin, f.info.end - f.info.begin).contiguous();
+    } else {
+      post_input(j, true);
+      if (!f.failed_upstream) f.input_request.wait();
+    }
+    if (!values_received_) {
+      ties_.receive_values();  // the tied parameters' replicas, before they are read
+      values_received_ = true;
+    }
+    const auto compute_start = std::chrono::steady_clock::now();
+    Tensor y;
+    if (!failed()) {
+      try {
+        set_aside();
+        y = pipeline_.stage_forward(f.input);
+        cached_ = j;
+        if (stash_) f.input = Tensor();  // the units keep what they need
+        if (pipeline_.is_last()) f.grad_output = loss_gradient(y, f.info, loss_fn);
+      } catch (...) {
+        fail_here();
+      }
+    }
+    counters_.times.compute_seconds += seconds_since(compute_start);
+    if (pipeline_.is_last()) return;
+    if (send_on(j, y, f.info)) {
+      f.grad_output = Tensor::empty(y.shape(), y.dtype(), y.device());
+      f.activation_sent = true;
+    }
+    f.forward_done = true;
+    post_gradients();
+  }
+
+  // The last stage: the loss function's share (added up) and its gradient, checked.
+  Tensor loss_gradient(const Tensor& y, const Microbatch& info, const LossFunction& loss_fn) {
+    Tensor grad;
+    loss_sum_ += loss_fn(y, info, grad);
+    if (!grad.defined() || grad.shape() != y.shape()) {
+      throw InvalidArgument("Pipeline::train_step: the loss function must set the gradient to the output's shape " +
+                            shape_str(y.shape()) + ", got " +
+                            (grad.defined() ? shape_str(grad.shape()) : std::string("an undefined tensor")));
+    }
+    return grad;
+  }
+
+  void backward(int j) {
+    auto& f = mb_[static_cast<std::size_t>(j)];
+    if (f.activation_sent) f.grad_request.wait();
+    const auto compute_start = std::chrono::steady_clock::now();
+    Tensor dx;
+    if (!failed()) {
+      try {
+        if (cached_ != j) {
+          if (stash_) {
+            set_aside();
+            restore(f);
+          } else {
+            (void)pipeline_.stage_forward(f.input);  // bitwise the first forward: refills the caches
+            ++counters_.recomputes;
+          }
+        }
+        dx = pipeline_.stage_backward(f.grad_output);
+        for (const std::string& path : pipeline_.units()) model_.at(path).release_activations();  // spent
+        cached_ = -1;
+      } catch (...) {
+        fail_here();
+      }
+    }
+    counters_.times.compute_seconds += seconds_since(compute_start);
+    // The previous stage waits for the gradient of every activation it sent.
+    if (!pipeline_.is_first() && !f.failed_upstream) {
+      sends_.push_back(pp_.isend(failed() ? Tensor::zeros(f.input_shape, f.input_dtype, mesh_.device()) : dx.contiguous(),
+                                 prev_, gradient_tag(j)));
+    }
+    f.input = Tensor();
+    f.grad_output = Tensor();
+    f.stash.clear();
+  }
+
+  const int m_;
+  const bool stash_;
+  Counters counters_;
+  std::vector<InFlight> mb_;
+  std::vector<int> backward_order_;
+  std::size_t gradients_posted_ = 0;
+  double loss_sum_ = 0;
+  int cached_ = -1;  // the microbatch whose forward the units' caches hold
+  bool values_received_ = false;
+};
+
+// evaluate, a stage after the first: microbatch j's input from the previous stage, or
+// none after a failure header (the run then fails too); raises stage 0's refusal.
+Tensor receive_evaluation_input(StepRun& run, Communicator& pp, int prev, int j, Device device, Microbatch& info) {
+  Tensor header = Tensor::empty({kHeaderSize}, DType::i64);
+  pp.recv(header, prev, header_tag(j));
+  if (const auto refused = control_rows(header, kRefusedBatch)) run.refuse(*refused);
+  if (const auto rows = control_rows(header, kFailedUpstream)) {
+    run.failed_upstream();
+    info.batch_rows = *rows;
+    return Tensor();
+  }
+  Announced announced = read_header(header, j, device);
+  info = announced.info;
+  Tensor x = std::move(announced.activation);
+  pp.recv(x, prev, activation_tag(j));
+  return x;
+}
+
+}  // namespace
+}  // namespace detail
+
+double Pipeline::train_step(const Tensor& batch, const LossFunction& loss_fn) {
+  const auto step_start = std::chrono::steady_clock::now();
+  times_ = {};
+  recomputes_ = 0;
+  restores_ = 0;
+  detail::TrainStepRun run(*this, model_, mesh_, *ties_, {times_, recomputes_, restores_});
+  run.start(batch);
+  const double loss_sum = run.run(batch, loss_fn);
+  run.wait_sends();
+  ties_->reduce_gradients(mesh_.pp());  // the readers' shares into the owners' gradients
+  run.end();
+  times_.total_seconds = seconds_since(step_start);
+  return run.broadcast_loss(loss_sum);
 }
 
 double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
-  Communicator& pp = mesh_.pp();
-  const int prev = stage_ - 1, next = stage_ + 1;
+  // As in train_step: after a failure here or before, failure headers replace the
+  // activations still owed, and the end of the step agrees on the error.
+  detail::StepRun run(*this, model_, mesh_, *ties_, "Pipeline::evaluate", 0, 1);
   // min(microbatches, rows) microbatches: a validation set's last batch may be short.
   // Stage 0 knows the rows; the other stages read them from the first header.
   auto microbatch_count = [&](std::int64_t rows) {
     return static_cast<int>(std::min<std::int64_t>(options_.microbatches, rows));
   };
   int m = 1;
-  std::vector<CommRequest> sends;
-  ties_->post_values(pp, sends);
-  if (is_first()) {
-    const std::int64_t rows = batch_rows(batch);
-    if (!batch_refusal(rows, 0).empty()) {
-      ties_->receive_values();  // nothing left in flight
-      refuse_batch(mesh_, stage_, stages(), "Pipeline::evaluate", rows, 0, 1);
-    }
-    m = microbatch_count(rows);
-  }
+  if (is_first()) m = microbatch_count(run.rows_or_refuse(batch));
   ties_->receive_values();
   double loss_sum = 0;
-  // As in train_step: after a failure here or before, failure headers replace the
-  // activations still owed, and the end of the step agrees on the error.
-  std::exception_ptr failure;
-  bool failed = false;
   for (int j = 0; j < m; ++j) {
     Microbatch info;
     Tensor x;
@@ -486,49 +605,25 @@ double Pipeline::evaluate(const Tensor& batch, const EvaluationLoss& loss_fn) {
       info = {j, r.start, r.end(), batch.size(0)};
       x = batch.narrow(0, r.start, r.length).contiguous();
     } else {
-      Tensor header = Tensor::empty({kHeaderSize}, DType::i64);
-      pp.recv(header, prev, header_tag(j));
-      if (const auto refused = control_rows(header, kRefusedBatch)) {
-        refuse_batch(mesh_, stage_, stages(), "Pipeline::evaluate", *refused, 0, 1);
-      }
-      if (const auto rows = control_rows(header, kFailedUpstream)) {
-        failed = true;
-        info.batch_rows = *rows;
-      } else {
-        Announced announced = read_header(header, j, mesh_.device());
-        info = announced.info;
-        x = std::move(announced.activation);
-        pp.recv(x, prev, activation_tag(j));
-      }
+      x = detail::receive_evaluation_input(run, mesh_.pp(), stage_ - 1, j, mesh_.device(), info);
       if (j == 0) m = microbatch_count(info.batch_rows);
     }
     Tensor y;
-    if (!failed) {
+    if (!run.failed()) {
       try {
         y = stage_forward(x);
         // No backward follows: the caches the forward left are dropped at once.
         for (const std::string& path : units()) model_.at(path).release_activations();
         if (is_last()) loss_sum += loss_fn(y, info);
       } catch (...) {
-        failure = std::current_exception();
-        failed = true;
+        run.fail_here();
       }
     }
-    if (!is_last()) {
-      if (failed) {
-        sends.push_back(pp.isend(control_header(kFailedUpstream, info.batch_rows), next, header_tag(j)));
-      } else {
-        y = y.contiguous();
-        sends.push_back(pp.isend(make_header(y, info), next, header_tag(j)));
-        sends.push_back(pp.isend(y, next, activation_tag(j)));
-      }
-    }
+    if (!is_last()) (void)run.send_on(j, y, info);
   }
-  for (CommRequest& r : sends) r.wait();
-  end_of_step(model_, units(), mesh_, failure, failed);
-  Tensor loss = Tensor::from_vector<double>({loss_sum}, {1});
-  pp.broadcast(loss, stages() - 1);
-  return loss.to_vector<double>()[0];
+  run.wait_sends();
+  run.end();
+  return run.broadcast_loss(loss_sum);
 }
 
 }  // namespace tessera::pp
