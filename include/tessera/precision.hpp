@@ -23,7 +23,7 @@ enum class Precision { fp32, bf16_mixed };
 
 // "fp32", "bf16-mixed" (the config spelling).
 std::string_view precision_name(Precision precision) noexcept;
-// Parses a config spelling; InvalidArgument naming `what` and the text otherwise.
+// Parses a config spelling; ConfigError naming `what`, the text and the spellings otherwise.
 Precision parse_precision(std::string_view name, std::string_view what = "precision");
 
 }  // namespace tessera

@@ -17,18 +17,18 @@
 #include "tessera/check.hpp"
 #include "tessera/comm.hpp"
 #include "tessera/node.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera {
 
-std::string_view reduce_op_name(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
-  }
-  return "?";
-}
+constexpr tessera::detail::EnumName<ReduceOp> kReduceOpNames[] = {
+    {ReduceOp::sum, "sum"},
+    {ReduceOp::avg, "avg"},
+    {ReduceOp::max, "max"},
+    {ReduceOp::min, "min"},
+};
+
+std::string_view reduce_op_name(ReduceOp op) noexcept { return tessera::detail::name_of(kReduceOpNames, op); }
 
 namespace {
 

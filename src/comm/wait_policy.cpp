@@ -6,24 +6,22 @@
 #include <string>
 
 #include "tessera/error.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera {
 
+constexpr tessera::detail::EnumName<WaitPolicy> kWaitPolicyNames[] = {
+    {WaitPolicy::spin, "spin"},
+    {WaitPolicy::sleep, "sleep"},
+    {WaitPolicy::automatic, "auto"},
+};
+
 std::string_view wait_policy_name(WaitPolicy policy) noexcept {
-  switch (policy) {
-    case WaitPolicy::spin: return "spin";
-    case WaitPolicy::sleep: return "sleep";
-    case WaitPolicy::automatic: return "auto";
-  }
-  return "?";
+  return tessera::detail::name_of(kWaitPolicyNames, policy);
 }
 
 WaitPolicy parse_wait_policy(std::string_view text, std::string_view what) {
-  for (WaitPolicy p : {WaitPolicy::spin, WaitPolicy::sleep, WaitPolicy::automatic}) {
-    if (text == wait_policy_name(p)) return p;
-  }
-  throw ConfigError(std::string(what) + ": unknown wait policy '" + std::string(text) +
-                    "' (expected spin, sleep or auto)");
+  return tessera::detail::parse_enum(kWaitPolicyNames, text, what, "wait policy");
 }
 
 WaitPolicy auto_wait_policy(int ranks_on_node, int usable_cores) noexcept {

@@ -1,6 +1,7 @@
 #include "tessera/dtype.hpp"
 
 #include "tessera/error.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera {
 
@@ -14,15 +15,14 @@ std::size_t dtype_size(DType dtype) noexcept {
   return 0;
 }
 
-std::string_view dtype_name(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::bf16: return "bf16";
-    case DType::i64: return "i64";
-  }
-  return "?";
-}
+constexpr tessera::detail::EnumName<DType> kDtypeNames[] = {
+    {DType::f32, "f32"},
+    {DType::f64, "f64"},
+    {DType::bf16, "bf16"},
+    {DType::i64, "i64"},
+};
+
+std::string_view dtype_name(DType dtype) noexcept { return tessera::detail::name_of(kDtypeNames, dtype); }
 
 DType parse_dtype(std::string_view name, std::string_view what) {
   for (DType d : {DType::f32, DType::f64, DType::bf16, DType::i64}) {

@@ -9,6 +9,7 @@
 
 #include "tessera/detail/fnv1a.hpp"
 #include "tessera/error.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera {
 
@@ -22,24 +23,23 @@ constexpr std::array<InitType, 13> kAllTypes = {
 
 }  // namespace
 
-std::string_view init_type_name(InitType type) noexcept {
-  switch (type) {
-    case InitType::zeros: return "zeros";
-    case InitType::ones: return "ones";
-    case InitType::constant: return "constant";
-    case InitType::normal: return "normal";
-    case InitType::uniform: return "uniform";
-    case InitType::trunc_normal: return "trunc_normal";
-    case InitType::xavier_normal: return "xavier_normal";
-    case InitType::xavier_uniform: return "xavier_uniform";
-    case InitType::kaiming_normal: return "kaiming_normal";
-    case InitType::kaiming_uniform: return "kaiming_uniform";
-    case InitType::orthogonal: return "orthogonal";
-    case InitType::biased_normal: return "biased_normal";
-    case InitType::dirac: return "dirac";
-  }
-  return "?";
-}
+constexpr tessera::detail::EnumName<InitType> kInitTypeNames[] = {
+    {InitType::zeros, "zeros"},
+    {InitType::ones, "ones"},
+    {InitType::constant, "constant"},
+    {InitType::normal, "normal"},
+    {InitType::uniform, "uniform"},
+    {InitType::trunc_normal, "trunc_normal"},
+    {InitType::xavier_normal, "xavier_normal"},
+    {InitType::xavier_uniform, "xavier_uniform"},
+    {InitType::kaiming_normal, "kaiming_normal"},
+    {InitType::kaiming_uniform, "kaiming_uniform"},
+    {InitType::orthogonal, "orthogonal"},
+    {InitType::biased_normal, "biased_normal"},
+    {InitType::dirac, "dirac"},
+};
+
+std::string_view init_type_name(InitType type) noexcept { return tessera::detail::name_of(kInitTypeNames, type); }
 
 InitType parse_init_type(std::string_view text, std::string_view what) {
   for (InitType t : kAllTypes) {

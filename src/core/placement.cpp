@@ -3,17 +3,17 @@
 #include <algorithm>
 
 #include "tessera/error.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera {
 
-std::string_view mesh_dim_name(MeshDim dim) noexcept {
-  switch (dim) {
-    case MeshDim::dp: return "dp";
-    case MeshDim::tp: return "tp";
-    case MeshDim::domain: return "domain";
-  }
-  return "?";
-}
+constexpr tessera::detail::EnumName<MeshDim> kMeshDimNames[] = {
+    {MeshDim::dp, "dp"},
+    {MeshDim::tp, "tp"},
+    {MeshDim::domain, "domain"},
+};
+
+std::string_view mesh_dim_name(MeshDim dim) noexcept { return tessera::detail::name_of(kMeshDimNames, dim); }
 
 std::string Placement::str() const {
   return is_replicate() ? "Replicate" : "Shard(" + std::to_string(dim) + ")";

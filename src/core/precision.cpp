@@ -1,23 +1,21 @@
 #include "tessera/precision.hpp"
 
 #include "tessera/error.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera {
 
+constexpr tessera::detail::EnumName<Precision> kPrecisionNames[] = {
+    {Precision::fp32, "fp32"},
+    {Precision::bf16_mixed, "bf16-mixed"},
+};
+
 std::string_view precision_name(Precision precision) noexcept {
-  switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16_mixed: return "bf16-mixed";
-  }
-  return "?";
+  return tessera::detail::name_of(kPrecisionNames, precision);
 }
 
 Precision parse_precision(std::string_view name, std::string_view what) {
-  for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
-    if (name == precision_name(p)) return p;
-  }
-  throw InvalidArgument(std::string(what) + ": unknown precision '" + std::string(name) +
-                        "' (expected fp32 or bf16-mixed)");
+  return tessera::detail::parse_enum(kPrecisionNames, name, what, "precision");
 }
 
 }  // namespace tessera

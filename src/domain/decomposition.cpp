@@ -16,17 +16,17 @@
 #include "tessera/agree.hpp"
 #include "tessera/check.hpp"
 #include "tessera/mesh.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera::domain {
 
-std::string_view stagger_name(Stagger stagger) noexcept {
-  switch (stagger) {
-    case Stagger::none: return "none";
-    case Stagger::lon_face: return "lon_face";
-    case Stagger::lat_face: return "lat_face";
-  }
-  return "?";
-}
+constexpr tessera::detail::EnumName<Stagger> kStaggerNames[] = {
+    {Stagger::none, "none"},
+    {Stagger::lon_face, "lon_face"},
+    {Stagger::lat_face, "lat_face"},
+};
+
+std::string_view stagger_name(Stagger stagger) noexcept { return tessera::detail::name_of(kStaggerNames, stagger); }
 
 std::string ProcessGrid::str() const { return std::to_string(lat) + "x" + std::to_string(lon); }
 std::string ProcessGrid::labelled_str() const {
@@ -63,20 +63,20 @@ std::string LocalBox::str() const {
          std::to_string(lon.start) + ", " + std::to_string(lon.end()) + ")";
 }
 
-std::string_view split_rule_name(SplitRule rule) noexcept {
-  switch (rule) {
-    case SplitRule::first_ranks: return "first_ranks";
-    case SplitRule::last_rank: return "last_rank";
-  }
-  return "?";
-}
+constexpr tessera::detail::EnumName<SplitRule> kSplitRuleNames[] = {
+    {SplitRule::first_ranks, "first_ranks"},
+    {SplitRule::last_rank, "last_rank"},
+};
+
+std::string_view split_rule_name(SplitRule rule) noexcept { return tessera::detail::name_of(kSplitRuleNames, rule); }
+
+constexpr tessera::detail::EnumName<CartesianOrder> kCartesianOrderNames[] = {
+    {CartesianOrder::lat_lon, "lat_lon"},
+    {CartesianOrder::lon_lat, "lon_lat"},
+};
 
 std::string_view cartesian_order_name(CartesianOrder order) noexcept {
-  switch (order) {
-    case CartesianOrder::lat_lon: return "lat_lon";
-    case CartesianOrder::lon_lat: return "lon_lat";
-  }
-  return "?";
+  return tessera::detail::name_of(kCartesianOrderNames, order);
 }
 
 std::vector<std::int64_t> split_bounds(std::int64_t global, int parts, SplitRule rule) {

@@ -17,16 +17,18 @@
 #include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/check.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera::domain {
 
+constexpr tessera::detail::EnumName<RedistributionRoute> kRedistributionRouteNames[] = {
+    {RedistributionRoute::direct, "direct"},
+    {RedistributionRoute::node_aware, "node_aware"},
+    {RedistributionRoute::automatic, "auto"},
+};
+
 std::string_view redistribution_route_name(RedistributionRoute route) noexcept {
-  switch (route) {
-    case RedistributionRoute::direct: return "direct";
-    case RedistributionRoute::node_aware: return "node_aware";
-    case RedistributionRoute::automatic: return "auto";
-  }
-  return "?";
+  return tessera::detail::name_of(kRedistributionRouteNames, route);
 }
 
 namespace {

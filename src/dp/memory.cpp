@@ -9,6 +9,7 @@
 
 #include "dp/units.hpp"
 #include "tessera/nn/module.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera::dp {
 
@@ -31,14 +32,15 @@ MemoryReport measure_memory(const NamedParameters& params, Optimizer* optimizer)
   return r;
 }
 
+constexpr tessera::detail::EnumName<OptimizerKind> kOptimizerKindNames[] = {
+    {OptimizerKind::none, "none"},
+    {OptimizerKind::sgd, "sgd"},
+    {OptimizerKind::sgd_momentum, "sgd_momentum"},
+    {OptimizerKind::adamw, "adamw"},
+};
+
 std::string_view optimizer_kind_name(OptimizerKind kind) noexcept {
-  switch (kind) {
-    case OptimizerKind::none: return "none";
-    case OptimizerKind::sgd: return "sgd";
-    case OptimizerKind::sgd_momentum: return "sgd_momentum";
-    case OptimizerKind::adamw: return "adamw";
-  }
-  return "?";
+  return tessera::detail::name_of(kOptimizerKindNames, kind);
 }
 
 int optimizer_state_tensors(OptimizerKind kind) noexcept {

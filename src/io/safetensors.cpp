@@ -19,6 +19,7 @@
 #include "tessera/detail/finite.hpp"
 #include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera::io {
 
@@ -163,14 +164,15 @@ std::size_t safetensors_dtype_size(std::string_view dtype) noexcept {
   return d == nullptr ? 0 : d->size;
 }
 
+constexpr tessera::detail::EnumName<DType> kSafetensorsDtypeNames[] = {
+    {DType::f32, "F32"},
+    {DType::f64, "F64"},
+    {DType::bf16, "BF16"},
+    {DType::i64, "I64"},
+};
+
 std::string_view safetensors_dtype_name(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::bf16: return "BF16";
-    case DType::i64: return "I64";
-  }
-  return "?";
+  return tessera::detail::name_of(kSafetensorsDtypeNames, dtype);
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {

@@ -12,6 +12,7 @@
 #include "tessera/detail/checked_math.hpp"
 #include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera {
 
@@ -152,21 +153,18 @@ ParallelismConfig parse_document(const YAML::Node& root, std::string_view source
 
 }  // namespace
 
+constexpr tessera::detail::EnumName<DataParallelMode> kDataParallelModeNames[] = {
+    {DataParallelMode::none, "none"},
+    {DataParallelMode::ddp, "ddp"},
+    {DataParallelMode::fsdp2, "fsdp2"},
+};
+
 std::string_view data_parallel_mode_name(DataParallelMode mode) noexcept {
-  switch (mode) {
-    case DataParallelMode::none: return "none";
-    case DataParallelMode::ddp: return "ddp";
-    case DataParallelMode::fsdp2: return "fsdp2";
-  }
-  return "?";
+  return tessera::detail::name_of(kDataParallelModeNames, mode);
 }
 
 DataParallelMode parse_data_parallel_mode(std::string_view text, std::string_view key) {
-  for (auto mode : {DataParallelMode::none, DataParallelMode::ddp, DataParallelMode::fsdp2}) {
-    if (text == data_parallel_mode_name(mode)) return mode;
-  }
-  throw ConfigError(std::string(key) + ": unknown data-parallel mode '" + std::string(text) +
-                    "' (expected none, ddp or fsdp2)");
+  return tessera::detail::parse_enum(kDataParallelModeNames, text, key, "data-parallel mode");
 }
 
 void ParallelismConfig::validate() const {

@@ -16,6 +16,7 @@
 #include "tessera/nn/sequential.hpp"
 #include "tessera/ops.hpp"
 #include "tessera/tp/parallelize.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera::models {
 
@@ -23,23 +24,19 @@ namespace tessera::models {
 // Config <-> YAML
 // ---------------------------------------------------------------------------
 
+constexpr tessera::detail::EnumName<domain::LatitudeGrid> kLatitudeGridNames[] = {
+    {domain::LatitudeGrid::with_poles, "with_poles"},
+    {domain::LatitudeGrid::cell_centres, "cell_centres"},
+    {domain::LatitudeGrid::explicit_rows, "explicit_rows"},
+    {domain::LatitudeGrid::unweighted, "unweighted"},
+};
+
 std::string_view latitude_grid_name(domain::LatitudeGrid grid) noexcept {
-  switch (grid) {
-    case domain::LatitudeGrid::with_poles: return "with_poles";
-    case domain::LatitudeGrid::cell_centres: return "cell_centres";
-    case domain::LatitudeGrid::explicit_rows: return "explicit_rows";
-    case domain::LatitudeGrid::unweighted: return "unweighted";
-  }
-  return "?";
+  return tessera::detail::name_of(kLatitudeGridNames, grid);
 }
 
 domain::LatitudeGrid parse_latitude_grid(std::string_view text, std::string_view key) {
-  for (auto g : {domain::LatitudeGrid::with_poles, domain::LatitudeGrid::cell_centres,
-                 domain::LatitudeGrid::explicit_rows, domain::LatitudeGrid::unweighted}) {
-    if (text == latitude_grid_name(g)) return g;
-  }
-  throw ConfigError(std::string(key) + ": unknown latitude grid '" + std::string(text) +
-                    "' (expected with_poles, cell_centres, explicit_rows or unweighted)");
+  return tessera::detail::parse_enum(kLatitudeGridNames, text, key, "latitude grid");
 }
 
 domain::LatitudeSpec FieldEmulatorConfig::latitude_spec() const {

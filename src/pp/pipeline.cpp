@@ -9,6 +9,7 @@
 #include "tessera/comm.hpp"
 #include "tessera/error.hpp"
 #include "tessera/placement.hpp"
+#include "tessera/detail/enum_table.hpp"
 #include "stage_ties.hpp"
 
 namespace tessera::pp {
@@ -153,20 +154,17 @@ StageSplit make_split(const nn::Module& model, int stages, const PipelineOptions
 
 }  // namespace
 
+constexpr tessera::detail::EnumName<StageActivations> kStageActivationsNames[] = {
+    {StageActivations::stash, "stash"},
+    {StageActivations::recompute, "recompute"},
+};
+
 std::string_view stage_activations_name(StageActivations activations) noexcept {
-  switch (activations) {
-    case StageActivations::stash: return "stash";
-    case StageActivations::recompute: return "recompute";
-  }
-  return "?";
+  return tessera::detail::name_of(kStageActivationsNames, activations);
 }
 
 StageActivations parse_stage_activations(std::string_view text, std::string_view key) {
-  for (auto a : {StageActivations::stash, StageActivations::recompute}) {
-    if (text == stage_activations_name(a)) return a;
-  }
-  throw InvalidArgument(std::string(key) + ": unknown pipeline activations '" + std::string(text) +
-                        "' (expected stash or recompute)");
+  return tessera::detail::parse_enum(kStageActivationsNames, text, key, "pipeline activations");
 }
 
 Pipeline::Pipeline(nn::Module& model, const Mesh& mesh, PipelineOptions options)

@@ -3,23 +3,21 @@
 #include <algorithm>
 
 #include "tessera/error.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera::pp {
 
+constexpr tessera::detail::EnumName<Schedule> kScheduleNames[] = {
+    {Schedule::gpipe, "gpipe"},
+    {Schedule::one_f_one_b, "1f1b"},
+};
+
 std::string_view schedule_name(Schedule schedule) noexcept {
-  switch (schedule) {
-    case Schedule::gpipe: return "gpipe";
-    case Schedule::one_f_one_b: return "1f1b";
-  }
-  return "?";
+  return tessera::detail::name_of(kScheduleNames, schedule);
 }
 
 Schedule parse_schedule(std::string_view text, std::string_view key) {
-  for (auto s : {Schedule::gpipe, Schedule::one_f_one_b}) {
-    if (text == schedule_name(s)) return s;
-  }
-  throw InvalidArgument(std::string(key) + ": unknown pipeline schedule '" + std::string(text) +
-                        "' (expected gpipe or 1f1b)");
+  return tessera::detail::parse_enum(kScheduleNames, text, key, "pipeline schedule");
 }
 
 std::vector<Action> stage_actions(Schedule schedule, int stage, int stages, int microbatches) {

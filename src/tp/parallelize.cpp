@@ -11,6 +11,7 @@
 #include "tessera/tp/embedding.hpp"
 #include "tessera/tp/linear.hpp"
 #include "tessera/tp/mappings.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera::tp {
 
@@ -18,14 +19,13 @@ namespace tessera::tp {
 // Styles and patterns
 // ---------------------------------------------------------------------------
 
-std::string_view layout_name(Layout layout) noexcept {
-  switch (layout) {
-    case Layout::replicate: return "Replicate";
-    case Layout::shard_features: return "Shard(features)";
-    case Layout::shard_sequence: return "Shard(sequence)";
-  }
-  return "?";
-}
+constexpr tessera::detail::EnumName<Layout> kLayoutNames[] = {
+    {Layout::replicate, "Replicate"},
+    {Layout::shard_features, "Shard(features)"},
+    {Layout::shard_sequence, "Shard(sequence)"},
+};
+
+std::string_view layout_name(Layout layout) noexcept { return tessera::detail::name_of(kLayoutNames, layout); }
 
 namespace {
 // A style of `kind` between two layouts, the optional shard dims left unset.

@@ -13,21 +13,21 @@
 #include "tessera/detail/regular_file.hpp"
 #include "tessera/error.hpp"
 #include "tessera/parallelism.hpp"
+#include "tessera/detail/enum_table.hpp"
 
 namespace tessera::train {
 
 using detail::kModelTypes;
 using detail::Parser;
 
-std::string_view log_level_name(LogLevel level) noexcept {
-  switch (level) {
-    case LogLevel::error: return "error";
-    case LogLevel::warn: return "warn";
-    case LogLevel::info: return "info";
-    case LogLevel::debug: return "debug";
-  }
-  return "?";
-}
+constexpr tessera::detail::EnumName<LogLevel> kLogLevelNames[] = {
+    {LogLevel::error, "error"},
+    {LogLevel::warn, "warn"},
+    {LogLevel::info, "info"},
+    {LogLevel::debug, "debug"},
+};
+
+std::string_view log_level_name(LogLevel level) noexcept { return tessera::detail::name_of(kLogLevelNames, level); }
 
 namespace {
 
@@ -176,10 +176,8 @@ void parse_pipeline(const Parser& p, X v, K key, PipelineRunConfig& pl) {
 void parse_logging(const Parser& p, X v, K key, RunConfig& c) {
   p.section(v, key, {
     {"level", [&](X x, K kk) {
-       const std::string t = p.choice(x, kk, {"error", "warn", "info", "debug"});
-       for (auto l : {LogLevel::error, LogLevel::warn, LogLevel::info, LogLevel::debug}) {
-         if (t == log_level_name(l)) c.log_level = l;
-       }
+       c.log_level = tessera::detail::parse_enum(kLogLevelNames, p.choice(x, kk, {"error", "warn", "info", "debug"}),
+                                                 kk, "log level");
      }},
     {"metrics_file", [&](X x, K kk) { c.metrics_file = x.IsNull() ? "" : p.string(x, kk); }},
   });

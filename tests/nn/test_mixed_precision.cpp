@@ -491,8 +491,9 @@ TEST(MixedPrecisionLayers, PrecisionNamesParseAndErrorsNameTheKey) {
   EXPECT_EQ(precision_name(Precision::bf16_mixed), "bf16-mixed");
   EXPECT_EQ(parse_precision("bf16-mixed"), Precision::bf16_mixed);
   EXPECT_EQ(parse_precision("fp32"), Precision::fp32);
-  expect_error<InvalidArgument>([] { (void)parse_precision("bf16", "training.precision"); },
-                                {"training.precision", "'bf16'", "fp32", "bf16-mixed"});
+  // A bad config value is a ConfigError, as every enum parser raises (detail/enum_table.hpp).
+  expect_error<ConfigError>([] { (void)parse_precision("bf16", "training.precision"); },
+                            {"training.precision", "'bf16'", "fp32", "bf16-mixed"});
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ class StageTies;
 // How a stage keeps a microbatch's activations until its backward (see above).
 enum class StageActivations { stash, recompute };
 std::string_view stage_activations_name(StageActivations activations) noexcept;  // "stash" | "recompute"
-// "stash" | "recompute"; InvalidArgument naming `key` and the value otherwise.
+// "stash" | "recompute"; ConfigError naming `key`, the value and both names otherwise.
 StageActivations parse_stage_activations(std::string_view text, std::string_view key = "activations");
 
 struct PipelineOptions {

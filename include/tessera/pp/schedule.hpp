@@ -32,7 +32,7 @@ namespace tessera::pp {
 
 enum class Schedule { gpipe, one_f_one_b };
 std::string_view schedule_name(Schedule schedule) noexcept;  // "gpipe" | "1f1b"
-// "gpipe" | "1f1b"; InvalidArgument naming `key` and the value otherwise.
+// "gpipe" | "1f1b"; ConfigError naming `key`, the value and both names otherwise.
 Schedule parse_schedule(std::string_view text, std::string_view key = "schedule");
 
 struct Action {
