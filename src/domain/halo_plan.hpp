@@ -1,7 +1,9 @@
 #pragma once
 // Private: the state of one HaloExchange. Built once from the planner's pieces
-// (halo_planner.hpp) by the HaloExchange constructor; its message buffers and the
-// pack / unpack / zero passes over the fields live in halo_buffers.cpp; the exchange
+// (halo_planner.hpp) by the HaloExchange constructor (halo_plan.cpp); the fields of an
+// exchange checked and agreed in halo_fields.cpp; its message buffers and the pack /
+// unpack / zero passes over the fields in halo_buffers.cpp; the MPI datatypes over the
+// fields in halo_direct.cpp; the node-memory path in halo_node_memory.cpp; the exchange
 // state machine that posts and waits in halo_exchange.cpp.
 
 #include <mpi.h>
@@ -25,6 +27,24 @@ namespace tessera::domain {
 namespace halo {
 
 using tessera::detail::HaloRect;
+
+// Tags: forward messages carry kForwardTag + direction, adjoint ones kAdjointTag +
+// direction, where direction = 3 * lat_side + lon_side of the halo slot on the rank
+// that receives the forward message (side: 0 before, 1 inside, 2 after). Two messages
+// between the same pair of ranks (east and west with 2 ranks on a periodic circle)
+// therefore never share a tag.
+constexpr int kForwardTag = 0x4100;
+constexpr int kAdjointTag = 0x4200;
+// The empty answer of a message read from node memory goes back under its own tag (on
+// the plan's node communicator, where the offsets travel under the tags above).
+constexpr int kForwardReadTag = 0x4300;
+constexpr int kAdjointReadTag = 0x4400;
+
+// Each field's part of a packed message starts on an 8-byte boundary.
+constexpr std::size_t align8(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
+
+// Whether any of the spec's four edges has `policy` (halo_spec.cpp).
+bool has_edge(const HaloSpec& spec, EdgePolicy policy);
 
 // The memory of one message. `packed` lives on the fields' device: the pack and unpack
 // kernels of that device's backend read and write it. When MPI cannot address that
@@ -115,7 +135,7 @@ struct HaloExchange::Plan {
   std::vector<halo::FieldView> views;
   Device device = Device::host();  // where this exchange's fields live
   std::vector<MPI_Request> requests;
-  // The last exchange's node-memory "read" answers, sent and awaited (halo_exchange.cpp).
+  // The last exchange's node-memory "read" answers, sent and awaited (halo_node_memory.cpp).
   std::vector<MPI_Request> done_requests;
   // The field set last agreed on collectively: per field what Tensor::str() shows (dtype,
   // shape, device, contiguity), compared field by field so that a repeated exchange
@@ -135,6 +155,10 @@ struct HaloExchange::Plan {
   bool direct_built = false;
 
   Plan(const Decomposition& d, HaloSpec s) : decomposition(d), spec(s) {}
+  // Checks `fields` for an exchange (`op` names it in messages) and describes them into
+  // `views`; agreed over the ranks, with the node memory sized, only when the field set
+  // differs from the last agreed one. Throws when an exchange is in flight.
+  void prepare_fields(const std::vector<Tensor>& fields, const char* op);
   ~Plan();
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
@@ -186,6 +210,10 @@ struct HaloExchange::Plan {
   // while an exception unwinds it withdraws them instead of waiting.
   void await_node_answers();
   void settle_node_answers() noexcept;
+  // After the forward (or adjoint) exchange's messages: the "read" answers of the
+  // messages this rank took from node memory sent, those of the messages it left there
+  // posted, into done_requests.
+  void post_node_answers(bool adjoint);
 };
 
 }  // namespace tessera::domain

@@ -1,6 +1,6 @@
-// The halo exchange's host message paths (src/domain/halo_buffers.cpp), each checked
-// against the halo rule (owner's value, periodic wrap, pole policy, zero) and, through
-// the adjoint, the transpose:
+// The halo exchange's host message paths (src/domain/halo_direct.cpp,
+// halo_node_memory.cpp, halo_buffers.cpp), each checked against the halo rule (owner's
+// value, periodic wrap, pole policy, zero) and, through the adjoint, the transpose:
 //   - MPI datatypes over the fields' own memory (Plan::prepare_direct: forward messages
 //     of at most 64 KiB with rows of at least 256 bytes): wide fields (f32 and f64 in one
 //     exchange, an odd longitude count so that the packed layout has padding between
