@@ -1,8 +1,8 @@
 ! A Fortran code that brings its own decomposition (docs/fortran.md, "Bring your
-! decomposition"), as a real one does: MPI_Cart_create with dims (lon, lat) (4 ranks:
-! 2 x 2, 2 ranks: 2 x 1, 1 rank: 1 x 1), periodic in longitude only; a 17 x 13 (lon x
-! lat) real64 field split with the remainder on the last rank of each dimension (17
-! over 2: 8, 9; 13 over 2: 6, 7), first/count from its own arithmetic on
+! decomposition"), as a real one does: MPI_Cart_create with dims (lon, lat) (6 ranks:
+! 3 x 2, 4 ranks: 2 x 2, 2 ranks: 2 x 1, 1 rank: 1 x 1), periodic in longitude only; a
+! 17 x 13 (lon x lat) real64 field split with the remainder on the last rank of each
+! dimension (17 over 2: 8, 9; 13 over 2: 6, 7), first/count from its own arithmetic on
 ! MPI_Cart_coords; explicit-shape dummies q(0:nx+1, 0:ny+1) with a halo of width 1 and
 ! its own halo exchange (MPI_Cart_shift, MPI_Sendrecv, lon then lat, zero beyond the
 ! poles).
@@ -38,6 +38,7 @@ program test_fortran_own_decomposition
   call start_test(nranks)
   dims = [nranks, 1]
   if (nranks == 4) dims = [2, 2]
+  if (nranks == 6) dims = [3, 2]  ! non-square: 17 over 3 (5, 5, 7), 13 over 2 (6, 7)
   call MPI_Cart_create(MPI_COMM_WORLD, 2, dims, [.true., .false.], .false., cart, ierr)
   call MPI_Comm_rank(cart, crank, ierr)
   call MPI_Cart_coords(cart, crank, 2, coords, ierr)
@@ -83,8 +84,8 @@ program test_fortran_own_decomposition
              'no 0-based (lat, lon) box in the check_box error')
   call tessera_decomp_destroy(d)
 
-  ! The same communicator read in the other order: the boxes differ from the code's at 2
-  ! and 4 ranks, and check_box says so on every rank.
+  ! The same communicator read in the other order: the boxes differ from the code's at 2,
+  ! 4 and 6 ranks, and check_box says so on every rank.
   call tessera_decomp_create_cart(d, cart, [nlon, nlat], TESSERA_CART_LAT_LON, status, TESSERA_SPLIT_LAST_RANK)
   call check(status == TESSERA_OK, 'create_cart read (lat, lon)')
   call tessera_decomp_check_box(d, first, count, status)
