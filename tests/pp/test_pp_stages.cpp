@@ -58,7 +58,7 @@ TEST(PipelineSchedule, EveryMicrobatchOnceAndBoundedInFlight) {
   EXPECT_THROW(pp::stage_actions(Schedule::gpipe, 2, 2, 1), InvalidArgument);
   EXPECT_THROW(pp::stage_actions(Schedule::gpipe, 0, 2, 0), InvalidArgument);
   EXPECT_EQ(pp::parse_schedule("1f1b"), Schedule::one_f_one_b);
-  EXPECT_THROW(pp::parse_schedule("interleaved", "pipeline.schedule"), InvalidArgument);
+  EXPECT_THROW(pp::parse_schedule("interleaved", "pipeline.schedule"), ConfigError);  // a config value: detail::parse_enum
 }
 
 TEST(PipelineStages, SplitByCountAndCutPoints) {
