@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "tessera/agree.hpp"
 #include "tessera/error.hpp"
 #include "tessera/ops.hpp"
 
@@ -26,8 +27,15 @@ LocalOp::LocalOp(std::unique_ptr<Op> op, std::vector<Layout> inputs, Communicato
     : SplitOp(op->node(), std::move(inputs), comm), op_(std::move(op)), rule_(std::move(rule)) {}
 
 std::vector<Value> LocalOp::forward(const std::vector<Value>& inputs) {
-  std::vector<Value> outputs = op_->forward(inputs);
-  if (outputs_.empty()) outputs_ = rule_(inputs, outputs);
+  if (!outputs_.empty()) return op_->forward(inputs);
+  // The first forward decides the output layouts from this rank's shapes (a Reshape's
+  // target): a refusal or a shape error on one rank must fail every rank, before any of
+  // them goes on into the next node's halo exchange.
+  std::vector<Value> outputs;
+  agree_on_success(comm_->mpi_comm(), [&] {
+    outputs = op_->forward(inputs);
+    outputs_ = rule_(inputs, outputs);
+  });
   return outputs;
 }
 
