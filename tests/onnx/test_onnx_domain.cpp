@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "mpi_test.hpp"
+#include "op_test_support.hpp"
 #include "onnx/graph.hpp"
 #include "onnx/op.hpp"
 #include "tessera/comm.hpp"
@@ -25,19 +26,8 @@
 namespace tessera::onnx::test {
 namespace {
 
-std::vector<double> pseudo_random(std::size_t n, std::uint64_t seed) {
-  std::vector<double> v(n);
-  std::uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-  for (double& x : v) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = static_cast<double>(s >> 11) / static_cast<double>(1ULL << 53) - 0.5;
-  }
-  return v;
-}
-
-Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
-  return Tensor::from_vector(pseudo_random(static_cast<std::size_t>(shape_numel(shape)), seed), shape);
-}
+// The op tests' deterministic values (op_test_support.hpp), as a tensor.
+Tensor random_tensor(const Shape& shape, std::uint64_t seed) { return random_value(shape, seed).tensor; }
 
 Attribute ints(std::vector<std::int64_t> v) {
   Attribute a;
