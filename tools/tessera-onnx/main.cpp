@@ -130,9 +130,12 @@ Tensor gather_output(onnx::OnnxModel& model, const Tensor& local, const Split& s
   Shape global_shape = local.shape();
   global_shape[static_cast<std::size_t>(how.lat_axis)] = how.global_lat;
   if (how.lon_axis >= 0) global_shape[static_cast<std::size_t>(how.lon_axis)] = how.global_lon;
-  const std::int64_t mine[4] = {how.box.lat.start, how.box.lat.length, how.box.lon.start, how.box.lon.length};
-  std::vector<std::int64_t> boxes(4 * static_cast<std::size_t>(split.comm->size()));
-  MPI_Gather(mine, 4, MPI_INT64_T, boxes.data(), 4, MPI_INT64_T, 0, split.comm->mpi_comm());
+  // Every rank's box, through the communicator (its wait policy, its error handling).
+  const Tensor mine = Tensor::from_vector(
+      std::vector<std::int64_t>{how.box.lat.start, how.box.lat.length, how.box.lon.start, how.box.lon.length}, {4});
+  Tensor gathered = Tensor::empty({4 * static_cast<std::int64_t>(split.comm->size())}, DType::i64);
+  split.comm->all_gather(mine, gathered);
+  const std::vector<std::int64_t> boxes = gathered.to_vector<std::int64_t>();
   if (split.comm->rank() != 0) {
     split.comm->send(local, 0, 7);
     return Tensor{};
