@@ -29,7 +29,7 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 : "${SLURM_CONF:=${TESSERA_CLUSTER_DIR:-/tmp/tessera-cluster-local}/slurm.conf}"
 export SLURM_CONF
 # Between nodes over the shaped links, not UCX's shared memory (scripts/cluster-local).
-export UCX_TLS=tcp,self
+export UCX_TLS=tcp,self,posix,sysv
 command -v srun >/dev/null 2>&1 || skip "Slurm is not installed (scripts/cluster-local up installs it)"
 [[ -f $SLURM_CONF ]] || skip "no cluster up: $SLURM_CONF does not exist (scripts/cluster-local up)"
 grep -q '^ClusterName=tessera-cluster' "$SLURM_CONF" || skip "$SLURM_CONF is not a scripts/cluster-local cluster"
