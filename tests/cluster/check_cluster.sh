@@ -16,6 +16,11 @@
 #                                            ranks on the other node end by themselves
 #                                            within the collective timeout, naming a lost
 #                                            rank, and `latest` stays a valid checkpoint
+#   check_cluster.sh node_stop SOURCE_DIR BUILD_DIR WORK_DIR
+#                                            every tessera-run process of node 2 stopped
+#                                            (SIGSTOP) mid-run: the ranks on node 1 end by
+#                                            themselves within the collective timeout,
+#                                            naming a rank, and `latest` stays valid
 #   check_cluster.sh link_cut SOURCE_DIR BUILD_DIR WORK_DIR
 #                                            node 2's link taken down mid-run (its ranks
 #                                            alive but unreachable): every rank ends within
@@ -40,6 +45,15 @@ spread() {
   local nodes=$1
   ((nodes_up >= nodes)) || skip "the cluster has $nodes_up usable nodes, this check needs $nodes"
   echo "-N $nodes -n 4 --ntasks-per-node=$((4 / nodes)) --mpi=pmi2 --time=00:05:00"
+}
+
+# runs_on NAMESPACE: the pids of the tessera-run processes in that node's namespace.
+runs_on() {
+  local pid
+  for pid in $(ip netns pids "$1"); do
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tessera-run ]] && echo "$pid"
+  done
+  return 0
 }
 
 case ${1:-} in
@@ -77,7 +91,7 @@ resume)
   [[ $out == *"diff: identical"* ]] || fail "tessera-ckpt diff: $out"
   echo "killed on 2 nodes, resumed on 4: step 8 identical to the uninterrupted run"
   ;;
-node_loss | link_cut)
+node_loss | node_stop | link_cut)
   mode=$1 src=$2 build=$3 work=$4
   run=$build/bin/tessera-run ckpt=$build/bin/tessera-ckpt
   two=$(spread 2)
@@ -93,21 +107,32 @@ node_loss | link_cut)
     kill -0 "$job" 2>/dev/null || fail "the run ended before its step-4 checkpoint: $(cat "$work/run.log")"
     sleep 0.5
   done
-  if [[ $mode == node_loss ]]; then
-    victims=()
-    for pid in $(ip netns pids tessera-node2); do
-      [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tessera-run ]] && victims+=("$pid")
-    done
-    ((${#victims[@]} > 0)) || fail "no tessera-run process found on node2"
-    hit_at=$SECONDS
-    kill -KILL "${victims[@]}"
-  else
+  if [[ $mode == link_cut ]]; then
     hit_at=$SECONDS
     ip link set tsveth2 down
+  else
+    mapfile -t victims < <(runs_on tessera-node2)
+    ((${#victims[@]} > 0)) || fail "no tessera-run process found on node2"
+    hit_at=$SECONDS
+    [[ $mode == node_loss ]] && kill -KILL "${victims[@]}"
+    [[ $mode == node_stop ]] && kill -STOP "${victims[@]}"
   fi
-  status=0
-  wait "$job" || status=$?
-  took=$((SECONDS - hit_at))
+  if [[ $mode == node_stop ]]; then
+    # The stopped ranks never exit, so srun cannot: the survivors on node1 must end by
+    # themselves; then the stopped ones are killed so that the step ends.
+    for ((i = 0; i < 240; ++i)); do
+      [[ -z $(runs_on tessera-node1) ]] && break
+      sleep 0.5
+    done
+    took=$((SECONDS - hit_at))
+    kill -KILL "${victims[@]}" 2>/dev/null || true
+    status=0
+    wait "$job" || status=$?
+  else
+    status=0
+    wait "$job" || status=$?
+    took=$((SECONDS - hit_at))
+  fi
   [[ $mode == link_cut ]] && ip link set tsveth2 up
   ((status != 0 && status != 124)) || fail "after the $mode the job exited $status (124: it hung until the timeout): $(tail -20 "$work/run.log")"
   ((took <= 60)) || fail "after the $mode the ranks took ${took} s to end"
@@ -116,5 +141,5 @@ node_loss | link_cut)
   echo "$mode: the job ended in ${took} s (exit $status), latest verified"
   grep -Ei 'rank [0-9]|lost|abort|peer|timed out|timeout' "$work/run.log" | head -3
   ;;
-*) echo "usage: check_cluster.sh suite BINARY NODES | resume SRC BUILD WORK MPIEXEC | node_loss|link_cut SRC BUILD WORK" >&2; exit 2 ;;
+*) echo "usage: check_cluster.sh suite BINARY NODES | resume SRC BUILD WORK MPIEXEC | node_loss|node_stop|link_cut SRC BUILD WORK" >&2; exit 2 ;;
 esac
