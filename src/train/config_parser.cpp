@@ -10,7 +10,7 @@
 
 namespace tessera::train::detail {
 
-const std::vector<std::string> kModelTypes = {"field_emulator", "decoder"};
+const std::vector<std::string> kModelTypes = {"field_emulator", "decoder", "onnx"};
 
 std::string Parser::where(const YAML::Node& node, const std::string& key) const {
   std::string s = source_;

@@ -52,6 +52,11 @@ void parse_validation(const Parser& p, const YAML::Node& v, const std::string& k
 
 extern const std::vector<std::string> kModelTypes;  // model.type's values
 
+// model.type onnx: its `model` keys and the rules between them and the rest of the
+// config (onnx_config.cpp); its data section is the field emulator's.
+void parse_onnx_model(const Parser& p, const YAML::Node& v, const std::string& key, RunConfig& c);
+void check_onnx(const RunConfig& c);
+
 // model.type decoder: the `model` and `data` sections' keys, and the cross-key rules
 // (decoder_config.cpp).
 void parse_decoder_model(const Parser& p, const YAML::Node& v, const std::string& key, RunConfig& c);

@@ -191,6 +191,7 @@ Parser::Keys top_level_keys(const Parser& p, RunConfig& c) {
       {"trainer", [&](X v, K key) { p.section(v, key, {{"parallelism", [](X, K) {}}}); }},
       {"model", [&](X v, K key) {
          if (c.model_type == "decoder") return detail::parse_decoder_model(p, v, key, c);
+         if (c.model_type == "onnx") return detail::parse_onnx_model(p, v, key, c);
          parse_field_model(p, v, key, c);
        }},
       {"data", [&](X v, K key) {
@@ -237,6 +238,8 @@ void check_cross_keys(const RunConfig& c) {
   }
   if (c.model_type == "decoder") {
     detail::check_decoder(c);
+  } else if (c.model_type == "onnx") {
+    detail::check_onnx(c);
   } else if (c.model.mlp_hidden % c.parallelism.tensor != 0) {
     throw ConfigError(c.source + ": model.mlp_hidden (" + std::to_string(c.model.mlp_hidden) +
                       ") must be divisible by parallelism.tensor (" + std::to_string(c.parallelism.tensor) + ")");

@@ -233,7 +233,7 @@ void TrainingStep::before_backward(std::int64_t micro) {
 double TrainingStep::finish(std::int64_t step, bool measure_norm) {
   if (data_parallel_) data_parallel_->finish_gradient_sync();
   if (mesh_.tp_size() > 1) tp::sync_replicated_gradients(model_, mesh_.tp(), config_.reduce_dtype);
-  if (mesh_.domain_size() > 1) domain::sync_domain_gradients(model_, mesh_, config_.reduce_dtype);
+  if (mesh_.domain_size() > 1 && !gradients_summed_over_domain_) domain::sync_domain_gradients(model_, mesh_, config_.reduce_dtype);
   // Each micro-batch's loss is its own mean: the step's mean is their average, and so is
   // its gradient (every parameter once: the optimizer refuses duplicates).
   if (config_.accumulate > 1) {

@@ -6,7 +6,8 @@
 //   tessera-run predict CONFIG.yaml [--set KEY=VALUE ...] [--force]   (predict_field_emulator.hpp)
 //
 // Trains the field emulator (train_field_emulator.cpp) to predict the next state of a
-// gridded dataset on a (dp, tp, domain) mesh, or (model.type: decoder, train_decoder.cpp)
+// gridded dataset on a (dp, tp, domain) mesh, or an imported ONNX graph on the same data
+// (model.type: onnx, train_onnx_model.cpp), or (model.type: decoder, train_decoder.cpp)
 // the decoder-only transformer on a token stream on a (dp, tp) mesh, both through the
 // one training loop of training_loop.cpp, with checkpoints and resume. The config
 // is parsed on every rank before MPI_Init: a bad config fails every rank alike, rank 0
@@ -27,9 +28,11 @@
 #include "driver_common.hpp"
 #include "field_stats.hpp"
 #include "predict_field_emulator.hpp"
+#include "predict_onnx_model.hpp"
 #include "run_config.hpp"
 #include "train_decoder.hpp"
 #include "train_field_emulator.hpp"
+#include "train_onnx_model.hpp"
 #include "training_loop.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/error.hpp"
@@ -47,7 +50,7 @@ const char* kUsage =
     "       tessera-run predict CONFIG.yaml [--set KEY=VALUE ...] [--force]\n"
     "  train (the default)  train the config's model\n"
     "  stats                write the per-channel mean and std of data.path to data.stats\n"
-    "  predict              roll a field-emulator checkpoint forward predict.steps steps from\n"
+    "  predict              roll a field-emulator or onnx checkpoint forward predict.steps steps from\n"
     "                       predict.initial_time and write a CF netCDF file (predict.output)\n"
     "                       on the input's grid, coordinates and orientation\n"
     "  --dry-run            validate the config and the data, print the mesh and the per-rank\n"
@@ -171,9 +174,11 @@ int main(int argc, char** argv) {
       if (mode == "stats") {
         status = field_stats(*cfg, opts);
       } else if (mode == "predict") {
-        status = predict_field_emulator(*cfg, opts);
+        status = cfg->model_type == "onnx" ? predict_onnx_model(*cfg, opts) : predict_field_emulator(*cfg, opts);
+      } else if (cfg->model_type == "decoder") {
+        status = train_decoder(*cfg, opts);
       } else {
-        status = cfg->model_type == "decoder" ? train_decoder(*cfg, opts) : train_field_emulator(*cfg, opts);
+        status = cfg->model_type == "onnx" ? train_onnx_model(*cfg, opts) : train_field_emulator(*cfg, opts);
       }
     } catch (const std::exception& e) {
       status = error_status == kExitUsage ? kExitUsage : kExitError;

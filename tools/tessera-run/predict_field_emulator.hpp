@@ -1,10 +1,7 @@
 #pragma once
-// `tessera-run predict CONFIG.yaml` (docs/driver.md, "netCDF"): loads a field-emulator
-// checkpoint at the config's layout (any tp and domain split: load_model reshards),
-// reads the initial condition (time index predict.initial_time of data.path, either
-// format) for each rank's latitude band, rolls the model forward predict.steps times
-// on its own output, and writes the initial state and every step to a CF netCDF-4 file
-// (predict.output), each band written by the rank that computed it (netcdf_output.hpp).
+// `tessera-run predict CONFIG.yaml` (docs/driver.md, "netCDF") for the field emulator:
+// loads its checkpoint at the config's layout (any tp and domain split: load_model
+// reshards) and writes the rollout (predict_rollout.hpp).
 
 #include "driver_common.hpp"
 #include "run_config.hpp"

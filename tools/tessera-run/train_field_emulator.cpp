@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "field_data.hpp"
+#include "field_run_data.hpp"
 #include "training_loop.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/detail/finite.hpp"
@@ -155,26 +156,11 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   const Log log(mesh.global_rank() == 0, cfg.log_level);
   start_run(log, cfg, mesh);
 
-  FieldDataInfo info;
-  agree_on_success(world, [&] { info = read_field_data_info(cfg.data); });
+  const FieldRunData run_data = read_field_run_data(cfg, mesh);
+  const FieldDataInfo& info = run_data.info;
   const models::FieldEmulatorConfig arch = model_config(cfg, info);
-  const int dp_size = mesh.dp_size();
-  if (cfg.data.batch_size % dp_size != 0) {
-    throw ConfigError(cfg.source + ": data.batch_size (" + std::to_string(cfg.data.batch_size) +
-                      ") must be divisible by the number of data-parallel replicas (" + std::to_string(dp_size) + ")");
-  }
-  const std::int64_t local_batch = cfg.data.batch_size / dp_size;
-  FieldDataInfo validation_info;
-  if (!cfg.data.validation_path.empty()) {
-    agree_on_success(world, [&] { validation_info = read_validation_info(cfg.data, info); });
-  }
-  const ValidationSplit split =
-      split_field_samples(cfg.data, info, cfg.data.validation_path.empty() ? nullptr : &validation_info);
-  const std::int64_t samples = split.train;
-  if (samples < cfg.data.batch_size) {
-    throw ConfigError(cfg.source + ": data.batch_size (" + std::to_string(cfg.data.batch_size) + ") exceeds the " +
-                      std::to_string(samples) + " samples of '" + cfg.data.path + "'");
-  }
+  const std::int64_t local_batch = run_data.local_batch;
+  const ValidationSplit& split = run_data.split;
 
   // Before anything is allocated: a config whose model cannot fit fails here, on every rank.
   check_model_fits(mesh, cfg.source + ": the model", arch.parameter_count(), optimizer_kind(cfg.optimizer));
@@ -188,31 +174,13 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
   std::int64_t global_parameters = 0;
   for (const auto& [name, p] : model->named_parameters()) global_parameters += shape_numel(p->global_shape);
 
-  std::string variables;
-  for (const auto& v : info.variables) variables += (variables.empty() ? "" : ",") + v;
   log.info("model: " + model->describe() + ", " + std::to_string(global_parameters) + " parameters");
   if (const std::string p = precision_summary(cfg, mesh); !p.empty()) log.info(p);
   if (checkpointing.enabled()) {
     log.info("activation checkpointing: " + checkpointing.str() + " (" + std::to_string(checkpointed) + " of " +
              std::to_string(arch.n_blocks) + " blocks recompute their forward in backward)");
   }
-  const std::string source = info.format == FieldFormat::netcdf
-                                 ? info.describe_files() + " (netCDF" + (info.orientation.south_first ? ", south first" : "") +
-                                       (info.orientation.lon_offset != 0 ? ", longitudes rotated" : "") + ")"
-                                 : cfg.data.path + " [" + cfg.data.dataset + "]";
-  log.info("data: " + source + ": " + std::to_string(info.times) + " times x " +
-           variables + " on " + std::to_string(info.nlat) + "x" + std::to_string(info.nlon) + " (" +
-           std::string(models::latitude_grid_name(info.latitude_grid)) + "), " + std::to_string(samples) +
-           " samples (t -> t+" + std::to_string(cfg.data.lead) + "), batch " + std::to_string(cfg.data.batch_size) +
-           " (" + std::to_string(local_batch) + " per dp replica)");
-  if (split.validation > 0) {
-    log.info("validation: " + std::to_string(split.validation) + " samples " +
-             (cfg.data.validation_path.empty()
-                  ? "held out (t >= " + std::to_string(split.validation_first) + ", the last " +
-                        fmt("%g", cfg.data.validation_fraction) + " of the times)"
-                  : "of " + cfg.data.validation_path) +
-             ", " + evaluation_schedule(cfg.schedule));
-  }
+  log_field_run_data(log, cfg, run_data);
   log.debug("rank 0 holds " + box.str());
 
   const std::int64_t data_bytes =
@@ -238,18 +206,12 @@ int train_field_emulator(const RunConfig& cfg, const Options& opts) {
     return 0;
   }
 
-  std::unique_ptr<FieldData> data, validation_data;
-  agree_on_success(world, [&] { data = std::make_unique<FieldData>(cfg.data, info, box.lat.start, box.lat.length); });
-  if (!cfg.data.validation_path.empty()) {
-    agree_on_success(world, [&] {
-      validation_data = std::make_unique<FieldData>(validation_file_config(cfg.data), validation_info, box.lat.start,
-                                                    box.lat.length);
-    });
-  }
+  FieldBands bands = read_field_bands(cfg, run_data, mesh, box.lat.start, box.lat.length);
 
   // Same master weights at every layout, before dp shards them.
   std::unique_ptr<dp::DataParallel> data_parallel = train::start_training(cfg, *model, mesh);
-  FieldEmulatorTask task(cfg, mesh, info, arch, std::move(model), std::move(data), std::move(validation_data), split);
+  FieldEmulatorTask task(cfg, mesh, info, arch, std::move(model), std::move(bands.data),
+                         std::move(bands.validation), split);
   return run_training(cfg, opts, log, mesh, task, data_parallel.get());
 }
 

@@ -292,7 +292,9 @@ class TrainingRun {
         training_step_(cfg.optimizer, cfg.schedule.steps, mesh, task.model(), data_parallel),
         local_batch_(cfg.data.batch_size / mesh.dp_size()),  // one micro-batch
         accumulate_(cfg.optimizer.accumulate),
-        samples_per_step_(cfg.data.batch_size * cfg.optimizer.accumulate) {}
+        samples_per_step_(cfg.data.batch_size * cfg.optimizer.accumulate) {
+    training_step_.set_gradients_summed_over_domain(task.gradients_summed_over_domain());
+  }
 
   int run() {
     check_checkpoint_dir_writable(cfg_, mesh_);

@@ -27,6 +27,9 @@ class TrainingTask {
   virtual ~TrainingTask() = default;
 
   virtual nn::Module& model() = 0;
+  // Whether the model's backward already sums its parameters' gradients over the mesh's
+  // domain group (an imported graph split over it), so the step must not sum them again.
+  virtual bool gradients_summed_over_domain() const { return false; }
   // The number of training samples the sampler draws from (without the held-out part).
   virtual std::int64_t samples() const = 0;
   // The number of validation samples (data.validation; 0 without), numbered from 0.

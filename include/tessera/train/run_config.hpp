@@ -90,6 +90,13 @@ struct DecoderRunConfig {
   }
 };
 
+// model.type: onnx -- an imported graph trained on the field data (docs/driver.md, "Your
+// own model: ONNX"). The data section is the field emulator's.
+struct OnnxRunConfig {
+  std::string path;         // the ONNX file (relative to the working directory); required
+  std::string export_path;  // model.export: the graph with the trained weights, written at the end; empty: none
+};
+
 struct OptimizerConfig {
   std::string type = "adamw";  // adamw | sgd
   double lr = 1e-3;
@@ -144,9 +151,10 @@ struct RunConfig {
   std::string source;  // the file name (plus " (with --set ...)")
   std::string text;    // the effective YAML (after --set overrides)
   ParallelismConfig parallelism;
-  std::string model_type = "field_emulator";  // field_emulator | decoder
+  std::string model_type = "field_emulator";  // field_emulator | decoder | onnx
   models::FieldEmulatorConfig model;  // field_emulator: architecture keys; grid and data facts come from the data
   DecoderRunConfig decoder;           // decoder
+  OnnxRunConfig onnx;                 // onnx
   // model.activation_checkpointing (both model types): which blocks recompute their
   // forward in backward instead of keeping their activations (nn/activation_checkpoint.hpp).
   nn::CheckpointPolicy activation_checkpointing;

@@ -89,6 +89,11 @@ class TrainingStep {
   const NamedParameters& parameters() const { return params_; }
   double learning_rate(std::int64_t step) const;
 
+  // The model's backward already sums its parameters' gradients over the mesh's domain
+  // group (an imported graph split over it: OnnxModel::split_over), so finish() skips the
+  // domain reduction, which would count them domain-size times. Default false.
+  void set_gradients_summed_over_domain(bool summed) { gradients_summed_over_domain_ = summed; }
+
   // Zeroes the gradients. The first call (and the first after weights_loaded()) also
   // notes, locally, whether a parameter is already NaN or Inf (from a checkpoint or an
   // initialisation): a later non-finite loss is then blamed on it, not on the lr.
@@ -124,6 +129,7 @@ class TrainingStep {
   std::string start_problem_;  // "parameter 'x' holds NaN" at the first step, or ""
   std::int64_t first_bad_loss_step_ = -1;
   std::string bad_loss_batch_;  // what that step's batch held ("" when finite)
+  bool gradients_summed_over_domain_ = false;
   OptimizerConfig config_;
   std::int64_t total_steps_;
   const Mesh& mesh_;
