@@ -1,8 +1,10 @@
 #include "field_run_data.hpp"
 
+#include <span>
 #include <string>
 
 #include "tessera/agree.hpp"
+#include "tessera/detail/finite.hpp"
 #include "tessera/error.hpp"
 #include "tessera/models/field_emulator.hpp"
 
@@ -64,6 +66,36 @@ FieldBands read_field_bands(const RunConfig& cfg, const FieldRunData& d, const M
     });
   }
   return bands;
+}
+
+namespace {
+
+std::string channel_name(const FieldDataInfo& info, std::int64_t c) {
+  const auto k = static_cast<std::size_t>(c);
+  return k < info.variables.size() && info.variables.size() == static_cast<std::size_t>(info.channels)
+             ? "variable '" + info.variables[k] + "'"
+             : "channel " + std::to_string(c);
+}
+
+}  // namespace
+
+std::string non_finite_batch(const Tensor& input, const Tensor& target, const FieldDataInfo& info,
+                             const std::string& path, std::int64_t lat_start, std::int64_t step) {
+  const char* names[] = {"input", "target"};
+  const Tensor* read[] = {&input, &target};
+  for (int k = 0; k < 2; ++k) {
+    const Tensor host = read[k]->contiguous();
+    const std::span<const float> v(host.data<float>(), static_cast<std::size_t>(host.numel()));
+    const auto bad = tessera::detail::first_non_finite(v);
+    if (!bad || host.shape().size() != 4) continue;
+    const Shape& s = host.shape();  // (batch, channel, band lat, lon)
+    const auto i = static_cast<std::int64_t>(*bad);
+    return "the " + std::string(names[k]) + " batch of step " + std::to_string(step) + " of '" + path + "' holds " +
+           tessera::detail::non_finite_kind(v[*bad]) + " at batch sample " + std::to_string(i / (s[1] * s[2] * s[3])) +
+           ", " + channel_name(info, i / (s[2] * s[3]) % s[1]) + ", latitude row " +
+           std::to_string(lat_start + i / s[3] % s[2]) + ", longitude " + std::to_string(i % s[3]);
+  }
+  return "";
 }
 
 }  // namespace tessera::run

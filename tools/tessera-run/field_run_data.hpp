@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "driver_common.hpp"
 #include "field_data.hpp"
@@ -34,5 +35,12 @@ struct FieldBands {
 };
 FieldBands read_field_bands(const RunConfig& cfg, const FieldRunData& data, const Mesh& mesh,
                             std::int64_t lat_start, std::int64_t lat_count);
+
+// A sentence naming the first NaN or Inf of a batch as read (`input`, then `target`, f32
+// [batch, channel, band lat, lon] on the host; the band starts at global row
+// `lat_start`): the file, the step, the sample, the variable and the place; "" when both
+// are finite. For TrainingTask::batch_problem. Local.
+std::string non_finite_batch(const Tensor& input, const Tensor& target, const FieldDataInfo& info,
+                             const std::string& path, std::int64_t lat_start, std::int64_t step);
 
 }  // namespace tessera::run

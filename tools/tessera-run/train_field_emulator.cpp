@@ -1,7 +1,6 @@
 #include "train_field_emulator.hpp"
 
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -9,7 +8,6 @@
 #include "field_run_data.hpp"
 #include "training_loop.hpp"
 #include "tessera/agree.hpp"
-#include "tessera/detail/finite.hpp"
 #include "tessera/domain/loss.hpp"
 #include "tessera/dp/data_parallel.hpp"
 #include "tessera/dp/memory.hpp"
@@ -89,30 +87,8 @@ class FieldEmulatorTask final : public TrainingTask {
     y_ = y_read_.to(mesh_.device());
   }
   double forward_backward() override { return train::field_emulator_forward_backward(*model_, x_, y_); }
-  std::string channel_name(std::int64_t c) const {
-    const auto k = static_cast<std::size_t>(c);
-    return k < info_.variables.size() && info_.variables.size() == static_cast<std::size_t>(info_.channels)
-               ? "variable '" + info_.variables[k] + "'"
-               : "channel " + std::to_string(c);
-  }
   std::string batch_problem(std::int64_t step) const override {
-    const char* names[] = {"input", "target"};
-    const Tensor* read[] = {&x_read_, &y_read_};
-    for (int k = 0; k < 2; ++k) {
-      const Tensor host = read[k]->contiguous();
-      const std::span<const float> v(host.data<float>(), static_cast<std::size_t>(host.numel()));
-      const auto bad = tessera::detail::first_non_finite(v);
-      if (!bad || host.shape().size() != 4) continue;
-      const Shape& s = host.shape();  // (batch, channel, band lat, lon)
-      const auto i = static_cast<std::int64_t>(*bad);
-      const auto box = model_->decomposition().box();
-      return "the " + std::string(names[k]) + " batch of step " + std::to_string(step) + " of '" + cfg_.data.path +
-             "' holds " + tessera::detail::non_finite_kind(v[*bad]) + " at batch sample " +
-             std::to_string(i / (s[1] * s[2] * s[3])) + ", " + channel_name(i / (s[2] * s[3]) % s[1]) +
-             ", latitude row " +
-             std::to_string(box.lat.start + i / s[3] % s[2]) + ", longitude " + std::to_string(i % s[3]);
-    }
-    return "";
+    return non_finite_batch(x_read_, y_read_, info_, cfg_.data.path, model_->decomposition().box().lat.start, step);
   }
   // Persistence: predicting "no change" on the same batch.
   double baseline() override {

@@ -43,6 +43,9 @@ class OnnxTask final : public TrainingTask {
   }
 
   void load_batch(const std::vector<std::int64_t>& samples) override { bands_.data->batch(samples, x_, y_); }
+  std::string batch_problem(std::int64_t step) const override {
+    return non_finite_batch(x_, y_, run_data_.info, cfg_.data.path, model_.decomposition().box().lat.start, step);
+  }
   double forward_backward() override { return model_.forward_backward(x_, y_, spec()); }
   // Persistence: predicting "no change" on the same batch.
   double baseline() override { return domain::lat_weighted_mse(x_, y_, model_.decomposition(), spec()).value; }
