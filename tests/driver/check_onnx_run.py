@@ -17,8 +17,9 @@ dynamic batch, then trained by tessera-run on the committed Rossby-Haurwitz data
   equals the PyTorch model holding the initializers of model.export (the trained graph),
   run on the normalised initial state and denormalised (1e-5), and those initializers
   differ from the file's initial ones;
-- bad configs: a graph of 3 channels on 2 variables, a missing file, parallelism.tensor 2:
-  exit status 1 and one error line naming the key.
+- bad configs: a graph of 3 channels on 2 variables, a missing file, parallelism.tensor 2,
+  a graph whose output is smaller than its input, and (--dry-run, domain 2) a softmax
+  along latitude, which cannot run split: exit status 1 and one error line naming the key.
 
 Exits 77 (CTest: skipped) without torch, onnx or h5py under /usr/bin/python3.
 """
@@ -71,10 +72,32 @@ class PeriodicResidual(nn.Module):
         return x + 0.1 * self.conv2(self.pad(torch.tanh(self.conv1(self.pad(x)))))
 
 
-def export_model(path):
+class SoftmaxOverLatitude(nn.Module):
+    """Normalises along latitude: cannot run split over latitude bands."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        return self.conv(torch.softmax(x, dim=2))
+
+
+class ValidConv(nn.Module):
+    """A "valid" convolution: its output is smaller than the field."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def export_model(path, model_class=None):
     warnings.filterwarnings("ignore")  # the exporter's notes on constant folding
     torch.manual_seed(3)
-    model = PeriodicResidual().eval()
+    model = (model_class or PeriodicResidual)().eval()
     x = torch.zeros(1, 3, 32, 64)
     torch.onnx.export(model, x, path, opset_version=13, input_names=["x"], output_names=["y"],
                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, do_constant_folding=True)
@@ -218,11 +241,16 @@ def check_errors():
         (["--set", "data.variables=[h, u]"], "model.path", "2 channels"),
         (["--set", f"model.path={WORK}/missing.onnx"], "model.path", "missing.onnx"),
         (["--set", "parallelism.tensor=2"], "parallelism.tensor", "model.type onnx"),
+        (["--set", f"model.path={WORK}/valid.onnx"], "model.path", "[2, 3, 30, 62]"),
+        (["--set", f"model.path={WORK}/softmax.onnx", "--set", "parallelism={data: none, tensor: 1, domain: 2}",
+          "--dry-run"], "parallelism.domain", "'/Softmax'"),
     ]
+    export_model(os.path.join(WORK, "valid.onnx"), ValidConv)
+    export_model(os.path.join(WORK, "softmax.onnx"), SoftmaxOverLatitude)
     for args, key, detail in cases:
         p = run(2, cfg, *args, expect=1)
         lines = [l for l in (p.stdout + p.stderr).splitlines() if "error" in l.lower()]
-        if len(lines) != 1 or key not in lines[0] or detail not in lines[0]:
+        if len(lines) != 1 or key not in lines[0] or detail not in lines[0] or lines[0].count("(on rank") > 1:
             fail(f"{args}: expected one error line naming {key} and {detail!r}, got:\n{p.stdout + p.stderr}")
         print(f"bad config {args}: {lines[0]}")
 

@@ -73,6 +73,14 @@ Shape graph_input_shape(onnx::OnnxModel& probe, const std::string& path, const F
   return shape;
 }
 
+// The split graph's refusal already went through the executor's agreement, which named
+// the failing rank; the agreement around it here would name it a second time.
+std::string without_rank_suffix(std::string message) {
+  const auto at = message.rfind(" (on rank ");
+  if (at != std::string::npos && message.back() == ')') message.erase(at);
+  return message;
+}
+
 std::string number_text(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.17g", v);
@@ -129,7 +137,7 @@ Tensor OnnxFieldModel::run_checked(const Tensor& x) {
       y = graph_->forward(x);
     } catch (const UnsupportedError& e) {
       if (!split_) throw;
-      throw ConfigError("parallelism.domain: " + std::string(e.what()) +
+      throw ConfigError("parallelism.domain: " + without_rank_suffix(e.what()) +
                         " (parallelism.domain: 1 trains this graph data-parallel)");
     }
     const std::string output = graph_->output_names().front();
