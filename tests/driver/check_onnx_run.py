@@ -19,6 +19,9 @@ dynamic batch, then trained by tessera-run on the committed Rossby-Haurwitz data
   equals the PyTorch model holding the initializers of model.export (the trained graph),
   run on the normalised initial state and denormalised (1e-5), and those initializers
   differ from the file's initial ones;
+- a graph exported with a fixed batch of 4 is refused naming data.batch_size where a
+  replica trains on 2, and predict through it (its one sample padded to 4) gives the
+  dynamic graph's forecast;
 - bad configs: a graph of 3 channels on 2 variables, a missing file, parallelism.tensor 2,
   a graph whose output is smaller than its input, and (--dry-run, domain 2) a softmax
   along latitude, which cannot run split: exit status 1 and one error line naming the key.
@@ -96,13 +99,14 @@ class ValidConv(nn.Module):
         return self.conv(x)
 
 
-def export_model(path, model_class=None):
+def export_model(path, model_class=None, batch=None):
     warnings.filterwarnings("ignore")  # the exporter's notes on constant folding
     torch.manual_seed(3)
     model = (model_class or PeriodicResidual)().eval()
-    x = torch.zeros(1, 3, 32, 64)
+    x = torch.zeros(batch or 1, 3, 32, 64)
+    dynamic = None if batch else {"x": {0: "batch"}, "y": {0: "batch"}}
     torch.onnx.export(model, x, path, opset_version=13, input_names=["x"], output_names=["y"],
-                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, do_constant_folding=True)
+                      dynamic_axes=dynamic, do_constant_folding=True)
 
 
 def config(name, layout, **extra):
@@ -243,6 +247,23 @@ def check_predict():
     print(f"export: PyTorch with the exported weights reproduces predict's first step (worst {worst:.2e})")
 
 
+def check_fixed_batch():
+    """A graph exported with a fixed batch of 4: refused where a replica trains on 2,
+    and predict pads its one sample to 4: the dynamic graph's forecast."""
+    fixed = os.path.join(WORK, "fixed4.onnx")
+    export_model(fixed, batch=4)
+    p = run(2, os.path.join(WORK, "bad.yaml"), "--set", f"model.path={fixed}", expect=1)
+    if "data.batch_size: " not in p.stderr or "fixed batch of 4" not in p.stderr:
+        fail(f"a fixed batch of 4 at 2 per replica: expected an error naming data.batch_size, got:\n{p.stderr}")
+    out = os.path.join(WORK, "fixed4_forecast.nc")
+    run(1, "predict", os.path.join(WORK, "serial.yaml"), "--set", f"model.path={fixed}", "--set",
+        f"predict.output={out}")
+    worst = float(np.max(np.abs(forecast(out) - forecast(f"{WORK}/serial_forecast.nc"))))
+    if worst > 1e-6 * float(np.max(np.abs(forecast(out)))):
+        fail(f"predict through the fixed-batch graph differs from the dynamic one's by {worst:.2e}")
+    print(f"fixed batch: refused at 2 per replica; predict padded to 4 equals the dynamic graph's (max {worst:.2e})")
+
+
 def check_errors():
     cfg = config("bad", "{data: ddp, tensor: 1, domain: 1}")
     cases = [
@@ -271,6 +292,7 @@ def main():
     check_training()
     check_resume()
     check_predict()
+    check_fixed_batch()
     print("PASSED")
 
 
