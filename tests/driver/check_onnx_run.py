@@ -22,6 +22,8 @@ dynamic batch, then trained by tessera-run on the committed Rossby-Haurwitz data
 - a graph exported with a fixed batch of 4 is refused naming data.batch_size where a
   replica trains on 2, and predict through it (its one sample padded to 4) gives the
   dynamic graph's forecast;
+- the netCDF twin of the data (normalised by `tessera-run stats`' statistics of it) trains
+  at domain 2 to the HDF5 file's losses and gradient norms (1e-6);
 - bad configs: a graph of 3 channels on 2 variables, a missing file, parallelism.tensor 2,
   a graph whose output is smaller than its input, and (--dry-run, domain 2) a softmax
   along latitude, which cannot run split: exit status 1 and one error line naming the key.
@@ -51,6 +53,7 @@ except ImportError as e:
 MPIEXEC, RUN, SRC, WORK = sys.argv[1:5]
 MAX_RANKS = int(sys.argv[5])
 H5 = os.path.join(SRC, "data/rossby_haurwitz.h5")
+TWIN = os.path.join(SRC, "data/rossby_haurwitz.nc")  # the same fields in netCDF/CF
 STEPS = 6
 
 
@@ -264,6 +267,18 @@ def check_fixed_batch():
     print(f"fixed batch: refused at 2 per replica; predict padded to 4 equals the dynamic graph's (max {worst:.2e})")
 
 
+def check_netcdf():
+    """The netCDF twin of the HDF5 data, normalised by the statistics `tessera-run stats`
+    writes for it: the HDF5 run's losses, split over 2 latitude bands."""
+    stats = os.path.join(WORK, "twin_stats.h5")
+    cfg = config("netcdf", "{data: none, tensor: 1, domain: 2}")
+    run(1, "stats", cfg, "--set", f"data.path={TWIN}", "--set", f"data.stats={stats}")
+    run(2, cfg, "--set", f"data.path={TWIN}", "--set", f"data.stats={stats}")
+    h5 = config("netcdf_h5", "{data: none, tensor: 1, domain: 2}")
+    run(2, h5, "--set", f"data.stats={stats}")
+    same_losses("netcdf", "netcdf_h5", list(range(1, STEPS + 1)), tol=1e-6)
+
+
 def check_errors():
     cfg = config("bad", "{data: ddp, tensor: 1, domain: 1}")
     cases = [
@@ -293,6 +308,7 @@ def main():
     check_resume()
     check_predict()
     check_fixed_batch()
+    check_netcdf()
     print("PASSED")
 
 
