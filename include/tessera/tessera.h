@@ -566,6 +566,29 @@ int tessera_model_run(tessera_model_t* model, const void* input, int input_ndim,
                       void* output, int output_ndim, const int64_t* output_shape, tessera_dtype_t dtype,
                       tessera_order_t order);
 
+/* Fine-tuning an imported graph online (docs/onnx.md, "From C and Fortran"): one
+ * optimizer step on the mean squared error between graph(input) and `target` (an array
+ * of the output's shape, tessera_model_onnx_shape's, and the graph's dtype), the mean over
+ * every rank's elements: the ranks of the decomposition of a split model (their
+ * blocks make one field), else every rank of the mesh, each with its own batch (data
+ * parallel: the parameters' gradients are summed over the ranks). `optimizer` is
+ * TESSERA_OPTIMIZER_SGD (plain, no momentum) or TESSERA_OPTIMIZER_ADAMW (betas 0.9, 0.999,
+ * eps 1e-8, no weight decay), made at the first step and kept with the model (a later
+ * step asking for the other kind is TESSERA_ERR_INVALID_ARGUMENT); `lr` is this step's
+ * learning rate. `*loss` is the loss before the step, the same on every rank. Collective
+ * over those ranks; argument errors are agreed on every rank of the mesh. */
+#define TESSERA_OPTIMIZER_SGD 0
+#define TESSERA_OPTIMIZER_ADAMW 1
+int tessera_model_onnx_train_step(tessera_model_t* model, const void* input, int input_ndim,
+                                  const int64_t* input_shape, const void* target, int target_ndim,
+                                  const int64_t* target_shape, tessera_dtype_t dtype, tessera_order_t order,
+                                  int optimizer, double lr, double* loss);
+/* Collective over the mesh: rank 0 writes `out_path`, the graph of `in_path` (the file
+ * the model was loaded from) with the model's current weights as its initializers
+ * (save_onnx: same graph, so PyTorch and ONNX Runtime users load the fine-tuned model);
+ * a failure is every rank's. `out_path` may equal `in_path`. */
+int tessera_model_save_onnx(tessera_model_t* model, const char* in_path, const char* out_path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "capi/capi_coupling.hpp"
 #include "capi/capi_internal.hpp"
@@ -12,6 +14,7 @@
 #include "tessera/models/coupled_model.hpp"
 #include "tessera/models/load_model.hpp"
 #include "tessera/onnx/onnx_model.hpp"
+#include "tessera/optim.hpp"
 
 struct tessera_model {
   std::shared_ptr<tessera::Mesh> mesh;  // the model refers to it
@@ -25,6 +28,9 @@ struct tessera_model {
   std::unique_ptr<tessera::models::CoupledModel> coupled;
   // An imported ONNX graph instead (tessera_model_load_onnx; tessera_model_split_onnx).
   std::unique_ptr<tessera::onnx::OnnxModel> onnx;
+  // Its optimizer (tessera_model_onnx_train_step), made at the first step, and its kind.
+  std::unique_ptr<tessera::Optimizer> onnx_optimizer;
+  int onnx_optimizer_kind = -1;
 };
 
 using namespace tessera;
@@ -172,6 +178,43 @@ void run(tessera_model_t* handle, const void* input, void* output, int dtype, in
   const Tensor x = in.clone();  // the model may keep its input; the caller's array may be the output
   Tensor y = physical ? model.predict(x) : model.forward(x);
   out.copy_from(y);
+}
+
+// Sum of (y - t)^2 over this rank's elements, and y - t scaled by `scale` into `grad`.
+template <class T>
+double squared_error(const Tensor& y, const Tensor& t, Tensor& grad, double scale) {
+  const T* a = y.data<T>();
+  const T* b = t.data<T>();
+  T* g = grad.data<T>();
+  double sum = 0;
+  for (std::int64_t i = 0; i < y.numel(); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    sum += d * d;
+    g[i] = static_cast<T>(scale * d);
+  }
+  return sum;
+}
+
+// The optimizer of the first step; later steps must ask for the same kind.
+Optimizer& onnx_optimizer(tessera_model_t* model, int kind, double lr) {
+  if (kind != TESSERA_OPTIMIZER_SGD && kind != TESSERA_OPTIMIZER_ADAMW) {
+    throw InvalidArgument("optimizer must be TESSERA_OPTIMIZER_SGD (0) or TESSERA_OPTIMIZER_ADAMW (1), got " +
+                          std::to_string(kind));
+  }
+  if (!model->onnx_optimizer) {
+    const NamedParameters params = model->onnx->named_parameters();
+    if (kind == TESSERA_OPTIMIZER_SGD) {
+      model->onnx_optimizer = std::make_unique<Sgd>(params, SgdOptions{.lr = lr});
+    } else {
+      model->onnx_optimizer = std::make_unique<AdamW>(params, AdamWOptions{.lr = lr});
+    }
+    model->onnx_optimizer_kind = kind;
+  } else if (kind != model->onnx_optimizer_kind) {
+    throw InvalidArgument("optimizer " + std::to_string(kind) + " differs from the first step's (" +
+                          std::to_string(model->onnx_optimizer_kind) + "), whose state the model keeps");
+  }
+  model->onnx_optimizer->set_learning_rate(lr);
+  return *model->onnx_optimizer;
 }
 
 }  // namespace
@@ -350,6 +393,63 @@ int tessera_model_run(tessera_model_t* model, const void* input, int input_ndim,
     const Tensor y = m.forward(x);
     Tensor out = onnx_array(output, output_ndim, output_shape, dtype, order, y.shape(), y.dtype(), "model output");
     out.copy_from(y);
+  });
+}
+
+int tessera_model_onnx_train_step(tessera_model_t* model, const void* input, int input_ndim,
+                                  const int64_t* input_shape, const void* target, int target_ndim,
+                                  const int64_t* target_shape, tessera_dtype_t dtype, tessera_order_t order,
+                                  int optimizer, double lr, double* loss) {
+  return guarded("tessera_model_onnx_train_step", [&] {
+    onnx::OnnxModel& m = onnx_of(model);
+    require(loss, "loss");
+    // Every rank checks the same arguments and its own arrays; one rank's refusal is
+    // every rank's, before the forward's collectives of a split model.
+    Tensor x;
+    Optimizer* opt = nullptr;
+    agree_on_success(model->mesh->world().mpi_comm(), [&] {
+      if (!std::isfinite(lr) || lr < 0) throw InvalidArgument("lr must be finite and >= 0");
+      opt = &onnx_optimizer(model, optimizer, lr);
+      x = onnx_array(input, input_ndim, input_shape, dtype, order, m.block_input_shapes().front(),
+                     m.input_dtypes().front(), "model input")
+              .clone();
+    });
+    opt->zero_grad();
+    const Tensor y = m.forward(x);
+    Tensor t;
+    agree_on_success(model->mesh->world().mpi_comm(), [&] {
+      t = onnx_array(target, target_ndim, target_shape, dtype, order, y.shape(), y.dtype(), "model target");
+    });
+    // The mean squared error over every rank's elements: of the ranks of a split graph
+    // (their blocks make one field), else of the mesh (each rank its own batch).
+    Communicator& comm = model->decomp ? model->decomp->d->comm() : model->mesh->world();
+    Tensor count = Tensor::from_vector(std::vector<double>{static_cast<double>(y.numel())}, {1});
+    comm.all_reduce(count, ReduceOp::sum);
+    const double n = count.to_vector<double>()[0];
+    Tensor grad = Tensor::empty(y.shape(), y.dtype());
+    const double sum = y.dtype() == DType::f32 ? squared_error<float>(y, t, grad, 2.0 / n)
+                                               : squared_error<double>(y, t, grad, 2.0 / n);
+    Tensor total = Tensor::from_vector(std::vector<double>{sum}, {1});
+    comm.all_reduce(total, ReduceOp::sum);
+    *loss = total.to_vector<double>()[0] / n;
+    m.backward(grad);
+    // A split graph's backward sums the parameters' gradients over its ranks itself.
+    if (!model->decomp) {
+      for (const auto& [name, p] : m.named_parameters()) comm.all_reduce(p->grad, ReduceOp::sum);
+    }
+    opt->step();
+  });
+}
+
+int tessera_model_save_onnx(tessera_model_t* model, const char* in_path, const char* out_path) {
+  return guarded("tessera_model_save_onnx", [&] {
+    onnx::OnnxModel& m = onnx_of(model);
+    // Every rank holds the same weights; rank 0 writes, and its failure is every rank's.
+    agree_on_success(model->mesh->world().mpi_comm(), [&] {
+      require(in_path, "in_path");
+      require(out_path, "out_path");
+      if (model->mesh->world().rank() == 0) onnx::save_onnx(m, in_path, out_path);
+    });
   });
 }
 
