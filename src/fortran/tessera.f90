@@ -49,6 +49,8 @@ module tessera
   integer(c_int), parameter :: TESSERA_F32 = 0, TESSERA_F64 = 1, TESSERA_ORDER_FORTRAN = 1
   integer, parameter, public :: TESSERA_DATA_NONE = 0, TESSERA_DATA_DDP = 1, TESSERA_DATA_FSDP2 = 2
   integer, parameter, public :: TESSERA_MODEL_FIELD_EMULATOR = 0, TESSERA_MODEL_DECODER = 1, TESSERA_MODEL_ONNX = 2
+  ! tessera_model_onnx_train_step's optimizer.
+  integer, parameter, public :: TESSERA_OPTIMIZER_SGD = 0, TESSERA_OPTIMIZER_ADAMW = 1
   integer, parameter, public :: TESSERA_MESH_DP = 0, TESSERA_MESH_TP = 1, TESSERA_MESH_DOMAIN = 2, &
     TESSERA_MESH_WORLD = 3
   integer, parameter, public :: TESSERA_POLE_ZERO = 0, TESSERA_POLE_REPLICATE = 1, &
@@ -110,7 +112,8 @@ module tessera
     tessera_checkpoint_step, tessera_checkpoint_metadata, tessera_checkpoint_destroy
   public :: tessera_model_load, tessera_model_destroy, tessera_model_info, tessera_model_box, &
     tessera_model_predict, tessera_model_forward, tessera_model_type, tessera_model_vocab, tessera_model_logits, &
-    tessera_model_load_onnx, tessera_model_split_onnx, tessera_model_run
+    tessera_model_load_onnx, tessera_model_split_onnx, tessera_model_run, tessera_model_onnx_train_step, &
+    tessera_model_save_onnx
   public :: tessera_redist_create, tessera_redist_destroy, tessera_redist_model_size, tessera_redist_model_rank, &
     tessera_redist_model_box, tessera_redist_model_comm, tessera_redist_add_field, tessera_redist_clear_fields, &
     tessera_redist_num_fields, tessera_redist_to_model, tessera_redist_to_code, tessera_redist_start_to_model, &
@@ -217,6 +220,9 @@ module tessera
   end interface
   interface tessera_model_run
     module procedure model_run_r32, model_run_r64
+  end interface
+  interface tessera_model_onnx_train_step
+    module procedure model_onnx_train_step_r32, model_onnx_train_step_r64
   end interface
   interface tessera_decomp_box
     module procedure decomp_box_lat_lon, decomp_box_lon_lat

@@ -5,7 +5,9 @@
 ! in one call have no specific procedure: the compiler refuses them). Then the field model
 ! y = tanh(conv3x3(x) + b) (capi_field.onnx, x(8, 7, 2, 1) here) split over the ranks as a
 ! code splits its grid, the remainder latitude rows on the last rank
-! (tessera_model_split_onnx), against the same model run whole.
+! (tessera_model_split_onnx), against the same model run whole; two AdamW steps of it
+! (tessera_model_onnx_train_step) against the whole field trained alone, and the tuned
+! graph saved (tessera_model_save_onnx) and reloaded.
 program test_fortran_onnx
   use mpi
   use tessera
@@ -24,7 +26,10 @@ program test_fortran_onnx
   type(tessera_decomp) :: decomp
   integer :: rows, first, count, c
   character(len=512) :: path
-  integer :: nranks, status, kind, i, j
+  integer :: nranks, status, kind, i, j, k
+  type(tessera_mesh) :: self
+  type(tessera_model) :: alone
+  real(real64) :: loss, alone_loss
 
   call start_test(nranks)
   call get_command_argument(1, path)
@@ -84,6 +89,35 @@ program test_fortran_onnx
   call check(status == TESSERA_OK, 'split field run')
   call check(maxval(abs(out - whole(:, first:first + count - 1, :, :))) < 1d-13, &
              'the split output is the whole output''s block')
+
+  ! Fine-tuning (tessera_model_onnx_train_step): two AdamW steps of the split model on its
+  ! blocks equal the whole model's on the whole field, trained alone on this rank; the
+  ! saved graph reloads to the split model's weights.
+  call tessera_mesh_create(self, MPI_COMM_SELF, TESSERA_DATA_NONE, 1, 1)
+  call tessera_model_load_onnx(alone, self, trim(path), status)
+  do k = 1, 2
+    call tessera_model_onnx_train_step(alone, field, 0.5d0 * field, TESSERA_OPTIMIZER_ADAMW, 0.05d0, &
+                                       alone_loss, status)
+    call check(status == TESSERA_OK, 'train step of the whole field')
+    call tessera_model_onnx_train_step(model, block, 0.5d0 * block, TESSERA_OPTIMIZER_ADAMW, 0.05d0, loss, status)
+    call check(status == TESSERA_OK, 'train step of the split field')
+    call check(abs(loss - alone_loss) <= 1d-13 * alone_loss, 'the split loss is the whole field''s')
+  end do
+  call tessera_model_run(alone, field, whole, status)
+  call tessera_model_run(model, block, out, status)
+  call check(maxval(abs(out - whole(:, first:first + count - 1, :, :))) < 1d-12, &
+             'the split model trained like the whole one')
+  call tessera_model_destroy(alone)
+  call tessera_model_save_onnx(model, trim(path), trim(path) // '.tuned.np' // achar(48 + nranks) // '.onnx', status)
+  call check(status == TESSERA_OK, 'save_onnx')
+  ! Reloaded whole, its output's rows are the split model's (the same weights, up to the
+  ! summation order of the whole field's convolution).
+  call tessera_model_load_onnx(alone, self, trim(path) // '.tuned.np' // achar(48 + nranks) // '.onnx', status)
+  call tessera_model_run(alone, field, whole, status)
+  call check(status == TESSERA_OK .and. maxval(abs(out - whole(:, first:first + count - 1, :, :))) < 1d-13, &
+             'the saved graph holds the tuned weights')
+  call tessera_model_destroy(alone)
+  call tessera_mesh_destroy(self)
   call tessera_model_destroy(model)
   call tessera_decomp_destroy(decomp)
   call tessera_mesh_destroy(mesh)
