@@ -206,7 +206,8 @@ Optimizer& onnx_optimizer(tessera_model_t* model, int kind, double lr) {
     if (kind == TESSERA_OPTIMIZER_SGD) {
       model->onnx_optimizer = std::make_unique<Sgd>(params, SgdOptions{.lr = lr});
     } else {
-      model->onnx_optimizer = std::make_unique<AdamW>(params, AdamWOptions{.lr = lr});
+      // No weight decay, as tessera-run's optimizer.weight_decay default (AdamWOptions' is 1e-2).
+      model->onnx_optimizer = std::make_unique<AdamW>(params, AdamWOptions{.lr = lr, .weight_decay = 0.0});
     }
     model->onnx_optimizer_kind = kind;
   } else if (kind != model->onnx_optimizer_kind) {
