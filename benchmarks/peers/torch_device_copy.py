@@ -38,6 +38,8 @@ def main():
                           "error": f"torch {torch.__version__} sees no CUDA device: a device copy needs one"}))
         return 3
     device = torch.device(args.device)
+    if device.index is None:  # torch.cuda.set_device wants an index (PyTorch 2.11: "cuda" is refused)
+        device = torch.device(device.type, torch.cuda.current_device())
     torch.cuda.set_device(device)
     copies = []
     for nbytes in (int(b) for b in args.bytes.split(",")):

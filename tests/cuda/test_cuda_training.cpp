@@ -122,7 +122,8 @@ TEST_F(CudaTraining, SgdAndAdamWStepsOnTheDeviceEqualTheHostsToFp32Rounding) {
 }
 
 TEST_F(CudaTraining, ClipGradNormOnTheDeviceUsesOneAllReduceAndEqualsTheHost) {
-  ParallelismConfig config;  // every rank a data-parallel replica
+  ParallelismConfig config;  // every rank a data-parallel replica (data none refuses 2 ranks)
+  config.data = DataParallelMode::ddp;
   Mesh mesh_h(MPI_COMM_WORLD, config), mesh_d(MPI_COMM_WORLD, config, Device::cuda());
   ParamPair p = make_params(mesh_d.device(), DType::f32);
   const double norm_h = clip_grad_norm(p.named(p.host), 0.5, mesh_h);

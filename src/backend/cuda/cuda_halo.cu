@@ -1,7 +1,8 @@
 // CudaCompute, halo packing (host twin: host_halo.cpp): the elements of a halo rectangle
 // over every leading index, gathered into or scattered from a contiguous message, or
 // zeroed. Packing and zeroing move raw words of the element's width; the adjoint's
-// accumulation adds in the dtype as the host does.
+// accumulation adds in the dtype as the host does (i64 fields too: integer masks and
+// indices travel through the same exchange).
 
 #include <cuda_runtime.h>
 
@@ -28,20 +29,52 @@ __global__ void halo_zero_kernel(Word* field, StridedLayout layout, HaloRect rec
   TESSERA_GRID_STRIDE(e, count) { field[halo_element_offset(e, layout, rect)] = Word(0); }
 }
 
+// One addition in the element's own precision, as the host's unpack does (bf16 through
+// f32, rounded back after every addition).
+template <class T>
+__device__ T add_cell(T a, T b) {
+  return a + b;
+}
+template <>
+__device__ bfloat16 add_cell<bfloat16>(bfloat16 a, bfloat16 b) {
+  return static_cast<bfloat16>(static_cast<float>(a) + static_cast<float>(b));
+}
+
 template <class T>
 __global__ void halo_unpack_kernel(T* field, StridedLayout layout, HaloRect rect, const T* in, bool accumulate,
                                    std::int64_t count) {
   TESSERA_GRID_STRIDE(e, count) {
     T& dst = field[halo_element_offset(e, layout, rect)];
-    dst = accumulate ? static_cast<T>(static_cast<float>(dst) + static_cast<float>(in[e])) : in[e];
+    dst = accumulate ? add_cell(dst, in[e]) : in[e];
   }
 }
-template <>
-__global__ void halo_unpack_kernel<double>(double* field, StridedLayout layout, HaloRect rect, const double* in,
-                                           bool accumulate, std::int64_t count) {
-  TESSERA_GRID_STRIDE(e, count) {
-    double& dst = field[halo_element_offset(e, layout, rect)];
-    dst = accumulate ? dst + in[e] : in[e];
+
+// The adjoint of a replicated edge row (lat_step 0): every row of the rectangle is the same
+// field row, so one thread per cell adds the rows' values in row order (the host's
+// order, hence its bits). One thread per element would race on the shared cells: that
+// lost additions on the first GPU run.
+template <class T>
+__global__ void halo_accumulate_repeated_row_kernel(T* field, StridedLayout layout, HaloRect rect, const T* in,
+                                                    std::int64_t cells) {
+  HaloRect row = rect;
+  row.rows = 1;
+  TESSERA_GRID_STRIDE(e, cells) {
+    const std::int64_t col = e % rect.cols, lead = e / rect.cols;
+    T& dst = field[halo_element_offset(e, layout, row)];
+    T sum = dst;
+    for (std::int64_t r = 0; r < rect.rows; ++r) sum = add_cell(sum, in[(lead * rect.rows + r) * rect.cols + col]);
+    dst = sum;
+  }
+}
+
+template <class T>
+void launch_unpack(T* field, const StridedLayout& layout, const HaloRect& rect, const T* in, bool accumulate,
+                   std::int64_t count, cudaStream_t s) {
+  if (accumulate && rect.lat_step == 0 && rect.rows > 1) {
+    const std::int64_t cells = count / rect.rows;
+    halo_accumulate_repeated_row_kernel<T><<<grid_for(cells), kThreadsPerBlock, 0, s>>>(field, layout, rect, in, cells);
+  } else {
+    halo_unpack_kernel<T><<<grid_for(count), kThreadsPerBlock, 0, s>>>(field, layout, rect, in, accumulate, count);
   }
 }
 
@@ -83,21 +116,21 @@ void CudaCompute::halo_unpack(DType dtype, void* field, const StridedLayout& lay
   if (count == 0) return;
   DeviceGuard guard(device);
   cudaStream_t s = compute_stream(guard.device());
-  const unsigned grid = grid_for(count);
   switch (dtype) {
     case DType::f32:
-      halo_unpack_kernel<float><<<grid, kThreadsPerBlock, 0, s>>>(
-          static_cast<float*>(field), layout, rect, static_cast<const float*>(in), accumulate, count);
+      launch_unpack(static_cast<float*>(field), layout, rect, static_cast<const float*>(in), accumulate, count, s);
       break;
     case DType::f64:
-      halo_unpack_kernel<double><<<grid, kThreadsPerBlock, 0, s>>>(
-          static_cast<double*>(field), layout, rect, static_cast<const double*>(in), accumulate, count);
+      launch_unpack(static_cast<double*>(field), layout, rect, static_cast<const double*>(in), accumulate, count, s);
       break;
     case DType::bf16:
-      halo_unpack_kernel<bfloat16><<<grid, kThreadsPerBlock, 0, s>>>(
-          static_cast<bfloat16*>(field), layout, rect, static_cast<const bfloat16*>(in), accumulate, count);
+      launch_unpack(static_cast<bfloat16*>(field), layout, rect, static_cast<const bfloat16*>(in), accumulate, count,
+                    s);
       break;
-    default: throw ShapeError("cuda halo_unpack: dtype must be f32, f64 or bf16");
+    case DType::i64:
+      launch_unpack(static_cast<std::int64_t*>(field), layout, rect, static_cast<const std::int64_t*>(in), accumulate,
+                    count, s);
+      break;
   }
   TESSERA_CHECK_LAUNCH();
 }
