@@ -150,8 +150,18 @@ int tessera_trainer_predict(tessera_trainer_t* trainer, const void* input, void*
  * dir/step_<steps>/, dir/latest -- with checkpoint.layout and checkpoint.keep_last. The
  * checkpoint is tessera-run's: tessera-run resumes it, tessera_model_load runs it.
  * Between the micro-batches of a step (tessera_trainer_pending > 0) it is
- * TESSERA_ERR_INVALID_ARGUMENT: a checkpoint holds no partial gradients. */
+ * TESSERA_ERR_INVALID_ARGUMENT: a checkpoint holds no partial gradients.
+ * With checkpoint.async: true the call returns once the state is copied to host memory
+ * and the files are written by a background thread (docs/checkpoint-format.md,
+ * "Asynchronous saves"): the same files, at most one save in flight (the next save
+ * waits for the previous one). It needs MPI initialised with MPI_THREAD_MULTIPLE
+ * (MPI_Init_thread); below it the first save is TESSERA_ERR_CONFIG naming the level. */
 int tessera_trainer_save(tessera_trainer_t* trainer, const char* dir);
+/* Collective over the mesh: waits for the background save in flight (checkpoint.async),
+ * if any; its error (the same on every rank) is this call's. Call it before
+ * tessera_trainer_destroy and MPI_Finalize; tessera_trainer_restore calls it itself.
+ * Without a save in flight it returns TESSERA_OK at once. */
+int tessera_trainer_wait_save(tessera_trainer_t* trainer);
 /* Collective over the mesh: the weights, the optimizer state and the step count from
  * `path` (a checkpoint.h5, a step directory or a root whose latest is read; NULL or "":
  * checkpoint.dir's latest), saved at any layout. The training that follows is the one

@@ -18,6 +18,7 @@
 #include "tessera/agree.hpp"
 #include "tessera/detail/finite.hpp"
 #include "tessera/domain/redistribution.hpp"
+#include "tessera/io/async_checkpoint.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/io/checkpoint_reader.hpp"
 #include "tessera/models/load_model.hpp"
@@ -42,6 +43,9 @@ struct tessera_trainer {
   // moves its boxes to the trainer's bands and predictions back; none: the bands.
   std::shared_ptr<tessera_decomp_state> decomp;
   std::unique_ptr<tessera::domain::Redistribution> plan;
+  // checkpoint.async: started by the first tessera_trainer_save (collective there);
+  // destroyed first, so a write in flight ends before the rest goes.
+  std::unique_ptr<tessera::io::AsyncCheckpointer> async_saver;
 };
 
 using namespace tessera;
@@ -531,13 +535,27 @@ int tessera_trainer_save(tessera_trainer_t* trainer, const char* dir) {
                                                      std::to_string(cfg.schedule.seed) +
                                                      "\n  trainer: tessera_trainer\n  lead: " +
                                                      std::to_string(cfg.data.lead) + "\n");
+    if (cfg.checkpoint.async) {
+      // The snapshot now; the files in the background (tessera_trainer_wait_save).
+      if (!t.async_saver) t.async_saver = std::make_unique<io::AsyncCheckpointer>(*t.mesh);
+      t.async_saver->save(root, *t.model, &t.step->optimizer(), so);
+      return;
+    }
     io::save_checkpoint(root, *t.mesh, *t.model, &t.step->optimizer(), so);
+  });
+}
+
+int tessera_trainer_wait_save(tessera_trainer_t* trainer) {
+  return guarded("tessera_trainer_wait_save", [&] {
+    tessera_trainer& t = trainer_of(trainer);
+    if (t.async_saver) t.async_saver->wait();
   });
 }
 
 int tessera_trainer_restore(tessera_trainer_t* trainer, const char* path) {
   return guarded("tessera_trainer_restore", [&] {
     tessera_trainer& t = trainer_of(trainer);
+    if (t.async_saver) t.async_saver->wait();  // the checkpoint being written may be the one asked for
     const std::string from = path != nullptr && *path != '\0' ? path : t.config.checkpoint.dir;
     if (from.empty()) {
       throw ConfigError("tessera_trainer_restore: no path given and " + t.config.source + " sets no checkpoint.dir");

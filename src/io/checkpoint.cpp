@@ -26,32 +26,41 @@ CheckpointLayout parse_checkpoint_layout(std::string_view text) {
   throw InvalidArgument("checkpoint layout '" + std::string(text) + "' is not one of per_rank, shared");
 }
 
-std::string save_checkpoint(const std::string& root, const Mesh& mesh, const NamedParameters& params,
-                            Optimizer* optimizer, const SaveOptions& options) {
+namespace detail {
+
+PreparedSave prepare_save(const std::string& root, const Mesh& mesh, const NamedParameters& params,
+                          Optimizer* optimizer, const SaveOptions& options, SnapshotBuffers* snapshot) {
   ::tessera::detail::hdf5_errors_as_exceptions();
   Communicator& world = mesh.world();
-  const MPI_Comm comm = world.mpi_comm();
   const int rank = world.rank();
-
-  std::vector<Entry> entries;
-  FaultHook hook;
-  std::string final_dir;
-  agree_on_success(comm, [&] {
-    hook = FaultHook::from_environment();
+  PreparedSave save;
+  save.root = root;
+  save.options = options;
+  agree_on_success(world.mpi_comm(), [&] {
+    save.hook = FaultHook::from_environment();
     if (options.keep_last < 0) throw InvalidArgument("checkpoint: keep_last " + std::to_string(options.keep_last) + " is negative");
     // An empty checkpoint would still be committed and move `latest` past a real one.
     if (params.empty()) throw InvalidArgument("checkpoint: nothing to save (no parameters were given)");
-    final_dir = (fs::path(root) / checkpoint_directory_name(options.step)).string();
-    entries = collect_entries(mesh, params, optimizer);
-    hook.maybe_fail(rank, "prepare", "preparing " + final_dir);
+    save.final_dir = (fs::path(root) / checkpoint_directory_name(options.step)).string();
+    save.entries = collect_entries(mesh, params, optimizer, snapshot);
+    save.hook.maybe_fail(rank, "prepare", "preparing " + save.final_dir);
   });
-  add_entries_of_other_stages(mesh, entries);
-  check_same_tensors_everywhere(world, entries, optimizer);
-  check_blocks_tile(world, entries);
+  add_entries_of_other_stages(mesh, save.entries);
+  check_same_tensors_everywhere(world, save.entries, optimizer);
+  check_blocks_tile(world, save.entries);
+  save.header = make_header(mesh, options, optimizer);
+  return save;
+}
 
+std::string write_prepared_save(PreparedSave& save, Communicator& world) {
+  ::tessera::detail::hdf5_errors_as_exceptions();
+  const MPI_Comm comm = world.mpi_comm();
+  const int rank = world.rank();
+  const std::string& root = save.root;
+  const std::string& final_dir = save.final_dir;
   std::string nonce = rank == 0 ? make_nonce() : std::string();
   broadcast_text(world, nonce, 0);
-  const std::string temp_dir = (fs::path(root) / ("." + checkpoint_directory_name(options.step) + ".tmp-" + nonce)).string();
+  const std::string temp_dir = (fs::path(root) / ("." + checkpoint_directory_name(save.options.step) + ".tmp-" + nonce)).string();
   agree_on_success(comm, [&] {
     if (rank != 0) return;
     std::error_code ec;
@@ -65,8 +74,8 @@ std::string save_checkpoint(const std::string& root, const Mesh& mesh, const Nam
   });
 
   try {
-    SaveContext context{mesh, world, entries, make_header(mesh, options, optimizer), temp_dir, hook, {}};
-    if (options.layout == CheckpointLayout::per_rank) {
+    SaveContext context{world, save.entries, save.header, temp_dir, save.hook, {}};
+    if (save.options.layout == CheckpointLayout::per_rank) {
       save_per_rank(context);
     } else {
       save_shared(context);
@@ -75,9 +84,9 @@ std::string save_checkpoint(const std::string& root, const Mesh& mesh, const Nam
     agree_on_success(comm, [&] {
       if (rank == 0) write_manifest(temp_dir, context.files);
     });
-    agree_on_success(comm, [&] { hook.maybe_fail(rank, "commit", "committing " + final_dir); });
+    agree_on_success(comm, [&] { save.hook.maybe_fail(rank, "commit", "committing " + final_dir); });
     agree_on_success(comm, [&] {
-      if (rank == 0) commit(root, temp_dir, final_dir, nonce, options.keep_last);
+      if (rank == 0) commit(root, temp_dir, final_dir, nonce, save.options.keep_last);
     });
   } catch (const Error&) {
     // Every rank is here with the same error; once all have closed their files, rank 0
@@ -90,6 +99,14 @@ std::string save_checkpoint(const std::string& root, const Mesh& mesh, const Nam
     throw;
   }
   return final_dir;
+}
+
+}  // namespace detail
+
+std::string save_checkpoint(const std::string& root, const Mesh& mesh, const NamedParameters& params,
+                            Optimizer* optimizer, const SaveOptions& options) {
+  PreparedSave save = prepare_save(root, mesh, params, optimizer, options, nullptr);
+  return write_prepared_save(save, mesh.world());
 }
 
 std::string save_checkpoint(const std::string& root, const Mesh& mesh, nn::Module& model, Optimizer* optimizer,

@@ -7,6 +7,7 @@
 
 #include "io/checkpoint_collectives.hpp"
 #include "io/checkpoint_save.hpp"
+#include "io/checkpoint_snapshot.hpp"
 #include "tessera/agree.hpp"
 #include "tessera/io/checksum.hpp"
 #include "tessera/version.hpp"
@@ -28,7 +29,8 @@ void check_entry(const Entry& e) {
 
 }  // namespace
 
-std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& params, Optimizer* optimizer) {
+std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& params, Optimizer* optimizer,
+                                   SnapshotBuffers* snapshot) {
   std::vector<Entry> entries;
   std::set<std::string> seen;
   auto add = [&](std::string section, const std::string& name, const Tensor& value, const Shape& global,
@@ -37,7 +39,8 @@ std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& para
     e.section = std::move(section);
     e.name = name;
     if (!value.defined()) throw InvalidArgument("checkpoint: " + e.path() + " has an undefined value");
-    e.host = value.to(Device::host()).contiguous();  // no copy for a contiguous host tensor
+    e.host = snapshot != nullptr ? snapshot->copy(entries.size(), value)
+                                 : value.to(Device::host()).contiguous();  // no copy for a contiguous host tensor
     e.global_shape = global;
     e.placement = placement;
     e.offset = offset;

@@ -70,9 +70,15 @@ struct Entry {
   std::string path() const { return dataset_path(section, name); }
 };
 
+class SnapshotBuffers;
+
 // This rank's entries: the parameters, then the optimizer's state, each checked (the
-// checksums are computed as the layouts write the blocks).
-std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& params, Optimizer* optimizer);
+// checksums are computed as the layouts write the blocks). Without `snapshot` an entry's
+// block is the tensor itself when it is a contiguous host tensor (a synchronous save
+// writes before anything changes it); with one, every block is a copy in its buffers
+// (an asynchronous save writes while training changes the tensors).
+std::vector<Entry> collect_entries(const Mesh& mesh, const NamedParameters& params, Optimizer* optimizer,
+                                   SnapshotBuffers* snapshot = nullptr);
 
 // With a pipeline (mesh.pp_size() > 1) each stage holds its own tensors: the entries
 // become the union over the stages, in one order on every rank, the other stages'
@@ -114,7 +120,6 @@ SectionGroups write_header_and_sections(hid_t file, const CheckpointHeader& h);
 RawBlock raw_block_of(const Entry& e, std::vector<RawRun> runs);
 
 struct SaveContext {
-  const Mesh& mesh;
   Communicator& world;
   std::vector<Entry>& entries;
   CheckpointHeader header;
@@ -127,5 +132,33 @@ struct SaveContext {
 // io/checkpoint_shared.cpp).
 void save_per_rank(SaveContext& c);
 void save_shared(SaveContext& c);
+
+// ---------------------------------------------------------------------------
+// A save in two halves (io/checkpoint.cpp): what the step must provide (the entries,
+// checked across ranks, and the header), then the write and the durable commit. A
+// synchronous save runs both on the caller's thread; an asynchronous one runs the
+// second on its writer thread over its own communicator. One writer for both.
+// ---------------------------------------------------------------------------
+
+struct PreparedSave {
+  std::string root;
+  std::string final_dir;
+  SaveOptions options;
+  std::vector<Entry> entries;
+  CheckpointHeader header;
+  FaultHook hook;
+};
+
+// Collective over mesh.world(): the checks of the options, the entries (copied into
+// `snapshot` when given), the cross-rank checks and the header. Writes nothing.
+PreparedSave prepare_save(const std::string& root, const Mesh& mesh, const NamedParameters& params,
+                          Optimizer* optimizer, const SaveOptions& options, SnapshotBuffers* snapshot);
+
+// Collective over `world` (a communicator of the same ranks, in the same order, as the
+// mesh's world the save was prepared on): the temporary directory, the layout's files,
+// the MANIFEST and the commit (`latest` last). Returns the committed directory. On an
+// error (the same on every rank) the temporary directory is removed and committed
+// checkpoints are untouched.
+std::string write_prepared_save(PreparedSave& save, Communicator& world);
 
 }  // namespace tessera::io::detail

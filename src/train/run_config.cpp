@@ -151,6 +151,7 @@ void parse_checkpoint(const Parser& p, X v, K key, CheckpointConfig& k) {
     {"layout", [&](X x, K kk) { k.layout = io::parse_checkpoint_layout(p.choice(x, kk, {"per_rank", "shared"})); }},
     {"interval", [&](X x, K kk) { k.interval = p.integer(x, kk, 0); }},
     {"keep_last", [&](X x, K kk) { k.keep_last = static_cast<int>(p.integer(x, kk, 0)); }},
+    {"async", [&](X x, K kk) { k.async = p.boolean(x, kk); }},
   });
 }
 

@@ -4,7 +4,8 @@
 #             accumulate (optimizer.accumulate against bigger batches, both models) |
 #             metrics (data.validation, eval_every, logging.metrics_file, plot-metrics) |
 #             features_bad_config (their errors) | examples (examples/configs/*.yaml) |
-#             hostile_inputs (non-regular files, size bombs, NaN data, lost metrics: issue 46)
+#             hostile_inputs (non-regular files, size bombs, NaN data, lost metrics: issue 46) |
+#             async (checkpoint.async: sync-equal checkpoints, kills during the background write)
 #             decoder_train | decoder_layouts | decoder_resume | decoder_bad_config |
 #             decoder_dry_run | decoder_pipeline (model.type: decoder)
 #             device (the `device` key, any machine) | device_cuda (training on a GPU against
@@ -943,6 +944,84 @@ elseif(MODE STREQUAL "examples")
       message(FATAL_ERROR "examples/configs/${name}: expected '${expect}' and a final loss below the baseline:\n${last_output}")
     endif()
     message(STATUS "examples/configs/${name}: ok")
+  endforeach()
+
+elseif(MODE STREQUAL "async")
+  # checkpoint.async (issue 45), both layouts at 2 ranks: the run reports each snapshot,
+  # each background commit and each wait; its checkpoints hold what the synchronous run's
+  # hold (tessera-ckpt diff: identical; the C++ test test_checkpoint_async compares the
+  # files byte for byte: here the metadata names the --set options, which differ); a
+  # SIGKILL of every rank during the background write of step 6 leaves `latest` at step 3
+  # and the unfinished directory behind (removed at the next start), and the run resumed
+  # from step 3 ends identical to the uninterrupted run; a SIGKILL after step 7 leaves
+  # `latest` at a complete step (3 or 6, whichever background write had finished), and
+  # resuming from it also ends identical.
+  set(np2 "--set=parallelism={data: none, domain: 2}")
+  set(async --set=checkpoint.async=true)
+  foreach(layout per_rank shared)
+    set(common ${tiny} ${data} ${np2} --set=checkpoint.layout=${layout})
+    set(sync_dir "${WORK_DIR}/sync_${layout}")
+    set(async_dir "${WORK_DIR}/async_${layout}")
+    expect_success(2 ${common} "--set=checkpoint.dir=${sync_dir}")
+    expect_success(2 ${common} "--set=checkpoint.dir=${async_dir}" ${async})
+    foreach(pattern "checkpoint: [^\n]*step_00000003 \\(${layout}\\): snapshot of [0-9.]+ MiB in [0-9.]+ ms; writing in the background"
+                    "checkpoint: [^\n]*step_00000003 committed \\(written in the background in [0-9.]+ ms\\)"
+                    "checkpoint: waited [0-9.]+ ms for the background save of [^\n]*step_00000008"
+                    "summary: last checkpoint [^\n]*step_00000008")
+      if(NOT last_output MATCHES "${pattern}")
+        message(FATAL_ERROR "${layout}: the async run's output lacks '${pattern}':\n${last_output}")
+      endif()
+    endforeach()
+    foreach(step 00000006 00000008)
+      expect_identical("${sync_dir}/step_${step}" "${async_dir}/step_${step}" "${layout}: step ${step} sync and async")
+      execute_process(COMMAND ${CKPT} verify "${async_dir}/step_${step}" RESULT_VARIABLE vrc OUTPUT_VARIABLE vout)
+      if(NOT vrc EQUAL 0)
+        message(FATAL_ERROR "${layout}: the async step ${step} does not verify:\n${vout}")
+      endif()
+    endforeach()
+
+    # SIGKILL during the background write of step 6.
+    set(killed "${WORK_DIR}/killed_${layout}")
+    run_driver(out rc 2 ${common} "--set=checkpoint.dir=${killed}" ${async} --kill-during-save 6)
+    if(rc EQUAL 0 OR NOT out MATCHES "kill-during-save 6: killing every rank during this save")
+      message(FATAL_ERROR "${layout}: the run killed during the background save exited ${rc}:\n${out}")
+    endif()
+    file(READ "${killed}/latest" latest)
+    string(STRIP "${latest}" latest)
+    file(GLOB unfinished "${killed}/.step_00000006.tmp-*")
+    if(NOT latest STREQUAL "step_00000003" OR EXISTS "${killed}/step_00000006" OR NOT unfinished)
+      message(FATAL_ERROR "${layout}: after the kill latest is '${latest}' (expected step_00000003), "
+                          "step 6 committed: ${unfinished}")
+    endif()
+    expect_success(2 ${common} "--set=checkpoint.dir=${killed}" ${async} --set=resume=latest)
+    if(NOT last_output MATCHES "resumed from [^\n]*step_00000003[^\n]* at step 3")
+      message(FATAL_ERROR "${layout}: not resumed at step 3:\n${last_output}")
+    endif()
+    file(GLOB unfinished "${killed}/.step_*")
+    if(unfinished)
+      message(FATAL_ERROR "${layout}: the unfinished save was not removed at the next start: ${unfinished}")
+    endif()
+    expect_identical("${sync_dir}" "${killed}" "${layout}: resumed after a kill during the background write")
+
+    # SIGKILL after step 7: whichever background write had finished is `latest`.
+    set(late "${WORK_DIR}/late_${layout}")
+    run_driver(out rc 2 ${common} "--set=checkpoint.dir=${late}" ${async} --kill-after-step 7)
+    if(rc EQUAL 0)
+      message(FATAL_ERROR "${layout}: the run killed after step 7 exited 0:\n${out}")
+    endif()
+    file(READ "${late}/latest" latest)
+    string(STRIP "${latest}" latest)
+    if(NOT latest MATCHES "^step_0000000[36]$")
+      message(FATAL_ERROR "${layout}: after the kill after step 7 latest is '${latest}'")
+    endif()
+    execute_process(COMMAND ${CKPT} verify "${late}/${latest}" RESULT_VARIABLE vrc OUTPUT_VARIABLE vout)
+    if(NOT vrc EQUAL 0)
+      message(FATAL_ERROR "${layout}: ${latest} after the kill does not verify:\n${vout}")
+    endif()
+    expect_success(2 ${common} "--set=checkpoint.dir=${late}" ${async} --set=resume=latest)
+    expect_identical("${sync_dir}" "${late}" "${layout}: resumed from ${latest} after a kill after step 7")
+    message(STATUS "async (${layout}): same checkpoints as sync; kill during the write keeps step 3; "
+                   "kill after step 7 left ${latest}; resumed runs identical")
   endforeach()
 
 else()

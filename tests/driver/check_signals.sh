@@ -5,9 +5,14 @@
 # agreed step with one checkpoint that verifies, exit status 75; the run resumed from it
 # ends with weights identical to an uninterrupted run's. An unknown name is a usage error.
 #
-#   check_signals.sh SOURCE_DIR BUILD_DIR WORK_DIR MPIEXEC
+#
+#   check_signals.sh SOURCE_DIR BUILD_DIR WORK_DIR MPIEXEC [--set=checkpoint.async=true]
+#
+# With checkpoint.async the stop step's save runs in the background: the run must wait
+# for it (flush) before it reports the checkpoint and exits 75.
 set -euo pipefail
 src=$1 build=$2 work=$3 mpiexec=$4
+extra=("${@:5}")
 run=$build/bin/tessera-run
 ckpt=$build/bin/tessera-ckpt
 fail() { echo "FAILED: $*" >&2; exit 1; }
@@ -15,7 +20,7 @@ rm -rf "$work"
 mkdir -p "$work"
 cd "$src"
 args=(tests/driver/tiny.yaml "--set=data.path=$src/data/rossby_haurwitz.h5" "--set=parallelism={data: none, domain: 2}" --set=schedule.steps=400
-      --set=checkpoint.interval=100 --set=schedule.log_every=100)
+      --set=checkpoint.interval=100 --set=schedule.log_every=100 "${extra[@]}")
 
 # An unknown signal name: status 2 and the name in the message, before MPI starts work.
 set +e
@@ -50,6 +55,13 @@ grep -Eq '^signal: SIGUSR2 received; stopping after step [0-9]+ of 400' "$work/r
 stop=$(sed -n 's/^signal: SIGUSR2 received; stopping after step \([0-9]*\) of 400/\1/p' "$work/run.log")
 ((stop < 400)) || fail "not stopped before the end (step $stop)"
 [[ $(grep -c '^signal: SIGUSR2 received' "$work/run.log") == 1 ]] || fail "the second signal was reported again"
+if [[ " ${extra[*]} " == *"checkpoint.async=true"* ]]; then
+  # The stop step's background save was waited for before the exit, and only then reported.
+  grep -Eq "^checkpoint: waited [0-9.]+ ms for the background save of .*step_0*${stop}( |$)" "$work/run.log" ||
+    fail "the stop step's background save was not waited for"
+  grep -Eq "^signal: stopped at step ${stop} with checkpoint .*step_0*${stop};" "$work/run.log" ||
+    fail "the stop line does not name the flushed checkpoint"
+fi
 step_dir=$(printf '%s/ckpt/step_%08d' "$work" "$stop")
 [[ -d $step_dir ]] || fail "no checkpoint $step_dir"
 "$ckpt" verify "$step_dir" > "$work/verify.log" 2>&1 || fail "verify: $(cat "$work/verify.log")"

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -122,7 +123,11 @@ class RankAgreement : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // Tests of a background thread that communicates (asynchronous checkpoints) ask for
+  // MPI_THREAD_MULTIPLE through the environment; the others keep FUNNELED.
+  const char* multiple = std::getenv("TESSERA_TEST_MPI_THREAD_MULTIPLE");
+  const bool want_multiple = multiple != nullptr && std::string(multiple) == "1";
+  MPI_Init_thread(&argc, &argv, want_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

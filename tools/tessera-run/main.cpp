@@ -152,7 +152,13 @@ int main(int argc, char** argv) {
     error_status = kExitError;
   }
 
-  MPI_Init(&argc, &argv);
+  // checkpoint.async saves on a writer thread that communicates while training does:
+  // that needs MPI_THREAD_MULTIPLE, asked for only then (some MPI libraries are slower
+  // with it). What the library provides is checked when the saver starts (a ConfigError
+  // naming the level, on every rank).
+  const bool async_checkpoints = cfg && cfg->checkpoint.async && !cfg->checkpoint.dir.empty();
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, async_checkpoints ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
   // After MPI_Init, so that nothing the MPI library installs replaces them.
   install_stop_signal_handlers(stop_signals);
   set_kill_during_save(kill_during_save);

@@ -26,6 +26,7 @@
 #include "tessera/detail/finite.hpp"
 #include "tessera/dp/sampler.hpp"
 #include "tessera/error.hpp"
+#include "tessera/io/async_checkpoint.hpp"
 #include "tessera/io/checkpoint.hpp"
 #include "tessera/optim.hpp"
 #include "tessera/tp/lora.hpp"
@@ -298,6 +299,7 @@ class TrainingRun {
 
   int run() {
     check_checkpoint_dir_writable(cfg_, mesh_);
+    start_async_saver();
     start_step_ = resume_or_init(cfg_, log_, mesh_, task_, &training_step_.optimizer());
     if (start_step_ >= cfg_.schedule.steps) {
       log_.info("nothing to do: the run is at step " + std::to_string(start_step_) + " of " +
@@ -305,7 +307,9 @@ class TrainingRun {
       return 0;
     }
     prepare();
-    if (const int signal = train()) return report_stop(signal);
+    const int signal = train();
+    finish_background_save();  // the last checkpoint is committed before the run reports it
+    if (signal != 0) return report_stop(signal);
     report_summary();
     return 0;
   }
@@ -491,15 +495,48 @@ class TrainingRun {
     so.step = step;
     so.keep_last = cfg_.checkpoint.keep_last;
     so.metadata = task_.checkpoint_metadata(run_section(cfg_, task_));
+    // One save in flight at most: the previous background write is committed before the
+    // next snapshot (and before --kill-during-save arms, so the kill hits this save).
+    if (async_saver_) finish_background_save();
     if (kill_during_save_due(step)) {
       log_.info("--kill-during-save " + std::to_string(step) + ": killing every rank during this save");
       arm_kill_during_save(cfg_.checkpoint.dir, step);
+    }
+    last_saved_step_ = step;
+    if (async_saver_) {
+      const io::AsyncSaveStarted started =
+          async_saver_->save(cfg_.checkpoint.dir, task_.model(), &training_step_.optimizer(), so);
+      log_.info("checkpoint: " + started.directory + " (" + std::string(io::checkpoint_layout_name(so.layout)) +
+                "): snapshot of " + fmt("%.1f", static_cast<double>(started.snapshot_bytes) / (1 << 20)) +
+                " MiB in " + fmt("%.1f", 1e3 * started.snapshot_seconds) + " ms; writing in the background");
+      return;
     }
     const std::string dir = io::save_checkpoint(cfg_.checkpoint.dir, mesh_, task_.model(),
                                                 &training_step_.optimizer(), so);
     log_.info("checkpoint: " + dir + " (" + std::string(io::checkpoint_layout_name(cfg_.checkpoint.layout)) + ")");
     last_checkpoint_ = dir;
-    last_saved_step_ = step;
+  }
+
+  // checkpoint.async: the saver, after its check of MPI's thread level. Its writer logs
+  // each commit (rank 0's Log prints; a whole line per call).
+  void start_async_saver() {
+    if (!cfg_.checkpoint.async || cfg_.checkpoint.dir.empty()) return;
+    const Log& log = log_;
+    async_saver_.emplace(mesh_, [&log](const io::AsyncSaveFinished& f) {
+      log.info("checkpoint: " + f.directory + " committed (written in the background in " +
+               fmt("%.1f", 1e3 * f.write_seconds) + " ms)");
+    });
+  }
+
+  // Waits for the background save in flight, if any, saying how long the loop stood
+  // still for it; its error (the same on every rank) ends the run here.
+  void finish_background_save() {
+    if (!async_saver_ || !async_saver_->in_flight()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    last_checkpoint_ = async_saver_->wait();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log_.info("checkpoint: waited " + fmt("%.1f", 1e3 * waited) + " ms for the background save of " +
+              last_checkpoint_ + " to finish");
   }
 
   // The step boundary: did any rank get a stop signal? One MAX all-reduce of one value,
@@ -580,9 +617,10 @@ class TrainingRun {
   ProgressWindow window_;
   double run_time_ = 0;
   double last_loss_ = NAN, last_baseline_ = NAN, first_loss_ = NAN, first_baseline_ = NAN, last_val_loss_ = NAN;
-  std::string last_checkpoint_;
+  std::string last_checkpoint_;  // committed (a background save's once waited for)
   std::int64_t last_saved_step_ = -1;
   std::int64_t stopped_at_step_ = 0;
+  std::optional<io::AsyncCheckpointer> async_saver_;  // checkpoint.async
 };
 
 }  // namespace

@@ -128,6 +128,10 @@ struct CheckpointConfig {
   io::CheckpointLayout layout = io::CheckpointLayout::shared;
   std::int64_t interval = 0;  // save every N steps (0: only at the end); always at the end
   int keep_last = 0;          // > 0: keep only the newest N step directories
+  // Save in the background (io/async_checkpoint.hpp): the step's state is copied to host
+  // memory and training goes on while a writer thread produces the same files. Needs
+  // MPI_THREAD_MULTIPLE (tessera-run asks for it when this is set).
+  bool async = false;
 };
 
 // `tessera-run predict`: the autoregressive rollout of a trained field emulator.
