@@ -101,24 +101,30 @@ std::string same_error_everywhere(F&& f) {
 
 }  // namespace
 
+// Both layouts, with AdamW state (f32) and, without an optimizer, with a bf16 tensor.
 TEST_F(AsyncCheckpoint, FilesAreByteIdenticalToASynchronousSave) {
   for (auto layout : kLayouts) {
-    const std::string name(io::checkpoint_layout_name(layout));
-    const std::string sync_root = scratch_dir("identical_sync_" + name), async_root = scratch_dir("identical_async_" + name);
-    auto model = make_model(mesh->tp(), 21, /*with_bf16=*/true);
-    AdamW adam(model->named_parameters(), {});
-    train(*model, adam, 2);
-    const std::string sync_dir = io::save_checkpoint(sync_root, *mesh, *model, &adam, save_options(layout, 7));
-    io::AsyncCheckpointer saver(*mesh);
-    const io::AsyncSaveStarted started = saver.save(async_root, *model, &adam, save_options(layout, 7));
-    EXPECT_EQ(started.directory, (fs::path(async_root) / "step_00000007").string());
-    EXPECT_EQ(started.waited_seconds, 0.0);
-    EXPECT_GT(started.snapshot_bytes, 0u);
-    EXPECT_TRUE(saver.in_flight());
-    EXPECT_EQ(saver.wait(), started.directory);
-    EXPECT_FALSE(saver.in_flight());
-    EXPECT_EQ(io::latest_checkpoint(async_root), started.directory);
-    expect_identical_directories(sync_dir, started.directory);
+    for (const bool bf16 : {false, true}) {
+      const std::string name = std::string(io::checkpoint_layout_name(layout)) + (bf16 ? "_bf16" : "_adamw");
+      const std::string sync_root = scratch_dir("identical_sync_" + name), async_root = scratch_dir("identical_async_" + name);
+      auto model = make_model(mesh->tp(), 21, /*with_bf16=*/bf16);
+      std::unique_ptr<AdamW> adam;
+      if (!bf16) {
+        adam = std::make_unique<AdamW>(model->named_parameters(), AdamWOptions{});
+        train(*model, *adam, 2);
+      }
+      const std::string sync_dir = io::save_checkpoint(sync_root, *mesh, *model, adam.get(), save_options(layout, 7));
+      io::AsyncCheckpointer saver(*mesh);
+      const io::AsyncSaveStarted started = saver.save(async_root, *model, adam.get(), save_options(layout, 7));
+      EXPECT_EQ(started.directory, (fs::path(async_root) / "step_00000007").string());
+      EXPECT_EQ(started.waited_seconds, 0.0);
+      EXPECT_GT(started.snapshot_bytes, 0u);
+      EXPECT_TRUE(saver.in_flight());
+      EXPECT_EQ(saver.wait(), started.directory);
+      EXPECT_FALSE(saver.in_flight());
+      EXPECT_EQ(io::latest_checkpoint(async_root), started.directory);
+      expect_identical_directories(sync_dir, started.directory);
+    }
   }
 }
 
