@@ -146,9 +146,20 @@ struct Round {
   double write = 0;
 };
 
+// Steps are collective: before each step during a write the ranks agree whether any
+// writer still runs (one small all-reduce); the steps without a write pay the same.
+bool any_rank(bool mine) {
+  int flag = mine ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return flag != 0;
+}
+
 double plain_steps(Bench& b) {
   std::vector<double> t;
-  for (int i = 0; i < 6; ++i) t.push_back(b.step());
+  for (int i = 0; i < 6; ++i) {
+    (void)any_rank(true);
+    t.push_back(b.step());
+  }
   return median(t);
 }
 
@@ -166,13 +177,7 @@ void async_save(Bench& b, io::AsyncCheckpointer& saver, std::atomic<bool>& done,
   r.async_still = timed([&] { saver.save(b.flags.dir, *b.net, b.sgd.get(), b.options()); });
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<double> during;
-  for (;;) {
-    // Steps are collective: the ranks agree whether any writer is still running.
-    int running = done ? 0 : 1;
-    MPI_Allreduce(MPI_IN_PLACE, &running, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (!running) break;
-    during.push_back(b.step());
-  }
+  while (any_rank(!done)) during.push_back(b.step());
   r.write = max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   saver.wait();
   r.steps_during = static_cast<int>(during.size());
