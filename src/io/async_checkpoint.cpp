@@ -116,7 +116,14 @@ AsyncSaveStarted AsyncCheckpointer::save(const std::string& root, const NamedPar
       error_ = std::current_exception();
       return;
     }
-    if (on_finished_) on_finished_(AsyncSaveFinished{committed_, seconds_since(start)});
+    // An exception leaving a thread's function ends the process: the callback's is
+    // reported like a failed write instead (the checkpoint itself is committed).
+    if (!on_finished_) return;
+    try {
+      on_finished_(AsyncSaveFinished{committed_, seconds_since(start)});
+    } catch (...) {
+      error_ = std::current_exception();
+    }
   });
   return started;
 }

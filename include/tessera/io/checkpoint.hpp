@@ -19,6 +19,9 @@
 // renames the directory into place: a reader never sees a half-written checkpoint and
 // the previous one is untouched until the new one is complete.
 //
+// io/async_checkpoint.hpp saves the same files in the background: the tensors are copied
+// to host memory and a writer thread runs this save's write and commit on the copy.
+//
 // Test hook: TESSERA_CKPT_FAIL="<rank>:<stage>" (stage: prepare, write, index, commit)
 // makes that rank throw IoError at that stage of every save (write: after its first
 // dataset), to test that failures are agreed and leave earlier checkpoints intact.
