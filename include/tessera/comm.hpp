@@ -30,6 +30,8 @@ namespace tessera {
 namespace detail {
 class NcclCommunicator;
 class ArrivalBoard;
+class FlightRecorder;
+struct FlightOp;
 }
 
 enum class ReduceOp { sum, avg, max, min };
@@ -177,10 +179,15 @@ class Communicator {
   // completion + `finish` into a CommRequest; waits before returning when `blocking`.
   // A template (defined in communicator.cpp, its only user) so the blocking spin path
   // allocates nothing: no std::function, no request state.
+  // `what` says what is posted, for the flight recorder and the watchdog (a point-to-point
+  // message is not counted on the watchdog's arrival board).
   template <class Post, class Finish>
-  // `collective` false (point to point): not counted on the watchdog's arrival board.
-  CommRequest launch(const char* name, std::int64_t bytes, bool blocking, Post&& post, Finish&& finish,
-                     std::initializer_list<Tensor> keep_alive, bool collective = true);
+  CommRequest launch(const char* name, const detail::FlightOp& what, bool blocking, Post&& post, Finish&& finish,
+                     std::initializer_list<Tensor> keep_alive);
+  // The one place an operation is noted as posted, on either path: the watchdog's
+  // arrival board counts a collective (returns its call number, 0 without a board) and
+  // the flight recorder records it (`ticket` for its completion, 0 without a ring).
+  std::int64_t note_posted(const detail::FlightOp& what, bool nccl, std::uint64_t& ticket);
   CommRequest all_reduce_impl(Tensor& tensor, ReduceOp op, bool blocking);
   CommRequest all_gather_impl(const Tensor& input, Tensor& output, bool blocking);
   CommRequest reduce_scatter_impl(const Tensor& input, Tensor& output, ReduceOp op, bool blocking);
@@ -191,13 +198,13 @@ class Communicator {
   // communicator (created on first use), and the blocking/async wrapper of a waiter.
   bool uses_nccl(Device device);
   detail::NcclCommunicator& nccl_for(Device device, const char* op);
-  CommRequest nccl_launch(std::int64_t bytes, bool blocking, std::function<void()> waiter,
+  CommRequest nccl_launch(const detail::FlightOp& what, bool blocking, std::function<void()> waiter,
                           std::vector<Tensor> keep_alive);
   // The NCCL channel that carries CUDA messages to (`outgoing`) or from `peer`, or null
   // when CUDA messages with `peer` take MPI (no channel opened, or not a CUDA tensor).
   detail::NcclCommunicator* nccl_channel(Device device, int peer, bool outgoing, const char* op);
   // The blocking/async wrapper of a queued NCCL message (CommRequest::test polls `ready`).
-  CommRequest nccl_message(std::int64_t bytes, bool blocking, std::function<void()> wait,
+  CommRequest nccl_message(const detail::FlightOp& what, bool blocking, std::function<void()> wait,
                            std::function<bool()> ready, std::vector<Tensor> keep_alive);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -209,6 +216,9 @@ class Communicator {
   // The watchdog's per-rank call counters (comm/watchdog.hpp), kept when a collective
   // timeout is set at construction.
   std::shared_ptr<detail::ArrivalBoard> arrivals_;
+  // The flight recorder's ring of this communicator's last operations
+  // (tessera/flight_recorder.hpp); null when the recorder was off at construction.
+  std::shared_ptr<detail::FlightRecorder> flight_;
   // Whether this group's CUDA tensors may use NCCL: decided by prepare_device or the
   // first CUDA collective (no when two of its ranks share a GPU, which NCCL refuses;
   // see uses_nccl).

@@ -23,6 +23,7 @@
 #include "tessera/agree.hpp"
 #include "tessera/backend.hpp"
 #include "tessera/comm.hpp"
+#include "tessera/flight_recorder.hpp"
 #include "tessera/node.hpp"
 #include "tessera/wait_policy.hpp"
 

@@ -1,8 +1,11 @@
 #include "tessera/agree.hpp"
 
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
+#include "comm/flight_dump.hpp"
 #include "comm/request_state.hpp"
 #include "tessera/check.hpp"
 #include "tessera/error.hpp"
@@ -17,6 +20,20 @@ namespace {
 // oversubscribed nodes, at the interval the communicators use (TESSERA_WAIT_SLEEP_US).
 WaitOptions agreement_wait() {
   return WaitOptions{WaitPolicy::sleep, resolve_sleep_interval(WaitOptions{}.sleep_interval)};
+}
+
+// A failure agreement is a moment every rank sees the same error: each writes its flight
+// recorder, when the operator asked for dumps with TESSERA_FLIGHT_DIR. Not by default:
+// such errors are often expected and caught (a bad config value), and the working
+// directory would fill with dumps nobody asked for.
+void dump_flight_for_agreement(const std::string& message) {
+  const char* dir = std::getenv("TESSERA_FLIGHT_DIR");
+  if (dir == nullptr || *dir == '\0') return;
+  try {
+    detail::write_flight_dump("failure agreement: " + message);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera: flight recorder: %s\n", e.what());
+  }
 }
 
 }  // namespace
@@ -52,8 +69,9 @@ void agree_on_success(MPI_Comm comm, const std::function<void()>& step) {
   message.resize(static_cast<std::size_t>(header[1]));
   TESSERA_CHECK_MPI(MPI_Ibcast(message.data(), header[1], MPI_CHAR, first, comm, &request));
   detail::wait_request(request, wait, {"the error agreement's broadcast", comm});
-  throw_error(static_cast<ErrorCode>(header[0]),
-              message + " (on rank " + std::to_string(first) + " of " + std::to_string(size) + ")");
+  message += " (on rank " + std::to_string(first) + " of " + std::to_string(size) + ")";
+  dump_flight_for_agreement(message);
+  throw_error(static_cast<ErrorCode>(header[0]), message);
 }
 
 bool same_on_all_ranks(MPI_Comm comm, std::string_view description) {

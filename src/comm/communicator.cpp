@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "backend/compute.hpp"
+#include "comm/flight_dump.hpp"
+#include "comm/flight_recorder.hpp"
 #include "comm/mpi_types.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "comm/watchdog.hpp"
@@ -95,6 +97,12 @@ Tensor host_writable(const Tensor& t) {
 
 int count_of(const Tensor& t) { return static_cast<int>(t.numel()); }
 
+// What the flight recorder notes of an operation on `t` (count: elements per rank).
+detail::FlightOp flight_op(const char* op, const Tensor& t, std::int64_t bytes, int peer = -1, int tag = -1,
+                           bool collective = true) {
+  return detail::FlightOp{op, collective, t.numel(), t.dtype(), peer, tag, bytes};
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -123,6 +131,7 @@ Communicator::Communicator(MPI_Comm comm, WaitOptions wait) {
   }
   wait_.sleep_interval = resolve_sleep_interval(wait.sleep_interval);
   if (collective_timeout() > 0) arrivals_ = detail::make_arrival_board(comm_);
+  flight_ = detail::make_flight_recorder(comm_);
 }
 
 Communicator::Communicator(MPI_Comm owned, WaitOptions resolved_wait, AdoptTag)
@@ -134,6 +143,7 @@ Communicator::Communicator(MPI_Comm owned, WaitOptions resolved_wait, AdoptTag)
   TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   if (collective_timeout() > 0) arrivals_ = detail::make_arrival_board(comm_);
+  flight_ = detail::make_flight_recorder(comm_);
 }
 
 Communicator Communicator::adopt(MPI_Comm owned, WaitOptions resolved_wait) {
@@ -148,6 +158,7 @@ Communicator::Communicator(Communicator&& other) noexcept
       stats_(other.stats_),
       nccl_(std::move(other.nccl_)),
       arrivals_(std::move(other.arrivals_)),
+      flight_(std::move(other.flight_)),
       nccl_path_(other.nccl_path_),
       nccl_peers_(std::move(other.nccl_peers_)) {}
 
@@ -161,6 +172,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     stats_ = other.stats_;
     nccl_ = std::move(other.nccl_);
     arrivals_ = std::move(other.arrivals_);
+    flight_ = std::move(other.flight_);
     nccl_path_ = other.nccl_path_;
     nccl_peers_ = std::move(other.nccl_peers_);
   }
@@ -182,6 +194,7 @@ void Communicator::release() noexcept {
   }
   nccl_peers_.clear();
   detail::retire_arrival_board(arrivals_);  // its windows live on the communicator
+  flight_.reset();  // a dump under way keeps its own reference
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
@@ -194,20 +207,26 @@ void Communicator::release() noexcept {
 // the caller waits on (sleep policy) or returns (async API).
 // ---------------------------------------------------------------------------
 
-template <class Post, class Finish>
-CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool blocking, Post&& post, Finish&& finish,
-                                 std::initializer_list<Tensor> keep_alive, bool collective) {
-  ++stats_.mpi_calls;
-  stats_.bytes += bytes;
+std::int64_t Communicator::note_posted(const detail::FlightOp& what, bool nccl, std::uint64_t& ticket) {
+  ticket = flight_ ? flight_->post(what, nccl) : 0;
   // Only collectives arrive on the board: every rank of the group makes the same
   // collective calls, while point-to-point calls differ from rank to rank.
-  const bool counted = collective && arrivals_;
-  const detail::WaitSite site = counted ? detail::WaitSite{name, comm_, arrivals_, arrivals_->arrive()}
-                                        : detail::WaitSite{name, comm_};
+  return what.collective && arrivals_ ? arrivals_->arrive() : 0;
+}
+
+template <class Post, class Finish>
+CommRequest Communicator::launch(const char* name, const detail::FlightOp& what, bool blocking, Post&& post,
+                                 Finish&& finish, std::initializer_list<Tensor> keep_alive) {
+  ++stats_.mpi_calls;
+  stats_.bytes += what.bytes;
+  std::uint64_t ticket = 0;
+  const std::int64_t call = note_posted(what, false, ticket);
+  const detail::WaitSite site = call > 0 ? detail::WaitSite{name, comm_, arrivals_, call} : detail::WaitSite{name, comm_};
   if (blocking && wait_.policy == WaitPolicy::spin && !arrivals_) {
     // The latency path: the plain blocking call, no request state to allocate.
     const int status = post(nullptr);
     if (status != MPI_SUCCESS) detail::throw_mpi_error(status, name, __FILE__, __LINE__);
+    if (flight_) flight_->complete(ticket);
     finish();
     return {};
   }
@@ -216,6 +235,7 @@ CommRequest Communicator::launch(const char* name, std::int64_t bytes, bool bloc
   state->finish = std::forward<Finish>(finish);
   state->keep_alive = keep_alive;
   state->site = site;
+  if (ticket != 0) state->flight = {flight_, ticket};
   const int status = post(&state->request);
   if (status != MPI_SUCCESS) {
     state->complete = true;  // nothing pending: do not wait in the destructor
@@ -244,9 +264,10 @@ CommRequest Communicator::all_reduce_impl(Tensor& tensor, ReduceOp op, bool bloc
   check_reduce_op(tensor, op, "all_reduce");
   ++stats_.collectives;
   if (size_ == 1 || tensor.numel() == 0) return {};  // sum/avg/max/min over one rank: identity
+  const detail::FlightOp what = flight_op("all_reduce", tensor, static_cast<std::int64_t>(tensor.nbytes()));
   if (uses_nccl(tensor.device())) {
     auto waiter = nccl_for(tensor.device(), "all_reduce").all_reduce(tensor, op, wait_);
-    return nccl_launch(static_cast<std::int64_t>(tensor.nbytes()), blocking, std::move(waiter), {tensor});
+    return nccl_launch(what, blocking, std::move(waiter), {tensor});
   }
   Tensor host = host_readable(tensor);
   const MPI_Datatype type = detail::mpi_datatype(tensor.dtype());
@@ -262,8 +283,7 @@ CommRequest Communicator::all_reduce_impl(Tensor& tensor, ReduceOp op, bool bloc
     if (op == ReduceOp::avg) scale_host(host, size);
     if (!tensor.device().is_host()) tensor.copy_from(host);
   };
-  return launch("MPI_Allreduce", static_cast<std::int64_t>(tensor.nbytes()), blocking, post,
-                finish, {host, tensor});
+  return launch("MPI_Allreduce", what, blocking, post, finish, {host, tensor});
 }
 
 CommRequest Communicator::all_gather_impl(const Tensor& input, Tensor& output, bool blocking) {
@@ -278,9 +298,10 @@ CommRequest Communicator::all_gather_impl(const Tensor& input, Tensor& output, b
     output.reshape(input.shape()).copy_from(input);
     return {};
   }
+  const detail::FlightOp what = flight_op("all_gather", input, static_cast<std::int64_t>(output.nbytes()));
   if (uses_nccl(input.device())) {
     auto waiter = nccl_for(input.device(), "all_gather").all_gather(input, output, wait_);
-    return nccl_launch(static_cast<std::int64_t>(output.nbytes()), blocking, std::move(waiter), {input, output});
+    return nccl_launch(what, blocking, std::move(waiter), {input, output});
   }
   Tensor in = host_readable(input);
   Tensor out = host_writable(output);
@@ -294,8 +315,7 @@ CommRequest Communicator::all_gather_impl(const Tensor& input, Tensor& output, b
   auto finish = [out, output]() mutable {
     if (!output.device().is_host()) output.copy_from(out);
   };
-  return launch("MPI_Allgather", static_cast<std::int64_t>(output.nbytes()), blocking, post,
-                finish, {in, out, output});
+  return launch("MPI_Allgather", what, blocking, post, finish, {in, out, output});
 }
 
 CommRequest Communicator::reduce_scatter_impl(const Tensor& input, Tensor& output, ReduceOp op,
@@ -312,9 +332,10 @@ CommRequest Communicator::reduce_scatter_impl(const Tensor& input, Tensor& outpu
     output.copy_from(input.reshape(output.shape()));
     return {};
   }
+  const detail::FlightOp what = flight_op("reduce_scatter", output, static_cast<std::int64_t>(input.nbytes()));
   if (uses_nccl(input.device())) {
     auto waiter = nccl_for(input.device(), "reduce_scatter").reduce_scatter(input, output, op, wait_);
-    return nccl_launch(static_cast<std::int64_t>(input.nbytes()), blocking, std::move(waiter), {input, output});
+    return nccl_launch(what, blocking, std::move(waiter), {input, output});
   }
   Tensor in = host_readable(input);
   Tensor out = host_writable(output);
@@ -331,8 +352,7 @@ CommRequest Communicator::reduce_scatter_impl(const Tensor& input, Tensor& outpu
     if (op == ReduceOp::avg) scale_host(out, size);
     if (!output.device().is_host()) output.copy_from(out);
   };
-  return launch("MPI_Reduce_scatter_block", static_cast<std::int64_t>(input.nbytes()), blocking,
-                post, finish, {in, out, output});
+  return launch("MPI_Reduce_scatter_block", what, blocking, post, finish, {in, out, output});
 }
 
 CommRequest Communicator::broadcast_impl(Tensor& tensor, int root, bool blocking) {
@@ -343,9 +363,10 @@ CommRequest Communicator::broadcast_impl(Tensor& tensor, int root, bool blocking
   }
   ++stats_.collectives;
   if (size_ == 1 || tensor.numel() == 0) return {};
+  const detail::FlightOp what = flight_op("broadcast", tensor, static_cast<std::int64_t>(tensor.nbytes()), root);
   if (uses_nccl(tensor.device())) {
     auto waiter = nccl_for(tensor.device(), "broadcast").broadcast(tensor, root, wait_);
-    return nccl_launch(static_cast<std::int64_t>(tensor.nbytes()), blocking, std::move(waiter), {tensor});
+    return nccl_launch(what, blocking, std::move(waiter), {tensor});
   }
   const bool is_root = rank_ == root;
   Tensor host = is_root ? host_readable(tensor) : host_writable(tensor);
@@ -359,8 +380,7 @@ CommRequest Communicator::broadcast_impl(Tensor& tensor, int root, bool blocking
   auto finish = [host, tensor, is_root]() mutable {
     if (!is_root && !tensor.device().is_host()) tensor.copy_from(host);
   };
-  return launch("MPI_Bcast", static_cast<std::int64_t>(tensor.nbytes()), blocking, post, finish,
-                {host, tensor});
+  return launch("MPI_Bcast", what, blocking, post, finish, {host, tensor});
 }
 
 // ---------------------------------------------------------------------------
@@ -494,9 +514,9 @@ detail::NcclCommunicator* Communicator::nccl_channel(Device device, int peer, bo
   return &channel;
 }
 
-CommRequest Communicator::nccl_message(std::int64_t bytes, bool blocking, std::function<void()> wait,
+CommRequest Communicator::nccl_message(const detail::FlightOp& what, bool blocking, std::function<void()> wait,
                                        std::function<bool()> ready, std::vector<Tensor> keep_alive) {
-  CommRequest request = nccl_launch(bytes, blocking, std::move(wait), std::move(keep_alive));
+  CommRequest request = nccl_launch(what, blocking, std::move(wait), std::move(keep_alive));
   if (!request.done()) request.state_->ready = std::move(ready);
   return request;
 }
@@ -505,9 +525,10 @@ CommRequest Communicator::send_impl(const Tensor& tensor, int dest, int tag, boo
   check_buffer(tensor, "send", "the");
   check_peer(dest, tag, size_, "send", "destination");
   if (tensor.numel() == 0) return {};
+  const detail::FlightOp what = flight_op("send", tensor, static_cast<std::int64_t>(tensor.nbytes()), dest, tag, false);
   if (detail::NcclCommunicator* channel = nccl_channel(tensor.device(), dest, true, "send")) {
     auto pending = channel->send(tensor, nccl_peers_.at(dest).nccl_rank, wait_);
-    return nccl_message(static_cast<std::int64_t>(tensor.nbytes()), blocking, std::move(pending.wait),
+    return nccl_message(what, blocking, std::move(pending.wait),
                         std::move(pending.ready), {tensor});
   }
   // A device tensor MPI cannot address is copied to the host first (the copy is the
@@ -521,17 +542,17 @@ CommRequest Communicator::send_impl(const Tensor& tensor, int dest, int tag, boo
     void* data = host.data();
     return r ? MPI_Isend(data, count, type, dest, tag, comm, r) : MPI_Send(data, count, type, dest, tag, comm);
   };
-  return launch("MPI_Send", static_cast<std::int64_t>(tensor.nbytes()), blocking, post, [] {}, {host, tensor},
-                false);
+  return launch("MPI_Send", what, blocking, post, [] {}, {host, tensor});
 }
 
 CommRequest Communicator::recv_impl(Tensor& tensor, int source, int tag, bool blocking) {
   check_buffer(tensor, "recv", "the");
   check_peer(source, tag, size_, "recv", "source");
   if (tensor.numel() == 0) return {};
+  const detail::FlightOp what = flight_op("recv", tensor, static_cast<std::int64_t>(tensor.nbytes()), source, tag, false);
   if (detail::NcclCommunicator* channel = nccl_channel(tensor.device(), source, false, "recv")) {
     auto pending = channel->recv(tensor, nccl_peers_.at(source).nccl_rank, wait_);
-    return nccl_message(static_cast<std::int64_t>(tensor.nbytes()), blocking, std::move(pending.wait),
+    return nccl_message(what, blocking, std::move(pending.wait),
                         std::move(pending.ready), {tensor});
   }
   const bool direct = mpi_can_address(tensor.device());
@@ -547,8 +568,7 @@ CommRequest Communicator::recv_impl(Tensor& tensor, int source, int tag, bool bl
   auto finish = [host, tensor, direct]() mutable {
     if (!direct) tensor.copy_from(host);
   };
-  return launch("MPI_Recv", static_cast<std::int64_t>(tensor.nbytes()), blocking, post, finish, {host, tensor},
-                false);
+  return launch("MPI_Recv", what, blocking, post, finish, {host, tensor});
 }
 
 void Communicator::send(const Tensor& tensor, int dest, int tag) { send_impl(tensor, dest, tag, true); }
@@ -589,7 +609,8 @@ void Communicator::barrier() {
   ++stats_.collectives;
   if (size_ == 1) return;
   const MPI_Comm comm = comm_;
-  launch("MPI_Barrier", 0, true,
+  const detail::FlightOp what{"barrier", true, 0, DType::f32, -1, -1, 0};
+  launch("MPI_Barrier", what, true,
          [=](MPI_Request* r) { return r ? MPI_Ibarrier(comm, r) : MPI_Barrier(comm); }, [] {}, {});
 }
 

@@ -83,12 +83,15 @@ detail::NcclCommunicator& Communicator::nccl_for(Device device, const char* op) 
   return *nccl_;
 }
 
-CommRequest Communicator::nccl_launch(std::int64_t bytes, bool blocking, std::function<void()> waiter,
+CommRequest Communicator::nccl_launch(const detail::FlightOp& what, bool blocking, std::function<void()> waiter,
                                       std::vector<Tensor> keep_alive) {
   ++stats_.nccl_calls;
-  stats_.bytes += bytes;
+  stats_.bytes += what.bytes;
+  std::uint64_t ticket = 0;
+  note_posted(what, true, ticket);
   if (blocking) {
     waiter();
+    if (flight_) flight_->complete(ticket);
     return {};
   }
   // No MPI request: CommRequest::wait() finds MPI_REQUEST_NULL complete at once and
@@ -97,6 +100,7 @@ CommRequest Communicator::nccl_launch(std::int64_t bytes, bool blocking, std::fu
   state->wait = wait_;
   state->finish = std::move(waiter);
   state->keep_alive = std::move(keep_alive);
+  if (ticket != 0) state->flight = {flight_, ticket};
   return CommRequest(std::move(state));
 }
 

@@ -82,6 +82,7 @@ void CommRequest::wait() {
   state_->complete = true;
   if (state_->finish) state_->finish();
   state_->keep_alive.clear();
+  if (state_->flight.ring) state_->flight.ring->complete(state_->flight.ticket);
 }
 
 bool CommRequest::test() {
@@ -93,6 +94,7 @@ bool CommRequest::test() {
   state_->complete = true;
   if (state_->finish) state_->finish();
   state_->keep_alive.clear();
+  if (state_->flight.ring) state_->flight.ring->complete(state_->flight.ticket);
   return true;
 }
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "comm/flight_recorder.hpp"
 #include "comm/watchdog.hpp"
 #include "tessera/comm.hpp"
 
@@ -21,6 +22,11 @@ struct CommRequest::State {
   std::vector<Tensor> keep_alive; // buffers MPI reads or writes until completion
   bool complete = false;
   detail::WaitSite site;          // what the watchdog names if the wait never ends
+  // The flight recorder's entry of this operation, completed with it (ring null: none).
+  struct Flight {
+    std::shared_ptr<detail::FlightRecorder> ring;
+    std::uint64_t ticket = 0;
+  } flight;
 };
 
 namespace detail {

@@ -1,5 +1,7 @@
 #include "comm/watchdog.hpp"
 
+#include "comm/flight_dump.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -123,6 +125,23 @@ std::vector<std::int64_t> ArrivalBoard::read_all(double seconds) const {
   return counts;
 }
 
+namespace {
+
+// This rank's flight-recorder dump, with what the board says of the stuck call; returns
+// "; flight recorder: wrote PATH" for the report line ("" without a ring).
+std::string dump_for_watchdog(const std::string& reason, const WaitSite& site,
+                              const std::vector<std::int64_t>& counts) {
+  try {
+    const std::string extra = counts.empty() ? std::string() : flight_arrivals_line(site.comm, site.call, counts);
+    const std::string path = write_flight_dump(reason, extra);
+    return path.empty() ? std::string() : "; flight recorder: wrote " + path;
+  } catch (const std::exception& e) {
+    return std::string("; flight recorder: ") + e.what();
+  }
+}
+
+}  // namespace
+
 void watchdog_abort(const WaitSite& site, double waited_seconds) {
   int world_rank = 0, rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -137,8 +156,9 @@ void watchdog_abort(const WaitSite& site, double waited_seconds) {
                 " of " + std::to_string(size) + ")";
   }
   std::string arrivals;
+  std::vector<std::int64_t> counts;
   if (site.board && site.call > 0) {
-    const std::vector<std::int64_t> counts = site.board->read_all(5.0);
+    counts = site.board->read_all(5.0);
     std::string missing, behind, unknown;
     for (std::size_t r = 0; r < counts.size(); ++r) {
       if (counts[r] < 0) {
@@ -157,13 +177,18 @@ void watchdog_abort(const WaitSite& site, double waited_seconds) {
     if (!unknown.empty()) arrivals += "; ranks whose progress could not be read (other nodes): " + unknown;
     arrivals = " (call #" + std::to_string(site.call) + " on it)" + arrivals;
   }
+  const std::string reason = "collective watchdog: waited " + std::to_string(waited_seconds) + " s for " +
+                             site.operation + " on " + comm_text + arrivals;
+  const std::string dump = dump_for_watchdog(reason, site, counts);
   std::fprintf(stderr,
                "tessera: collective watchdog: world rank %d waited %.1f s for %s on %s%s; "
-               "aborting the job (TESSERA_COLLECTIVE_TIMEOUT)\n",
-               world_rank, waited_seconds, site.operation, comm_text.c_str(), arrivals.c_str());
+               "aborting the job (TESSERA_COLLECTIVE_TIMEOUT)%s\n",
+               world_rank, waited_seconds, site.operation, comm_text.c_str(), arrivals.c_str(), dump.c_str());
   std::fflush(stderr);
-  // Give the launcher's output forwarding a moment: MPI_Abort kills at once.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Give the launcher's output forwarding a moment: MPI_Abort kills at once. With a
+  // flight recorder, longer: the other ranks waiting in the same call time out at about
+  // the same moment, and their dumps should land before the abort kills them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(dump.empty() ? 300 : 2000));
   MPI_Abort(MPI_COMM_WORLD, 3);
   std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
