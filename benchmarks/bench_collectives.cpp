@@ -5,15 +5,21 @@
 //   busbw = algbw * 2(n-1)/n (all_reduce), algbw * (n-1)/n (all_gather, reduce_scatter).
 //
 //   mpiexec -n 4 bench_collectives [--bytes=8,1024,...] [--wait=auto|spin|sleep]
+//                                  [--recorder_bytes=32]
 //
 // The raw MPI side calls the blocking MPI function on a duplicate of MPI_COMM_WORLD
 // (what an application would write); tessera's side goes through a Communicator with
 // the chosen wait policy. On an oversubscribed node the difference between the two is
 // the wait policy (see docs/performance.md).
+//
+// all_reduce/flight_recorder times the flight recorder's cost (tessera/flight_recorder.hpp):
+// blocks of all-reduces on a communicator that keeps a ring, beside the same blocks on one
+// that does not, alternating within every iteration so that both see the same machine.
 
 #include <memory>
 
 #include "bench_support.hpp"
+#include "tessera/flight_recorder.hpp"
 #include "tessera/wait_policy.hpp"
 
 using namespace tessera;
@@ -25,6 +31,7 @@ enum class Op { all_reduce, all_gather, reduce_scatter };
 struct State {
   std::unique_ptr<Communicator> comm;
   MPI_Comm raw = MPI_COMM_NULL;
+  std::unique_ptr<Communicator> recorder_on, recorder_off;
 };
 State g;
 
@@ -88,6 +95,43 @@ void BM_collective(benchmark::State& state, Op op, bool raw) {
   report(state, op, elements, total);
 }
 
+// All-reduces per timed block: enough that the per-iteration barrier and the MAX
+// all-reduce of the timing rule stay outside a block's time.
+constexpr int kRecorderBlock = 1000;
+
+void BM_flight_recorder(benchmark::State& state) {
+  Tensor x = Tensor::zeros({std::max<std::int64_t>(1, state.range(0) / 4)}, DType::f32);
+  auto block = [&](Communicator& comm) {
+    return bench::timed(comm, [&] {
+      for (int i = 0; i < kRecorderBlock; ++i) comm.all_reduce(x);
+    });
+  };
+  double on_total = 0, off_total = 0;
+  bool on_first = true;
+  for (auto _ : state) {
+    // Alternate which goes first, so neither always follows the barrier's wake-up.
+    const double first = block(on_first ? *g.recorder_on : *g.recorder_off);
+    const double second = block(on_first ? *g.recorder_off : *g.recorder_on);
+    const double on = on_first ? first : second;
+    off_total += on_first ? second : first;
+    on_total += on;
+    on_first = !on_first;
+    state.SetIterationTime(on / kRecorderBlock);
+  }
+  bench::report_peer(state, "recorder_off", off_total / kRecorderBlock, on_total / kRecorderBlock);
+  state.counters["overhead_pct"] = 100.0 * (on_total / off_total - 1.0);
+}
+
+// The two communicators of BM_flight_recorder, with and without a ring.
+void open_recorder_pair(const WaitOptions& wait) {
+  const std::size_t configured = flight_recorder_capacity();
+  set_flight_recorder_capacity(configured > 0 ? configured : 256);
+  g.recorder_on = std::make_unique<Communicator>(MPI_COMM_WORLD, wait);
+  set_flight_recorder_capacity(0);
+  g.recorder_off = std::make_unique<Communicator>(MPI_COMM_WORLD, wait);
+  set_flight_recorder_capacity(configured);
+}
+
 void register_all(const bench::Flags& flags) {
   WaitOptions wait;
   wait.policy = parse_wait_policy(flags.at("wait"), "--wait");
@@ -105,11 +149,15 @@ void register_all(const bench::Flags& flags) {
       b->UseManualTime()->Unit(benchmark::kMicrosecond);
     }
   }
+  open_recorder_pair(wait);
+  auto* b = benchmark::RegisterBenchmark("all_reduce/flight_recorder", BM_flight_recorder);
+  for (long bytes : bench::int_list(flags.at("recorder_bytes"), "recorder_bytes")) b->Arg(bytes);
+  b->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   return bench::run(argc, argv, "bench_collectives",
-                    {{"bytes", "8,1024,65536,1048576,16777216"}, {"wait", "auto"}}, register_all);
+                    {{"bytes", "8,1024,65536,1048576,16777216"}, {"wait", "auto"}, {"recorder_bytes", "32"}}, register_all);
 }

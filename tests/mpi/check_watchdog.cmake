@@ -1,11 +1,14 @@
 # Runs watchdog_hang at 2 ranks and checks the collective watchdog: a rank stuck in a
 # collective that another rank never joins reports the operation, the communicator and
 # the missing rank, and the job ends (non-zero) within seconds instead of hanging; with
-# every rank joining, nothing fires. Inputs: -DMPIEXEC=... -DEXE=...
+# every rank joining, nothing fires. Inputs: -DMPIEXEC=... -DEXE=... -DFLIGHT_DIR=...
 
 function(run_case mode timeout_env)
   string(TIMESTAMP t0 "%s")
-  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${timeout_env} ${MPIEXEC} -n 2 ${EXE} ${mode}
+  # The watchdog also dumps the flight recorder (check_flight.cmake tests that): into the
+  # build tree, not the working directory.
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${timeout_env} TESSERA_FLIGHT_DIR=${FLIGHT_DIR}
+                          ${MPIEXEC} -n 2 ${EXE} ${mode}
                   RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 50)
   string(TIMESTAMP t1 "%s")
   math(EXPR seconds "${t1} - ${t0}")
