@@ -6,9 +6,9 @@
 // times it was posted and completed. When a job hangs, these rings, dumped by every
 // rank (flight_dump.cpp) and merged by tessera-flight, say which rank stopped where.
 //
-// Cost: posting writes one slot (a dozen relaxed atomic stores and one clock read),
-// completing writes one more field and reads the clock again; no allocation, no lock,
-// no communication. The slots are atomics only because a dump may read the ring from
+// Cost: posting writes one slot (a dozen relaxed atomic stores and one read of the
+// coarse monotonic clock), completing writes one more field and reads the clock again; no
+// allocation, no lock, no communication. The slots are atomics only because a dump may read the ring from
 // another thread (the SIGUSR2 dumper) while the owner keeps posting: each slot carries
 // the id of the operation in it, cleared while it is rewritten, and a reader keeps a slot
 // only when it reads the same non-zero id before and after its fields (a seqlock).
@@ -48,8 +48,8 @@ struct FlightEntry {
   int peer = -1;
   int tag = -1;
   std::int64_t bytes = 0;
-  std::int64_t posted_ns = 0;      // steady clock
-  std::int64_t completed_ns = 0;   // steady clock; 0 while pending
+  std::int64_t posted_ns = 0;      // flight_clock_ns()
+  std::int64_t completed_ns = 0;   // flight_clock_ns(); 0 while pending
 };
 
 // Which communicator a ring belongs to, fixed at its creation.
@@ -61,7 +61,8 @@ struct FlightComm {
   MPI_Comm handle = MPI_COMM_NULL;  // compared, never used, by the watchdog's dump
 };
 
-// The steady clock in nanoseconds (what posted_ns and completed_ns hold).
+// A monotonic clock in nanoseconds, at the kernel tick's resolution where the system has
+// a coarse clock (Linux): what posted_ns, completed_ns and a dump's steady_ns hold.
 std::int64_t flight_clock_ns() noexcept;
 
 class FlightRecorder {
