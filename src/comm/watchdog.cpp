@@ -177,8 +177,10 @@ void watchdog_abort(const WaitSite& site, double waited_seconds) {
     if (!unknown.empty()) arrivals += "; ranks whose progress could not be read (other nodes): " + unknown;
     arrivals = " (call #" + std::to_string(site.call) + " on it)" + arrivals;
   }
-  const std::string reason = "collective watchdog: waited " + std::to_string(waited_seconds) + " s for " +
-                             site.operation + " on " + comm_text + arrivals;
+  char waited[32];
+  std::snprintf(waited, sizeof waited, "%.1f", waited_seconds);
+  const std::string reason =
+      std::string("collective watchdog: waited ") + waited + " s for " + site.operation + " on " + comm_text + arrivals;
   const std::string dump = dump_for_watchdog(reason, site, counts);
   std::fprintf(stderr,
                "tessera: collective watchdog: world rank %d waited %.1f s for %s on %s%s; "
